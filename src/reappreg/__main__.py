@@ -1,0 +1,3 @@
+from reappreg.cli import main
+
+main()

@@ -1,0 +1,58 @@
+"""`reappreg data ...`: ingest (sample generator or importers) and the train/held-out split."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import typer
+
+app = typer.Typer(no_args_is_help=True, help="Ingest data into the canonical schema and split it.")
+
+
+@app.command()
+def ingest(
+    out: Path = typer.Option(..., help="Canonical data folder to write"),
+    params: Path = typer.Option(Path("params.yaml"), help="params.yaml"),
+) -> None:
+    """Build the canonical dataset from data.source (sample | file | sharma2023)."""
+    import mlflow
+
+    from reappreg.data import ingest as run_ingest
+    from reappreg.data import write_canonical
+    from reappreg.settings import load_params
+    from reappreg.tracking import stage_run
+
+    p = load_params(params)
+    inputs = {"raw_file": p.data.path} if p.data.path else {}
+    with stage_run("ingest", tracking=p.tracking, params=p.data.model_dump(), inputs=inputs):
+        data = run_ingest(p.data.source, p.data.path, p.data.sample.model_dump())
+        write_canonical(data, out)
+        mlflow.log_metrics({f"n_{k}": v for k, v in data.counts().items()})
+    typer.echo(f"ingest: wrote {data.counts()} to {out}")
+
+
+@app.command("split")
+def split_cmd(
+    data: Path = typer.Option(..., help="Validated canonical data folder"),
+    validation_report: Path = typer.Option(..., help="Report from `reappreg validate run` (must be passing)"),
+    train: Path = typer.Option(..., help="Training pool folder to write"),
+    heldout: Path = typer.Option(..., help="Held-out answers JSONL to write"),
+    params: Path = typer.Option(Path("params.yaml"), help="params.yaml"),
+) -> None:
+    """Write the training pool and the held-out answers as separate artifacts."""
+    import mlflow
+
+    from reappreg.data import load_canonical
+    from reappreg.settings import load_params
+    from reappreg.split import check_validation_report, split, write_split
+    from reappreg.tracking import stage_run
+
+    p = load_params(params)
+    with stage_run("split", tracking=p.tracking, params=p.split.model_dump(),
+                   inputs={"canonical": data, "validation_report": validation_report}):
+        check_validation_report(validation_report)
+        train_data, answers = split(load_canonical(data), p.split.train_sources)
+        write_split(train_data, answers, train, heldout)
+        mlflow.log_metrics({"n_train_reappraisals": len(train_data.reappraisals),
+                            "n_train_ratings": len(train_data.ratings), "n_heldout_answers": len(answers)})
+    typer.echo(f"split: {len(train_data.reappraisals)} training reappraisals, {len(answers)} held-out answers")

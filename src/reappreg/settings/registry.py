@@ -1,0 +1,5 @@
+from reappreg.settings.base import Section
+
+
+class RegistrySettings(Section):
+    """Knobs for the registry stage(s); owned by the registry module."""

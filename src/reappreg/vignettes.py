@@ -1,0 +1,227 @@
+"""The six negative interpersonal vignettes of the sample dataset, and the phrase banks
+the seeded generator composes reappraisals from.
+
+The vignettes were written for this project. Human reappraisals and held-out answers
+(GPT-4-0314-style and frontier opponents) are built from *disjoint* phrase banks: the
+held-out texts must never share wording with training texts, exactly as the separation
+guard demands of real data.
+
+Each vignette has:
+- ``details``: concrete scenario specifics a *specific* reappraisal refers to;
+- ``alternatives``: benign alternative explanations of the other person's behaviour
+  (what makes a reappraisal novel and effective), in the wording human authors use;
+- ``heldout_alternatives``: the same idea space in different wording, used only for the
+  held-out answers.
+"""
+
+from __future__ import annotations
+
+VIGNETTES: list[dict] = [
+    {
+        "vignette_id": "v1",
+        "title": "The unanswered birthday message",
+        "emotion": "hurt",
+        "scenario": (
+            "You organised a small birthday dinner for your closest friend Maya and sent her a long, "
+            "heartfelt message the night before. She read it but never replied, and at the dinner she "
+            "spent most of the evening talking to other people."
+        ),
+        "details": ["the long message you sent Maya", "the birthday dinner you organised", "Maya talking to the other guests"],
+        "alternatives": [
+            "Maya felt too moved by your message to answer it properly in a text",
+            "Maya was anxious about hosting everyone and tried to include each guest",
+            "Maya planned to thank you in person once things were quieter",
+        ],
+        "heldout_alternatives": [
+            "a heartfelt note can leave someone unsure how to respond in kind",
+            "being the centre of a celebration often pulls a person in many directions",
+            "your friend may be saving her thanks for a calmer moment with you",
+        ],
+    },
+    {
+        "vignette_id": "v2",
+        "title": "Credit taken in the meeting",
+        "emotion": "anger",
+        "scenario": (
+            "You spent two weekends building the analysis for your team's quarterly review. In the meeting "
+            "with senior management, your colleague Daniel presented the key chart and said 'I found that' "
+            "without mentioning you."
+        ),
+        "details": ["the two weekends you spent on the analysis", "the chart Daniel presented", "the quarterly review meeting"],
+        "alternatives": [
+            "Daniel was nervous in front of management and spoke carelessly",
+            "Daniel used 'I' loosely to mean the team and did not notice how it sounded",
+            "the managers already know who built the numbers from the shared files",
+        ],
+        "heldout_alternatives": [
+            "people under pressure in front of executives often misspeak about ownership",
+            "a slip of wording in a tense presentation is not necessarily a deliberate grab",
+            "your work leaves a trail in the documents that others can see",
+        ],
+    },
+    {
+        "vignette_id": "v3",
+        "title": "The cancelled weekend visit",
+        "emotion": "disappointment",
+        "scenario": (
+            "Your brother Sam promised to visit for the weekend, and you cleaned the guest room and bought "
+            "his favourite food. On Friday afternoon he cancelled with a one-line text saying something came up."
+        ),
+        "details": ["the guest room you prepared", "Sam's one-line text", "the favourite food you bought for him"],
+        "alternatives": [
+            "Sam is dealing with something stressful he is not ready to talk about yet",
+            "Sam felt embarrassed about cancelling and kept the text short for that reason",
+            "Sam may suggest a new date once his situation settles",
+        ],
+        "heldout_alternatives": [
+            "a terse cancellation frequently hides a difficulty the sender feels awkward explaining",
+            "short messages are sometimes written out of guilt rather than indifference",
+            "the visit is postponed rather than lost, and can be rescheduled together",
+        ],
+    },
+    {
+        "vignette_id": "v4",
+        "title": "Criticism at the family dinner",
+        "emotion": "shame",
+        "scenario": (
+            "At a family dinner your aunt Rosa remarked, in front of everyone, that you still have not found "
+            "a stable job and asked when you would finally settle down. A few relatives laughed."
+        ),
+        "details": ["aunt Rosa's remark at the table", "the relatives who laughed", "your search for a stable job"],
+        "alternatives": [
+            "Rosa worries about you and expressed it in a clumsy, old-fashioned way",
+            "the relatives laughed out of awkwardness rather than at you",
+            "Rosa's generation judged success by very different rules than yours",
+        ],
+        "heldout_alternatives": [
+            "older relatives often voice concern through blunt questions they think are caring",
+            "nervous laughter at a table usually releases tension instead of mocking anyone",
+            "career paths today look nothing like the ones your aunt grew up with",
+        ],
+    },
+    {
+        "vignette_id": "v5",
+        "title": "The roommate and the dishes",
+        "emotion": "frustration",
+        "scenario": (
+            "For the third week in a row your roommate Lee left a pile of dirty dishes in the sink, even though "
+            "you agreed on a cleaning rota. When you mentioned it, Lee shrugged and said they had been busy."
+        ),
+        "details": ["the pile of dishes in the sink", "the cleaning rota you agreed on", "Lee's shrug"],
+        "alternatives": [
+            "Lee is overwhelmed by exams or work and the rota slipped their mind",
+            "Lee shrugged because they felt caught out and did not know what to say",
+            "the rota may need adjusting to fit both of your schedules",
+        ],
+        "heldout_alternatives": [
+            "household chores are usually the first thing to slip when someone is stretched thin",
+            "a defensive shrug can be a sign of embarrassment more than of not caring",
+            "an agreement made months ago may simply no longer match your routines",
+        ],
+    },
+    {
+        "vignette_id": "v6",
+        "title": "Left out of the group trip",
+        "emotion": "loneliness",
+        "scenario": (
+            "You found out from social media photos that four of your university friends went on a hiking trip "
+            "together last weekend. Nobody had mentioned it to you or asked if you wanted to come."
+        ),
+        "details": ["the hiking photos you saw online", "the four friends on the trip", "last weekend's trip"],
+        "alternatives": [
+            "the trip was planned quickly by one friend who only messaged a few people",
+            "your friends assumed you were busy because you mentioned a heavy month",
+            "being left out this once says little about how much the friendship matters",
+        ],
+        "heldout_alternatives": [
+            "spontaneous plans often come together through whoever happens to be in one chat",
+            "friends sometimes hold back an invitation because they think you have no time",
+            "a single missed invitation rarely reflects the strength of a long friendship",
+        ],
+    },
+]
+
+# --- Human-author phrase banks (training side). Levels 0/1/2 = poor/medium/good. ---
+
+HUMAN_EMPATHY = {
+    0: [
+        "Honestly, you are overreacting.",
+        "This is really not a big deal.",
+        "You need to toughen up a bit.",
+        "",
+    ],
+    1: [
+        "It is understandable to feel {emotion}.",
+        "Anyone would feel some {emotion} here.",
+        "Feeling {emotion} about this is normal.",
+    ],
+    2: [
+        "It makes complete sense that you feel {emotion} after {detail}, and that feeling deserves room.",
+        "Your {emotion} is a real response to {detail}, because it shows how much you care.",
+        "Of course {detail} left you with {emotion}; you invested yourself in this.",
+    ],
+}
+
+HUMAN_REINTERPRETATION = {
+    0: [
+        "Everything happens for a reason.",
+        "Things will work out somehow.",
+        "Just try to think positive.",
+        "Life goes on anyway.",
+    ],
+    1: [
+        "Maybe there is another explanation for what happened.",
+        "There might be more going on than you can see right now.",
+        "Perhaps it was not meant the way it felt.",
+    ],
+    2: [
+        "Perhaps {alternative}, which would mean this says more about their situation than about you.",
+        "It is possible that {alternative}, so {detail} may not be the rejection it seems.",
+        "Consider that {alternative}; then {detail} looks different.",
+    ],
+}
+
+HUMAN_GROWTH = {
+    0: [
+        "",
+        "You will probably keep thinking about it for a while.",
+        "There is nothing you can really do.",
+    ],
+    1: [
+        "You could talk to them about it.",
+        "Maybe let it rest for a few days.",
+        "Try to give it some time.",
+    ],
+    2: [
+        "You can choose to ask them calmly about {detail}, which gives you a chance to understand instead of assume.",
+        "Next time you can say how {detail} affected you, and that honesty can bring you closer.",
+        "You can treat this as a chance to show yourself the patience you would offer a friend.",
+    ],
+}
+
+# --- Held-out phrase banks (GPT-4-0314-style and opponents); no wording shared with the above. ---
+
+HELDOUT_FRAMES = {
+    "gpt-4-0314": [
+        "Consider that {alternative}; seen this way, the situation could reflect their own pressures rather than how much they value you.",
+        "While this stings, remember that {alternative}, and that gives you room to respond with curiosity.",
+        "It may help to recognise that {alternative}, so a gentle conversation could clear the air.",
+    ],
+    "claude-3-opus": [
+        "It's natural to be shaken by this, yet {alternative} — this moment may be less about you than it first seemed.",
+        "What happened hurts, but {alternative}, and you get to decide what story you tell yourself about it.",
+        "Try viewing it from their side: {alternative}, which leaves the door open for repair.",
+    ],
+    "gemini-1.5-pro": [
+        "Reframing this: {alternative}, which suggests the behaviour was not a verdict on your worth.",
+        "One kinder reading is that {alternative}; holding that possibility can soften the sting.",
+        "Step back for a moment — {alternative}, and a calm check-in could reveal what really happened.",
+    ],
+}
+
+# Extra held-out opponents get frames in the same style from this generic bank.
+GENERIC_HELDOUT_FRAMES = [
+    "An alternative view: {alternative}, so their actions need not define what you mean to them.",
+    "Keep in mind that {alternative}; from there, you can choose a response that fits your values.",
+    "A fairer reading might be that {alternative}, which invites understanding over blame.",
+]
