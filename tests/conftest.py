@@ -55,3 +55,94 @@ def sharma_csv() -> Path:
     if not path.exists():
         pytest.skip(f"Sharma et al. reframing dataset not present next to the repo ({path})")
     return path
+
+
+# ----------------------------------------------------------------------------- tracking servers
+
+import shutil as _shutil
+import socket as _socket
+import subprocess as _subprocess
+import sys as _sys
+import time as _time
+import uuid as _uuid
+
+POSTGRES_SCRIPT = REPO_ROOT / "pipelines" / "services" / "postgres.sh"
+
+
+def free_port() -> int:
+    with _socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
+@pytest.fixture(scope="session")
+def postgres_server(tmp_path_factory):
+    """A PostgreSQL server on loopback (Debian's postgresql; `.ci/run` installs it).
+    Yields a URI prefix; each user creates its own database."""
+    if not list(Path("/usr/lib/postgresql").glob("*/bin/initdb")):
+        pytest.skip("PostgreSQL server binaries not installed (apt-get install postgresql)")
+    import tempfile
+
+    data = Path(tempfile.mkdtemp(prefix="reappreg-pg-"))
+    data.chmod(0o755)
+    port = free_port()
+    uri = _subprocess.run(["bash", str(POSTGRES_SCRIPT), "start", str(data / "db"), str(port)],
+                          capture_output=True, text=True, check=True).stdout.strip()
+    try:
+        yield uri.rsplit("/", 1)[0], data / "db"
+    finally:
+        _subprocess.run(["bash", str(POSTGRES_SCRIPT), "stop", str(data / "db")], check=False)
+        _shutil.rmtree(data, ignore_errors=True)
+
+
+def _new_postgres_db(postgres_server) -> str:
+    import psycopg2
+
+    prefix, _ = postgres_server
+    name = f"mlflow_{_uuid.uuid4().hex[:8]}"
+    conn = psycopg2.connect(f"{prefix}/postgres")
+    conn.autocommit = True
+    conn.cursor().execute(f"CREATE DATABASE {name}")
+    conn.close()
+    # SQLAlchemy 2.1 defaults postgresql:// to psycopg 3; the project ships psycopg2.
+    return f"{prefix}/{name}".replace("postgresql://", "postgresql+psycopg2://", 1)
+
+
+@pytest.fixture(params=["sqlite", "postgres"])
+def mlflow_server(request, tmp_path):
+    """`mlflow server` on 127.0.0.1 with a sqlite or PostgreSQL backend store and a local
+    artifact destination. Yields the http tracking URI."""
+    if request.param == "postgres":
+        backend = _new_postgres_db(request.getfixturevalue("postgres_server"))
+    else:
+        backend = f"sqlite:///{tmp_path / 'server.db'}"
+    port = free_port()
+    log = open(tmp_path / "mlflow-server.log", "w")
+    proc = _subprocess.Popen(
+        [_sys.executable, "-m", "mlflow", "server", "--backend-store-uri", backend,
+         "--artifacts-destination", str(tmp_path / "server-artifacts"), "--host", "127.0.0.1",
+         "--port", str(port), "--workers", "1"],
+        stdout=log, stderr=_subprocess.STDOUT,
+    )
+    url = f"http://127.0.0.1:{port}"
+    import urllib.request
+
+    deadline = _time.time() + 90
+    while True:
+        try:
+            urllib.request.urlopen(f"{url}/health", timeout=2)
+            break
+        except OSError:
+            if proc.poll() is not None or _time.time() > deadline:
+                log.close()
+                raise RuntimeError(f"mlflow server did not start:\n{(tmp_path / 'mlflow-server.log').read_text()[-3000:]}")
+            _time.sleep(0.5)
+    try:
+        yield url
+    finally:
+        proc.terminate()
+        try:
+            proc.wait(timeout=20)
+        except _subprocess.TimeoutExpired:
+            proc.kill()
+        log.close()

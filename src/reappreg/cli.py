@@ -22,6 +22,7 @@ app = typer.Typer(no_args_is_help=True, add_completion=False, help=__doc__.split
 SUBCOMMANDS = [
     ("data", "data"),
     ("validate", "validate"),
+    ("stats", "stats"),
 ]
 
 
