@@ -33,6 +33,12 @@ def _run(cmd: list[str], cwd: Path, env: dict) -> str:
 def _shrink(params: dict) -> dict:
     """Smaller data for CI; every other knob stays the shipped CPU default."""
     params["data"]["sample"].update(reappraisals_per_vignette=40, gpt4_answers_per_vignette=6, opponent_answers_per_vignette=4)
+    params["rm"]["train"]["epochs"] = 15
+    params["rm"]["evaluation"]["leave_one_vignette_out"] = False
+    params["policy"]["train"]["max_steps"] = 2
+    params["policy"]["train"]["save_steps"] = 1
+    params["generate"]["evals"] = 2
+    params["judge"]["calibration_pairs"] = 8
     return params
 
 
@@ -120,3 +126,37 @@ def test_second_repro_is_a_noop_and_one_param_reruns_dependents(repo_copy):
     assert ran == ["validate"], out
     # its report is unchanged, so `split` and everything after it was not re-run
     assert "Running stage" not in _run(["dvc", "repro"], root, env)
+
+
+def test_training_chain_is_guarded_and_registered(repo_copy):
+    root, _ = repo_copy
+    import mlflow
+
+    from reappreg.io import read_json, read_jsonl
+
+    cert = read_json(root / "data/guard/certificate.json")
+    assert cert["result"] == "pass"
+    guarded = {Path(e["guarded_path"]).name: e["guarded_md5"] for e in cert["training"]}
+    for name in ["vignettes.jsonl", "reappraisals.jsonl", "prompts.jsonl"]:
+        assert guarded[name] == dvc_md5(root / "data/guarded" / name)
+    assert dvc_md5(root / "data/heldout/answers.jsonl") == cert["heldout"]["md5"]
+
+    ensemble = read_json(root / "metrics/rm/ensemble.json")
+    assert ensemble  # the RM stage wrote metrics
+    train = read_json(root / "metrics/policy/train.json")
+    assert train  # GRPO wrote its metrics
+    judgments = read_jsonl(root / "data/eval/judgments.jsonl")
+    orders = {(j["contest_id"], j["order"]) for j in judgments}
+    assert len(orders) == len(judgments) and {o for _, o in orders} == {"policy_first", "policy_second"}
+    claims = read_json(root / "reports/claims.json")
+    assert isinstance(claims, list) and claims
+    # small n: nothing may be claimed confirmed
+    assert not any(c["supported"] for c in claims)
+    assert read_json(root / "reports/leakscan.json")["passed"] is True
+
+    client = mlflow.MlflowClient(tracking_uri=f"sqlite:///{root / 'registry/mlflow.db'}")
+    for name in ["reappraisal-rm-ensemble", "reappraisal-policy-grpo"]:
+        versions = client.search_model_versions(f"name='{name}'")
+        assert len(versions) == 1, name
+        alias = client.get_model_version_by_alias(name, "candidate")
+        assert alias.version == versions[0].version

@@ -22,7 +22,15 @@ app = typer.Typer(no_args_is_help=True, add_completion=False, help=__doc__.split
 SUBCOMMANDS = [
     ("data", "data"),
     ("validate", "validate"),
+    ("guard", "guard"),
+    ("rm", "rm"),
+    ("policy", "policy"),
     ("stats", "stats"),
+    ("generate", "generate"),
+    ("judge", "judge"),
+    ("card", "card"),
+    ("registry", "registry"),
+    ("leakscan", "leakscan"),
 ]
 
 
@@ -37,7 +45,10 @@ _register()
 
 def main() -> None:
     try:
-        app(standalone_mode=False)
+        # Outside standalone mode click *returns* the code of a `typer.Exit(n)` instead of
+        # exiting with it; pass it on so `raise typer.Exit(1)` really fails the command.
+        code = app(standalone_mode=False)
+        sys.exit(code if isinstance(code, int) else 0)
     except ReappregError as exc:
         Console(stderr=True).print(f"[bold red]error:[/] {exc}", highlight=False, markup=True)
         sys.exit(2)

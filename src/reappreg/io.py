@@ -44,6 +44,7 @@ def atomic_dir(target: str | os.PathLike) -> Iterator[Path]:
     target = Path(target)
     target.parent.mkdir(parents=True, exist_ok=True)
     tmp = Path(tempfile.mkdtemp(prefix=f".{target.name}.", suffix=".tmp", dir=target.parent))
+    tmp.chmod(0o755)  # mkdtemp makes 0700; the artifact is a normal, shareable folder
     try:
         yield tmp
         if target.exists():

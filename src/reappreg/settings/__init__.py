@@ -21,6 +21,7 @@ from reappreg.settings.data import DataSettings
 from reappreg.settings.generate import GenerateSettings
 from reappreg.settings.guard import GuardSettings
 from reappreg.settings.judge import JudgeSettings
+from reappreg.settings.leakscan import LeakscanSettings
 from reappreg.settings.policy import PolicySettings
 from reappreg.settings.registry import RegistrySettings
 from reappreg.settings.rm import RmSettings
@@ -43,11 +44,12 @@ class Params(Section):
     judge: JudgeSettings = JudgeSettings()
     stats: StatsSettings = StatsSettings()
     registry: RegistrySettings = RegistrySettings()
+    leakscan: LeakscanSettings = LeakscanSettings()
     tracking: TrackingSettings = TrackingSettings()
 
     model_config = Section.model_config | {"populate_by_name": True}
 
-SECTIONS = ("data", "validate", "split", "guard", "rm", "policy", "generate", "judge", "stats", "registry", "tracking")
+SECTIONS = ("data", "validate", "split", "guard", "rm", "policy", "generate", "judge", "stats", "registry", "leakscan", "tracking")
 
 
 def deep_merge(base: dict, overlay: dict) -> dict:

@@ -1,5 +1,31 @@
+"""Params of the card and registry stages (``registry`` section of params.yaml).
+
+Model declarations and gates live in ``registry/models.yaml`` (they describe the
+registry, not a run); this section holds the knobs of the commands that act on it.
+"""
+
+from pydantic import Field
+
 from reappreg.settings.base import Section
 
 
 class RegistrySettings(Section):
-    """Knobs for the registry stage(s); owned by the registry module."""
+    # Alias put on every new version (and listed as ungated in registry/models.yaml).
+    candidate_alias: str = "candidate"
+    # Decimal places of every non-integer number on a card.
+    card_decimals: int = Field(3, ge=1, le=6)
+    # Bounded patience with the tracking server: `connect_attempts` tries, `connect_backoff_s`
+    # doubling between them, then a clear failure before anything is written; afterwards each
+    # MLflow request gets `http_retries` retries and `http_timeout_s` seconds.
+    connect_attempts: int = Field(3, ge=1, le=10)
+    connect_backoff_s: float = Field(1.0, ge=0, le=30)
+    http_retries: int = Field(1, ge=0, le=5)
+    http_timeout_s: int = Field(30, ge=1, le=600)
+    # How long a registration waits for another one on this host to finish.
+    lock_timeout_s: float = Field(900, gt=0)
+    # A version still tagged `reappreg.status=registering` this long after creation is the
+    # remains of a failed registration; the next registration of the same key deletes it.
+    stale_registration_s: float = Field(3600, gt=0)
+    # Polling watcher (sqlite stores; a server uses webhooks): interval and number of polls.
+    watch_interval_s: float = Field(60, ge=1, le=3600)
+    watch_max_polls: int = Field(60, ge=1, le=10000)

@@ -1,0 +1,102 @@
+"""CLI commands for model cards: ``reappreg card build`` and ``reappreg card lint``."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import typer
+from rich.console import Console
+
+app = typer.Typer(no_args_is_help=True, help="Model cards generated from tracked metrics, with a claims linter.")
+
+PARAMS = typer.Option("params.yaml", "--params", help="params file")
+MODELS = typer.Option("registry/models.yaml", "--models", help="registry declarations")
+CERT = typer.Option("data/guard/certificate.json", "--certificate", help="guard certificate")
+EVAL = typer.Option("metrics/eval.json", "--eval", help="eval metrics (reappreg stats)")
+CALIB = typer.Option("metrics/judge_calibration.json", "--judge-calibration", help="judge calibration")
+CLAIMS = typer.Option("reports/claims.json", "--claims", help="claims (reappreg stats)")
+RM_METRICS = typer.Option("metrics/rm", "--rm-metrics", help="folder of reward-model metrics JSON")
+POLICY_METRICS = typer.Option("metrics/policy", "--policy-metrics", help="folder of policy metrics JSON")
+PROMPT = typer.Option("pipelines/prompts/grpo_prompt.yaml", "--prompt", help="GRPO prompt file")
+
+
+def evidence_from(certificate: Path, eval_metrics: Path, judge_calibration: Path, claims: Path,
+                  rm_metrics: Path, policy_metrics: Path, prompt: Path):
+    from reappreg.card import load_evidence
+
+    return load_evidence(certificate=certificate, eval_metrics=eval_metrics, calibration=judge_calibration,
+                         claims=claims, rm_metrics=rm_metrics, policy_metrics=policy_metrics, prompt=prompt)
+
+
+@app.command()
+def build(
+    params: Path = PARAMS,
+    models: Path = MODELS,
+    template: Path = typer.Option("registry/card_template.md", "--template", help="card template (Jinja2)"),
+    certificate: Path = CERT,
+    eval_metrics: Path = EVAL,
+    judge_calibration: Path = CALIB,
+    claims: Path = CLAIMS,
+    rm_metrics: Path = RM_METRICS,
+    policy_metrics: Path = POLICY_METRICS,
+    prompt: Path = PROMPT,
+    out_dir: Path = typer.Option("reports/cards", "--out-dir", help="one <model>.md per declared model"),
+) -> None:
+    """Lint the claims and write a Hugging Face style README card for every declared model."""
+    import mlflow
+
+    from reappreg.card import card_inputs_for, render_card
+    from reappreg.errors import InputError
+    from reappreg.io import write_text
+    from reappreg.registry import load_declarations
+    from reappreg.settings import load_params
+    from reappreg.tracking import git_state, stage_run
+
+    settings = load_params(params)
+    decl = load_declarations(models)
+    if not template.exists():
+        raise InputError(f"{template}: card template not found")
+    template_text = template.read_text(encoding="utf-8")
+    evidence = evidence_from(certificate, eval_metrics, judge_calibration, claims, rm_metrics, policy_metrics, prompt)
+    params_dict = settings.model_dump(by_alias=True)
+    inputs = {"models": models, "template": template, **{k: v for k, v in evidence.sources.items()}}
+    with stage_run("card", tracking=settings.tracking, params=settings.registry.model_dump(), inputs=inputs):
+        for name in decl.models:
+            card_inputs = card_inputs_for(name, decl, params=params_dict, evidence=evidence, revision=git_state(),
+                                          min_n_confirm=settings.stats.min_n_confirm,
+                                          decimals=settings.registry.card_decimals, stage="register")
+            text = render_card(template_text, str(template), card_inputs, evidence)
+            out = out_dir / f"{name}.md"
+            write_text(out, text)
+            mlflow.log_artifact(str(out), artifact_path="cards")
+            mlflow.log_metric(f"card/{name}/chars", len(text))
+            Console().print(f"[green]card[/] {out} ({len(text)} characters)")
+
+
+@app.command()
+def lint(
+    params: Path = PARAMS,
+    eval_metrics: Path = EVAL,
+    judge_calibration: Path = CALIB,
+    claims: Path = CLAIMS,
+) -> None:
+    """Check every claim marked supported against the metrics; exit 1 listing the unsupported ones."""
+    from reappreg.card import lint_claims
+    from reappreg.io import read_json
+    from reappreg.settings import load_params
+
+    from reappreg.errors import InputError
+
+    settings = load_params(params)
+    claim_list, metrics, calibration = read_json(claims), read_json(eval_metrics), read_json(judge_calibration)
+    if not isinstance(claim_list, list) or not all(isinstance(c, dict) for c in claim_list):
+        raise InputError(f"{claims}: expected a JSON list of claim objects")
+    if not isinstance(metrics, dict) or not isinstance(calibration, dict):
+        raise InputError(f"{eval_metrics} and {judge_calibration} must each hold one JSON object")
+    problems = lint_claims(claim_list, metrics, calibration, min_n_confirm=settings.stats.min_n_confirm)
+    console = Console()
+    for problem in problems:
+        console.print(f"[red]unsupported[/] {problem}", highlight=False)
+    if problems:
+        raise typer.Exit(1)
+    console.print("[green]claims: every supported claim is backed by the metrics[/]")

@@ -1,0 +1,73 @@
+"""`reappreg generate run`: eval generations of the policy (thin wrapper over reappreg.generate)."""
+
+from __future__ import annotations
+
+import time
+from pathlib import Path
+
+import typer
+
+app = typer.Typer(no_args_is_help=True, help="Generate the policy's eval answers (K independent evals).")
+
+
+@app.command("run")
+def run(
+    vignettes: Path = typer.Option(..., help="Eval vignettes JSONL (vignette_id, scenario)"),
+    model: Path = typer.Option(..., help="Policy model folder (safetensors + tokenizer)"),
+    prompt_file: Path = typer.Option(..., help="The GRPO prompt file (system prompt + user template)"),
+    out: Path = typer.Option(..., help="Generations JSONL to write"),
+    rm_ensemble: Path = typer.Option(None, help="RM ensemble folder; required when generate.best_of_n > 1"),
+    params: Path = typer.Option(Path("params.yaml"), help="params.yaml"),
+) -> None:
+    """Answer every eval vignette K times with fresh sampling seeds; optional best-of-N with the RM."""
+    import mlflow
+    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+
+    from reappreg.errors import InputError
+    from reappreg.generate import (
+        GenerationConfig, build_generator, generate_evaluations, plan_samples, select_vignettes,
+        summarise_generations,
+    )
+    from reappreg.io import read_jsonl, write_jsonl
+    from reappreg.settings import load_params
+    from reappreg.tracking import stage_run
+
+    p = load_params(params)
+    g = p.generate
+    config = GenerationConfig(evals=g.evals, samples_per_vignette=g.samples_per_vignette, seed=g.seed,
+                              max_new_tokens=g.max_new_tokens, temperature=g.temperature, top_p=g.top_p,
+                              best_of_n=g.best_of_n)
+    inputs = {"vignettes": vignettes, "model": model, "prompt_file": prompt_file}
+    if g.best_of_n > 1:
+        if rm_ensemble is None:
+            raise InputError("generate.best_of_n > 1 needs --rm-ensemble (the RM ensemble folder)")
+        inputs["rm_ensemble"] = rm_ensemble
+    logged = {**g.model_dump(), "thinking": p.policy.reward.thinking,
+              "missing_close_tag": p.policy.reward.missing_close_tag}
+    with stage_run("generate", tracking=p.tracking, params=logged, inputs=inputs,
+                   tags={"generate.backend": g.backend}):
+        rows_in = select_vignettes(read_jsonl(vignettes), g.vignettes, source=str(vignettes))
+        scorer = None
+        if g.best_of_n > 1:
+            from reappreg.rm import load_ensemble
+
+            scorer = load_ensemble(rm_ensemble)
+        generator = build_generator(g.backend, model, config, precision=g.precision, batch_size=g.batch_size,
+                                    tensor_parallel_size=g.vllm_tensor_parallel_size,
+                                    gpu_memory_utilization=g.vllm_gpu_memory_utilization)
+        total = len(plan_samples([v["vignette_id"] for v in rows_in], config))
+        started = time.perf_counter()
+        with Progress(TextColumn("generate"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn()) as bar:
+            task = bar.add_task("generate", total=total)
+            rows = generate_evaluations(rows_in, generator, config, template=prompt_file, scorer=scorer,
+                                        thinking=p.policy.reward.thinking,
+                                        missing_close_tag=p.policy.reward.missing_close_tag,
+                                        progress=lambda n: bar.advance(task, n))
+        seconds = time.perf_counter() - started
+        write_jsonl(out, rows)
+        metrics = summarise_generations(rows)
+        metrics["seconds"] = seconds
+        metrics["tokens_per_second"] = sum(r["n_tokens"] for r in rows) / seconds if seconds > 0 else 0.0
+        mlflow.log_metrics(metrics)
+        mlflow.log_artifact(str(out))
+    typer.echo(f"generate: {len(rows)} sequences ({int(metrics['n_selected'])} to judge) in {seconds:.0f}s -> {out}")

@@ -1,0 +1,243 @@
+"""`reappreg guard ...`: keep held-out answers out of training text, and prove it.
+
+run     the DVC stage: check every training source, write guarded copies + certificate + sketch
+check   ad-hoc files (JSONL / CSV / plain text) against the held-out set or a sketch
+audit   re-verify a certificate from the artifacts it names
+sketch  export the held-out sketch (and its key) on its own
+"""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import Iterator
+from pathlib import Path
+
+import typer
+
+app = typer.Typer(no_args_is_help=True, help="Separation guard: keep held-out answers out of training text.")
+
+DEFAULT_HELDOUT = "data/heldout/answers.jsonl:answer_id:text"
+SPEC_HELP = "PATH:ID_FIELD:TEXT_FIELD[,TEXT_FIELD...]"
+TRAIN_SPEC_HELP = "[NAME=]PATH:ID_FIELD:TEXT_FIELD[,...] (NAME: guarded file name, default the source's)"
+
+
+@contextlib.contextmanager
+def _progress(label: str, show_from: int) -> Iterator:
+    """A rich progress bar for inputs of at least ``show_from`` texts; yields the library callback."""
+    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+
+    bar = Progress(TextColumn(label), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(), transient=True)
+    state: dict = {"task": None}
+
+    def callback(done: int, total: int) -> None:
+        if total < show_from:
+            return
+        if state["task"] is None:
+            bar.start()
+            state["task"] = bar.add_task(label, total=total)
+        bar.advance(state["task"], done)
+
+    try:
+        yield callback
+    finally:
+        if state["task"] is not None:
+            bar.stop()
+
+
+def _hit_table(hits, title: str, limit: int = 50):
+    from rich.table import Table
+
+    table = Table(title=title, show_lines=False)
+    for column in ("file", "record", "field", "held-out", "detector", "score", "shared passages"):
+        table.add_column(column, overflow="fold")
+    for hit in hits[:limit]:
+        shown = [span if len(span) <= 70 else span[:67] + "..." for span in hit.shared[:3]]
+        shared = " | ".join(shown) + (" | ..." if len(hit.shared) > 3 else "")
+        score = f"{hit.score:.3f} >= {hit.threshold}" if hit.reason != "min_run" else f"run {hit.longest_run} words"
+        table.add_row(hit.source, hit.record_id, hit.field, hit.answer_id, hit.detector, score, shared)
+    if len(hits) > limit:
+        table.caption = f"... and {len(hits) - limit} more"
+    return table
+
+
+def _hits_summary(hits, limit: int = 5) -> str:
+    lines = []
+    for h in hits[:limit]:
+        what = f"{h.detector} {h.score:.3f} >= {h.threshold}" if h.reason != "min_run" else f"ngram shared run of {h.longest_run} words"
+        lines.append(f"  {h.source} record '{h.record_id}' ({h.field}) ~ held-out '{h.answer_id}': {what}; "
+                     f"shared: {'; '.join(repr(s) for s in h.shared[:2])}")
+    if len(hits) > limit:
+        lines.append(f"  ... and {len(hits) - limit} more")
+    return "\n".join(lines)
+
+
+@app.command()
+def run(
+    train: list[str] = typer.Option(..., "--train", help=f"Training source {TRAIN_SPEC_HELP}; repeat for each"),
+    heldout: str = typer.Option(DEFAULT_HELDOUT, help=f"Held-out answers {SPEC_HELP}"),
+    out_dir: Path = typer.Option(Path("data/guarded"), help="Folder for the guarded copies (same file names)"),
+    certificate: Path = typer.Option(Path("data/guard/certificate.json"), help="Certificate to write"),
+    quarantine: Path = typer.Option(Path("data/guard/quarantine.jsonl"), help="Hits (and removed records) to write"),
+    sketch: Path = typer.Option(Path("data/guard/heldout_sketch.json"), help="Held-out sketch to write"),
+    secret_dir: Path = typer.Option(Path("data/guard_secret"), help="Folder of the master secret (created once)"),
+    sketch_key: Path = typer.Option(Path("data/heldout/sketch.key"), help="Sketch key to write (hand out with care)"),
+    params: Path = typer.Option(Path("params.yaml"), help="params.yaml"),
+) -> None:
+    """Check every training source against the held-out answers; block or quarantine overlaps."""
+    import mlflow
+    from rich.console import Console
+
+    from reappreg.errors import GuardViolation, InputError
+    from reappreg.guard import GuardConfig, SourceSpec, run_guard
+    from reappreg.guard.stage import HELDOUT_DEFAULTS
+    from reappreg.settings import load_params
+    from reappreg.tracking import stage_run
+
+    p = load_params(params)
+    settings = p.guard
+    config = GuardConfig.from_dict(settings.detectors())
+    heldout_spec = SourceSpec.parse(heldout, **HELDOUT_DEFAULTS)
+    train_specs = [SourceSpec.parse(t) for t in train]
+    for spec in train_specs:
+        if not spec.text_fields:
+            raise InputError(f"--train '{spec.path}': give the fields as {TRAIN_SPEC_HELP}")
+    inputs = {"heldout": heldout_spec.path, **{f"train_{Path(s.guarded_name).stem}": s.path for s in train_specs}}
+    with stage_run("guard", tracking=p.tracking, params=settings.model_dump(), inputs=inputs):
+        with _progress("guard", settings.chunk_size) as progress:
+            outcome = run_guard(
+                heldout=heldout_spec, train=train_specs, config=config, policy=settings.policy,
+                guarded_dir=out_dir, certificate_path=certificate, quarantine_path=quarantine,
+                sketch_path=sketch, secret_dir=secret_dir, sketch_key_path=sketch_key,
+                workers=settings.workers, chunk_size=settings.chunk_size,
+                max_shared=settings.max_shared_reported, max_hits_in_certificate=settings.max_hits_in_certificate,
+                progress=progress,
+            )
+        cert = outcome.certificate
+        lsh = cert["detectors"]["minhash"]["lsh"]
+        mlflow.log_metrics({
+            **{k: float(v) for k, v in cert["counts"].items()},
+            "passed": float(outcome.passed),
+            "seconds": cert["seconds"],
+            "lsh_fn_probability_at_threshold": lsh["fn_probability_at_threshold"],
+        })
+        mlflow.set_tags({"guard.result": cert["result"], "guard.policy": cert["policy"],
+                         "guard.heldout_md5": cert["heldout"]["md5"]})
+        mlflow.log_artifact(str(certificate))
+        counts = cert["counts"]
+        if not outcome.passed:
+            Console(stderr=True).print(_hit_table(outcome.hits, "held-out overlaps (policy: block)"))
+            raise GuardViolation(
+                f"guard: {counts['flagged_records']} training record(s) overlap held-out answers "
+                f"({counts['hits']} hit(s)); policy 'block' stops the pipeline. Hits: {quarantine}\n"
+                + _hits_summary(outcome.hits)
+            )
+    removed = f", {counts['removed_records']} quarantined" if counts["removed_records"] else ""
+    typer.echo(f"guard: pass ({counts['texts_checked']} texts in {counts['sources']} sources, "
+               f"{counts['hits']} hits{removed}); certificate {certificate}")
+
+
+@app.command()
+def check(
+    files: list[str] = typer.Argument(..., help=f"Files to check: PATH or {SPEC_HELP} (JSONL, CSV or plain text)"),
+    heldout: str | None = typer.Option(None, help=f"Check against held-out answers {SPEC_HELP}"),
+    sketch: Path | None = typer.Option(None, help="Check against a held-out sketch (needs --key)"),
+    key: Path | None = typer.Option(None, help="The sketch key that came with the sketch"),
+    id_field: str | None = typer.Option(None, help="Id field for PATH-only JSONL/CSV files (default: line numbers)"),
+    text_field: list[str] = typer.Option(["text"], help="Text field(s) for PATH-only JSONL/CSV files"),
+    report: Path | None = typer.Option(None, help="Also write the hits (with shared passages) as JSONL"),
+    workers: int | None = typer.Option(None, help="Processes (default: guard.workers from --params, else 1)"),
+    params: Path = typer.Option(Path("params.yaml"), help="params.yaml (detector settings for --heldout)"),
+) -> None:
+    """Report overlaps of ad-hoc texts with the held-out set; exit 1 when any text overlaps."""
+    from rich.console import Console
+
+    from reappreg.errors import InputError
+    from reappreg.guard import FastHasher, GuardConfig, HeldoutIndex, SourceSpec, check_units, read_source
+    from reappreg.guard.sketch import index_from_sketch, load_sketch, read_key
+    from reappreg.guard.stage import HELDOUT_DEFAULTS, load_heldout
+    from reappreg.io import write_jsonl
+    from reappreg.settings import load_params
+
+    if (heldout is None) == (sketch is None):
+        raise InputError("guard check: give exactly one of --heldout or --sketch")
+    settings = load_params(params).guard if (heldout is not None or params.exists()) else None
+    chunk_size = settings.chunk_size if settings else 2000
+    n_workers = workers or (settings.workers if settings else 1)
+    if sketch is not None:
+        if key is None:
+            raise InputError("guard check --sketch needs --key (the sketch key that came with it)")
+        index = index_from_sketch(load_sketch(sketch), read_key(key), source=str(sketch))
+        against = f"sketch {sketch}"
+    else:
+        config = GuardConfig.from_dict(settings.detectors())
+        held = load_heldout(SourceSpec.parse(heldout, **HELDOUT_DEFAULTS))
+        index = HeldoutIndex.build(held.answers, held.texts, config, FastHasher())
+        against = f"held-out {held.spec.path}"
+    units = []
+    for spec_text in files:
+        spec = SourceSpec.parse(spec_text, default_id=id_field, default_text=tuple(text_field))
+        units.extend(read_source(spec).units)
+    with _progress("check", chunk_size) as progress:
+        hits = check_units(index, units, workers=n_workers, chunk_size=chunk_size,
+                           max_shared=settings.max_shared_reported if settings else 10,
+                           progress=(lambda done: progress(done, len(units))))
+    if report is not None:
+        write_jsonl(report, (h.to_record() for h in hits))
+    console = Console()
+    if hits:
+        console.print(_hit_table(hits, f"overlaps with {against}"))
+    flagged = len({(h.source, h.record_id) for h in hits})
+    console.print(f"checked {len(units)} texts against {len(index.answers)} answers ({against}): "
+                  f"{len(hits)} hit(s) in {flagged} record(s)", highlight=False)
+    if hits:
+        # SystemExit, not typer.Exit: the CLI runs click with standalone_mode=False, where an
+        # Exit's code is returned instead of raised.
+        raise SystemExit(1)
+
+
+@app.command("audit")
+def audit_cmd(
+    certificate: Path = typer.Argument(..., help="Guard certificate (data/guard/certificate.json)"),
+    root: Path = typer.Option(Path("."), help="Folder the certificate's paths are relative to"),
+    secret_dir: Path = typer.Option(Path("data/guard_secret"), help="Master secret folder (to re-derive the sketch)"),
+    workers: int = typer.Option(1, help="Processes for the re-check"),
+) -> None:
+    """Recompute every hash the certificate names and re-run the check; fail on any mismatch or hit."""
+    from rich.console import Console
+
+    from reappreg.errors import GuardViolation
+    from reappreg.guard import audit
+
+    with _progress("audit", 2000) as progress:
+        report = audit(certificate, root=root, secret_dir=secret_dir, workers=workers, progress=progress)
+    console = Console()
+    for note in report.notes:
+        console.print(f"note: {note}", highlight=False)
+    if not report.ok:
+        raise GuardViolation(f"audit of {certificate} failed:\n" + "\n".join(f"  - {p}" for p in report.problems))
+    console.print(f"audit of {certificate}: ok (hashes match, re-check clean)", highlight=False)
+
+
+@app.command("sketch")
+def sketch_cmd(
+    heldout: str = typer.Option(DEFAULT_HELDOUT, help=f"Held-out answers {SPEC_HELP}"),
+    out: Path = typer.Option(Path("data/guard/heldout_sketch.json"), help="Sketch to write"),
+    secret_dir: Path = typer.Option(Path("data/guard_secret"), help="Master secret folder (created once)"),
+    key_out: Path = typer.Option(Path("data/heldout/sketch.key"), help="Sketch key to write"),
+    params: Path = typer.Option(Path("params.yaml"), help="params.yaml"),
+) -> None:
+    """Export the held-out set as a sketch (keyed hashes only) and its key."""
+    from reappreg.guard import GuardConfig, SourceSpec, build_sketch, derive_key, ensure_secret, load_heldout
+    from reappreg.guard.sketch import write_key
+    from reappreg.guard.stage import HELDOUT_DEFAULTS
+    from reappreg.hashing import dvc_md5
+    from reappreg.io import write_json
+    from reappreg.settings import load_params
+
+    config = GuardConfig.from_dict(load_params(params).guard.detectors())
+    held = load_heldout(SourceSpec.parse(heldout, **HELDOUT_DEFAULTS))
+    md5 = dvc_md5(held.spec.path)
+    key = derive_key(ensure_secret(secret_dir), md5)
+    write_key(key_out, key)
+    write_json(out, build_sketch(held.answers, held.texts, config, key, md5))
+    typer.echo(f"sketch: {len(held.answers)} answers -> {out} (key {key_out}; keep it confidential)")

@@ -1,0 +1,177 @@
+"""Reward models: train one objective x seed, build the seed ensemble, compare them."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import typer
+
+app = typer.Typer(no_args_is_help=True, help="Reward models: train (objective x seed), ensemble, compare.")
+
+
+def _progress():
+    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+
+    return Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(), transient=False)
+
+
+def _section(params) -> dict:
+    return params.rm.model_dump(mode="json")
+
+
+@app.command()
+def train(
+    objective: str = typer.Option(..., help="bt | regression | multidim"),
+    seed: int = typer.Option(..., help="model seed (one of rm.seeds)"),
+    params_path: Path = typer.Option(Path("params.yaml"), "--params", help="params file"),
+    vignettes: Path = typer.Option(Path("data/guarded/vignettes.jsonl"), help="guarded vignettes (scenario text)"),
+    reappraisals: Path = typer.Option(Path("data/guarded/reappraisals.jsonl"), help="guarded reappraisals"),
+    ratings: Path = typer.Option(Path("data/train/ratings.jsonl"), help="training ratings"),
+    certificate: Path = typer.Option(Path("data/guard/certificate.json"), help="separation-guard certificate"),
+    out: Path = typer.Option(..., help="member folder, e.g. models/rm/<objective>/seed_<s>"),
+    metrics: Path = typer.Option(..., help="metrics JSON, e.g. metrics/rm/<objective>_seed_<s>.json"),
+    plots: Path = typer.Option(..., help="plots folder, e.g. plots/rm/<objective>/seed_<s>"),
+    work: Path = typer.Option(..., help="resumable checkpoints (kept until the stage succeeds)"),
+) -> None:
+    """Train and evaluate one reward model (objective x seed)."""
+    import shutil
+
+    import mlflow
+
+    from reappreg.errors import InputError
+    from reappreg.rm.evaluate import flat_metrics
+    from reappreg.rm.member import train_member
+    from reappreg.settings import load_params
+    from reappreg.tracking import stage_run
+
+    params = load_params(params_path)
+    if (objective, seed) not in params.rm.trained():
+        raise InputError(
+            f"--objective {objective} --seed {seed}: not an ensemble member (rm.ensemble.objective="
+            f"{params.rm.ensemble.objective}, rm.seeds={params.rm.seeds}) nor a baseline "
+            f"(rm.baselines={params.rm.baselines}, rm.baseline_seeds={params.rm.baseline_seeds})"
+        )
+    # The DVC stage this is (the MLflow run carries the same name).
+    if objective == params.rm.ensemble.objective:
+        stage = f"rm_train@{seed}"
+    else:
+        stage = f"rm_baseline@{objective}-{seed}"
+    inputs = {"vignettes": vignettes, "reappraisals": reappraisals, "ratings": ratings, "certificate": certificate}
+    for name, path in inputs.items():
+        if not path.exists():
+            raise InputError(f"{path}: {name} file not found")
+    with stage_run(stage, tracking=params.tracking, params=_section(params), inputs=inputs,
+                   tags={"rm.objective": objective, "rm.seed": str(seed)}):
+        with _progress() as progress:
+            result = train_member(
+                objective=objective, seed=seed, settings=params.rm, vignettes=vignettes, reappraisals=reappraisals,
+                ratings=ratings, certificate=certificate, out_dir=out, metrics_path=metrics, plots_dir=plots,
+                work_dir=work, progress=progress,
+            )
+        mlflow.log_metrics(flat_metrics(result.metrics))
+        mlflow.set_tag("rm.resumed_runs", ",".join(f"{k}@{v}" for k, v in sorted(result.resumed.items())) or "none")
+        mlflow.log_artifact(str(metrics))
+        for file in result.plot_files:
+            mlflow.log_artifact(str(file), "plots")
+        mlflow.log_artifacts(str(out), "model")
+    # The stage succeeded: its resumable state is no longer needed.
+    shutil.rmtree(work, ignore_errors=True)
+    holdout = result.metrics["holdout"]
+    typer.echo(
+        f"{stage}: held-out pairwise accuracy {holdout['pairwise_accuracy']:.3f} ({holdout['n_pairs']} pairs), "
+        f"Spearman within vignette {holdout['spearman_within_vignette']:.3f}; {result.timings['total_s']:.1f} s"
+    )
+
+
+@app.command()
+def ensemble(
+    params_path: Path = typer.Option(Path("params.yaml"), "--params", help="params file"),
+    members: Path = typer.Option(..., help="folder of the ensemble objective's seeds (models/rm/<objective>)"),
+    out: Path = typer.Option(Path("models/rm/ensemble"), help="self-contained ensemble folder"),
+    metrics: Path = typer.Option(Path("metrics/rm/ensemble.json"), help="ensemble metrics JSON"),
+    plots: Path = typer.Option(Path("plots/rm/ensemble"), help="plots folder"),
+    model_info: Path = typer.Option(Path("models/rm/ensemble_mlflow.json"), help="where the logged pyfunc model is"),
+) -> None:
+    """Combine rm.seeds of rm.ensemble.objective into the reward ensemble; log it as a pyfunc model."""
+    import os
+
+    os.environ.setdefault("MLFLOW_ENABLE_ARTIFACTS_PROGRESS_BAR", "false")
+    import mlflow
+    import pandas as pd
+
+    from reappreg.errors import InputError, ReappregError
+    from reappreg.io import write_json
+    from reappreg.rm.ensemble import build_ensemble, evaluate_ensemble, load_ensemble
+    from reappreg.rm.evaluate import flat_metrics
+    from reappreg.rm.pyfunc import log_pyfunc
+    from reappreg.settings import load_params
+    from reappreg.tracking import stage_run
+
+    params = load_params(params_path)
+    cfg = params.rm.ensemble
+    member_dirs = [members / f"seed_{s}" for s in params.rm.seeds]
+    for folder in member_dirs:
+        if not folder.is_dir():
+            raise InputError(f"{folder}: member folder not found (train rm.seeds for objective {cfg.objective} first)")
+    with stage_run("rm_ensemble", tracking=params.tracking, params=_section(params),
+                   inputs={f"member_seed_{s}": d for s, d in zip(params.rm.seeds, member_dirs)},
+                   tags={"rm.objective": cfg.objective}) as run:
+        build_ensemble(member_dirs, out, k=cfg.k, max_sentences=cfg.max_sentences, format_penalty=cfg.format_penalty,
+                       batch_size=cfg.score_batch_size)
+        result, table = evaluate_ensemble(
+            member_dirs, k=cfg.k, pair_margin=params.rm.evaluation.pair_margin,
+            bins=params.rm.evaluation.calibration_bins, plots_dir=plots, objective=cfg.objective,
+        )
+        write_json(metrics, result)
+        mlflow.log_metrics(flat_metrics(result))
+        mlflow.log_artifact(str(metrics))
+        mlflow.log_artifacts(str(plots), "plots")
+        mlflow.log_table(table, "rm_seed_comparison.json")
+        info = log_pyfunc(out)
+        # Round trip: the logged model must give the rewards the folder gives.
+        probe = pd.DataFrame({
+            "scenario": ["Your colleague presented your chart as his own."] * 3,
+            "answer": ["He was nervous and spoke loosely; you can mention your part next time.", "",
+                       "One. Two. Three."],
+        })
+        direct = load_ensemble(out).predict_frame(probe)
+        logged = mlflow.pyfunc.load_model(info.model_uri).predict(probe)
+        if not (abs(pd.Series(direct) - pd.Series(logged)) < 1e-9).all():
+            raise ReappregError(f"logged pyfunc model gives {list(logged)}, the folder {list(direct)}")
+        write_json(model_info, {
+            "model_uri": info.model_uri,
+            "run_id": run.info.run_id,
+            "artifact_path": "reward_ensemble",
+            "experiment": params.tracking.experiment,
+        })
+    holdout = result.get("holdout", {}).get("reward", {})
+    typer.echo(
+        f"rm_ensemble ({cfg.objective}, seeds {params.rm.seeds}, k={cfg.k:g}): held-out pairwise accuracy "
+        f"{holdout.get('pairwise_accuracy')}, logged as {info.model_uri}"
+    )
+
+
+@app.command()
+def compare(
+    params_path: Path = typer.Option(Path("params.yaml"), "--params", help="params file"),
+    metrics: Path = typer.Option(Path("metrics/rm"), help="folder of the rm metrics files"),
+    out: Path = typer.Option(Path("plots/rm/comparison.csv"), help="comparison table (CSV, for dvc plots)"),
+    figure: Path = typer.Option(Path("plots/rm/comparison.png"), help="comparison figure"),
+) -> None:
+    """One table of every trained objective x seed and the ensemble (held-out and leave-one-vignette-out)."""
+    import mlflow
+
+    from reappreg.rm.compare import comparison_table, plot_comparison
+    from reappreg.rm.evaluate import write_csv
+    from reappreg.settings import load_params
+    from reappreg.tracking import stage_run
+
+    params = load_params(params_path)
+    table = comparison_table(metrics, params.rm.trained())
+    with stage_run("rm_compare", tracking=params.tracking, params=_section(params), inputs={"metrics": metrics}):
+        write_csv(table, out)
+        plot_comparison(table, figure)
+        mlflow.log_table(table, "rm_comparison.json")
+        mlflow.log_artifact(str(out))
+        mlflow.log_artifact(str(figure))
+    typer.echo(table.to_string(index=False))

@@ -1,0 +1,475 @@
+"""Eval generations: the policy answers every eval vignette with its training prompt.
+
+The prompt is rendered by :func:`reappreg.policy.render_prompt` from the one GRPO prompt
+file, so evaluation sees exactly the text training saw. There are ``evals`` (K)
+independent evals; every generated sequence gets its own sampling seed, derived from the
+base seed with :class:`numpy.random.SeedSequence` (spawn key = pool, eval, vignette,
+sample, candidate), so evals are independent yet each row is reproducible from its seed.
+The transformers backend batches sequences but samples each row from its own
+``torch.Generator`` (:func:`seeded_sampling_processor`), so a row's randomness does not
+depend on which rows shared its batch (left padding can still move logits in the last
+float bits); vLLM gets one request per row with ``SamplingParams(seed=...)``.
+Thinking models' output is split at ``</think>`` with :func:`reappreg.policy.split_thinking`;
+only the answer is scored and judged.
+
+Best-of-N (``best_of_n > 1``; off by default). For every (eval, vignette, sample) two
+independent pools of N candidates are drawn with different seeds: the *selection pool*
+and a *fresh pool*. In each pool the RM ensemble picks the candidate with the highest
+reward; both winners are judged, labelled ``best_of_n_selection_pool`` and
+``best_of_n_fresh``. The selection pool is the one people look at while deciding anything
+about best-of-N (whether to use it, which N, which RM, a tie-break rule); numbers from it
+carry that selection and are optimistic -- the winner's curse the seeds hit (a tie on the
+selection pool, ~0.375 on a fresh pool). The fresh pool is an independent replicate of the
+same procedure that nothing was chosen on, so it is the number to report, with the
+selection-pool number beside it, labelled as such. Every candidate keeps its RM reward and
+its pool membership, so the RM-level curse (a winner's reward vs its pool) is visible too.
+Plain samples (``selection: none``) are always generated as well.
+
+``data/eval/generations.jsonl`` has one row per generated sequence (sorted keys):
+
+- ``generation_id``: unique, readable (``none-e0-v1-s2``, ``bon_sel-e1-v3-s0-c4``)
+- ``vignette_id``, ``scenario``: the eval vignette (the judge shows the scenario)
+- ``eval_k``: 0..K-1, the independent eval this row belongs to
+- ``sample_index``: the sample within (eval, vignette); ``candidate_index``: the candidate
+  within a best-of-N pool (0 for plain samples)
+- ``seed``: the row's own sampling seed
+- ``raw_text``: the full completion; ``thinking``, ``answer``, ``has_close_tag``: the
+  ``</think>`` split (no tag: ``has_close_tag`` false and the whole text is the answer --
+  except for a thinking model under ``missing_close_tag: penalize``, whose unfinished
+  reasoning yields an empty answer, as in the GRPO reward)
+- ``n_tokens``, ``hit_max_new_tokens``: completion length and whether it was cut off
+- ``selection``: ``none`` | ``best_of_n_selection_pool`` | ``best_of_n_fresh``;
+  ``selected``: whether this row is evaluated (always true for ``none``; true only for the
+  RM's pick within a best-of-N pool); ``best_of_n``: N (1 for plain samples);
+  ``pool_id``: the pool the row belongs to (its own id for plain samples);
+  ``selection_pool``: on a pool's winner, the generation ids of all N candidates
+- ``rm_score``: the RM ensemble reward of the answer (null when no RM was used)
+- ``backend``, ``model``, ``prompt_sha256``, ``max_new_tokens``, ``temperature``, ``top_p``
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Protocol
+
+import numpy as np
+
+from reappreg.errors import InputError
+
+POOLS = {
+    # selection label -> (id prefix, spawn-key code); codes keep the three seed streams apart
+    "none": ("none", 0),
+    "best_of_n_selection_pool": ("bon_sel", 1),
+    "best_of_n_fresh": ("bon_fresh", 2),
+}
+
+ProgressFn = Callable[[int], None]
+
+
+@dataclass(frozen=True)
+class GenerationConfig:
+    evals: int = 3
+    samples_per_vignette: int = 2
+    seed: int = 1234
+    max_new_tokens: int = 48
+    temperature: float = 0.7
+    top_p: float = 0.95
+    best_of_n: int = 1
+
+    def __post_init__(self) -> None:
+        if self.evals < 1:
+            raise InputError(f"generate.evals must be >= 1, got {self.evals}")
+        if self.samples_per_vignette < 1:
+            raise InputError(f"generate.samples_per_vignette must be >= 1, got {self.samples_per_vignette}")
+        if self.best_of_n < 1:
+            raise InputError(f"generate.best_of_n must be >= 1 (1 = off), got {self.best_of_n}")
+        if self.max_new_tokens < 1:
+            raise InputError(f"generate.max_new_tokens must be >= 1, got {self.max_new_tokens}")
+        if self.temperature < 0 or not 0 < self.top_p <= 1:
+            raise InputError("generate.temperature must be >= 0 and top_p in (0, 1]")
+        if self.best_of_n > 1 and self.temperature == 0:
+            raise InputError("best-of-N needs sampling (temperature > 0): greedy candidates would be identical")
+
+
+@dataclass(frozen=True)
+class Completion:
+    text: str
+    n_tokens: int
+    hit_max_new_tokens: bool
+
+
+@dataclass(frozen=True)
+class Sample:
+    """One sequence to generate: where it belongs and the seed it is sampled with."""
+
+    generation_id: str
+    pool_id: str
+    selection: str
+    eval_k: int
+    vignette_id: str
+    sample_index: int
+    candidate_index: int
+    seed: int
+
+
+class Generator(Protocol):
+    backend: str
+    model: str
+
+    @property
+    def tokenizer(self) -> Any: ...
+
+    def generate(self, prompts: Sequence[str], samples: Sequence[Sample], progress: ProgressFn | None = None
+                 ) -> list[Completion]: ...
+
+
+class Scorer(Protocol):
+    def score(self, scenarios: list[str], answers: list[str]) -> Any: ...
+
+
+def _stable_int(text: str) -> int:
+    return int(hashlib.sha256(text.encode("utf-8")).hexdigest()[:8], 16)
+
+
+def sampling_seed(base_seed: int, selection: str, eval_k: int, vignette_id: str, sample_index: int,
+                  candidate_index: int = 0) -> int:
+    """A 31-bit seed for one sequence, independent across pools, evals, vignettes and samples."""
+    _, code = POOLS[selection]
+    seq = np.random.SeedSequence(
+        base_seed, spawn_key=(code, eval_k, _stable_int(vignette_id), sample_index, candidate_index)
+    )
+    return int(seq.generate_state(1, dtype=np.uint32)[0] & 0x7FFFFFFF)
+
+
+def plan_samples(vignette_ids: Sequence[str], config: GenerationConfig) -> list[Sample]:
+    """Every sequence of the stage: plain samples, and both best-of-N pools when N > 1."""
+    samples: list[Sample] = []
+    for k in range(config.evals):
+        for vid in vignette_ids:
+            for s in range(config.samples_per_vignette):
+                gid = f"none-e{k}-{vid}-s{s}"
+                samples.append(Sample(gid, gid, "none", k, vid, s, 0, sampling_seed(config.seed, "none", k, vid, s)))
+            if config.best_of_n > 1:
+                for selection in ("best_of_n_selection_pool", "best_of_n_fresh"):
+                    prefix, _ = POOLS[selection]
+                    for s in range(config.samples_per_vignette):
+                        pool = f"{prefix}-e{k}-{vid}-s{s}"
+                        for c in range(config.best_of_n):
+                            samples.append(Sample(f"{pool}-c{c}", pool, selection, k, vid, s, c,
+                                                  sampling_seed(config.seed, selection, k, vid, s, c)))
+    seeds = [x.seed for x in samples]
+    if len(set(seeds)) != len(seeds):  # 31-bit seeds: a collision is unlikely but must not pass silently
+        raise InputError(f"generate: sampling seeds collide for base seed {config.seed}; choose another seed")
+    return samples
+
+
+# ----------------------------------------------------------------------------- backends
+
+
+def _torch_dtype(precision: str):
+    import torch
+
+    table = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
+    if precision == "auto":
+        return "auto"
+    if precision not in table:
+        raise InputError(f"generate precision must be auto, float32, bfloat16 or float16, got {precision!r}")
+    return table[precision]
+
+
+def seeded_sampling_processor(seeds: Sequence[int], temperature: float, top_p: float, device: Any):
+    """A transformers LogitsProcessor that samples row i from its own generator seeded ``seeds[i]``.
+
+    transformers' sampling draws every row of a batch from one global RNG, so a row's text
+    would depend on its batch-mates. This processor applies the standard temperature and
+    top-p warpers, samples each row with its own ``torch.Generator`` and returns a one-hot
+    score, so greedy decoding then emits exactly that token. Use with ``do_sample=False``.
+    """
+    import torch
+    from transformers import LogitsProcessor, TemperatureLogitsWarper, TopPLogitsWarper
+
+    class SeededSampling(LogitsProcessor):
+        def __init__(self):
+            self.generators = [torch.Generator(device=device).manual_seed(int(s)) for s in seeds]
+            self.warpers = [TemperatureLogitsWarper(temperature)]
+            if top_p < 1.0:
+                self.warpers.append(TopPLogitsWarper(top_p))
+
+        def __call__(self, input_ids, scores):
+            for warper in self.warpers:
+                scores = warper(input_ids, scores)
+            probs = torch.softmax(scores.float(), dim=-1)
+            picks = torch.stack([torch.multinomial(probs[i], 1, generator=g) for i, g in enumerate(self.generators)])
+            out = torch.full_like(scores, float("-inf"))
+            out.scatter_(1, picks, 0.0)
+            return out
+
+    return SeededSampling()
+
+
+class TransformersGenerator:
+    """A local policy folder (safetensors + tokenizer) sampled with transformers, in batches."""
+
+    backend = "transformers"
+
+    def __init__(self, model_path: str | os.PathLike, config: GenerationConfig, *, precision: str = "float32",
+                 batch_size: int = 16, device: str | None = None):
+        os.environ.setdefault("HF_HUB_OFFLINE", "1")
+        self.path = Path(model_path)
+        if not (self.path / "config.json").exists():
+            raise InputError(f"{self.path}: policy folder has no config.json (train or materialise the policy first)")
+        self.model = str(model_path)
+        self.config = config
+        self.precision = precision
+        self.batch_size = batch_size
+        self.device = device
+        self._tokenizer = None
+        self._model = None
+
+    @property
+    def tokenizer(self):
+        if self._tokenizer is None:
+            from transformers import AutoTokenizer
+
+            self._tokenizer = AutoTokenizer.from_pretrained(self.path, local_files_only=True)
+        return self._tokenizer
+
+    def _load_model(self):
+        if self._model is None:
+            import torch
+            from transformers import AutoModelForCausalLM
+
+            self.device = self.device or ("cuda" if torch.cuda.is_available() else "cpu")
+            self._model = AutoModelForCausalLM.from_pretrained(
+                self.path, local_files_only=True, dtype=_torch_dtype(self.precision)
+            ).to(self.device)
+            self._model.eval()
+        return self._model
+
+    def generate(self, prompts: Sequence[str], samples: Sequence[Sample], progress: ProgressFn | None = None
+                 ) -> list[Completion]:
+        import torch
+        from transformers import LogitsProcessorList
+
+        if len(prompts) != len(samples):
+            raise ValueError("one prompt per sample")
+        model = self._load_model()
+        tok = self.tokenizer
+        tok.padding_side = "left"  # decoder-only batching: pad on the left
+        eos_ids = model.generation_config.eos_token_id
+        eos_ids = set(eos_ids if isinstance(eos_ids, list) else [eos_ids]) | {tok.eos_token_id}
+        eos_ids.discard(None)
+        pad_id = tok.pad_token_id if tok.pad_token_id is not None else tok.eos_token_id
+        if tok.pad_token_id is None:
+            tok.pad_token = tok.eos_token  # batching needs a pad token; the attention mask hides it
+        out: list[Completion] = []
+        for start in range(0, len(samples), self.batch_size):
+            chunk = samples[start : start + self.batch_size]
+            # The chat template already wrote the special tokens into the prompt string.
+            enc = tok(list(prompts[start : start + self.batch_size]), return_tensors="pt", padding=True,
+                      add_special_tokens=False).to(self.device)
+            kwargs: dict[str, Any] = {"max_new_tokens": self.config.max_new_tokens, "pad_token_id": pad_id,
+                                      "do_sample": False, "temperature": None, "top_p": None, "top_k": None}
+            if self.config.temperature > 0:
+                kwargs["logits_processor"] = LogitsProcessorList([seeded_sampling_processor(
+                    [x.seed for x in chunk], self.config.temperature, self.config.top_p, self.device)])
+            with torch.no_grad():
+                generated = model.generate(**enc, **kwargs)
+            width = enc["input_ids"].shape[1]
+            for row in generated:
+                ids = row[width:].tolist()
+                stop = next((i for i, t in enumerate(ids) if t in eos_ids), None)
+                kept = ids if stop is None else ids[: stop + 1]
+                out.append(Completion(text=tok.decode(kept, skip_special_tokens=True), n_tokens=len(kept),
+                                      hit_max_new_tokens=stop is None))
+            if progress:
+                progress(len(chunk))
+        return out
+
+
+class VllmGenerator:
+    """vLLM offline engine (GPU hosts). ``vllm`` is imported only when this backend runs."""
+
+    backend = "vllm"
+
+    def __init__(self, model_path: str | os.PathLike, config: GenerationConfig, *, precision: str = "auto",
+                 tensor_parallel_size: int = 1, gpu_memory_utilization: float = 0.9):
+        os.environ.setdefault("HF_HUB_OFFLINE", "1")
+        self.path = Path(model_path)
+        if not (self.path / "config.json").exists():
+            raise InputError(f"{self.path}: policy folder has no config.json (train or materialise the policy first)")
+        self.model = str(model_path)
+        self.config = config
+        self.precision = precision
+        self.tensor_parallel_size = tensor_parallel_size
+        self.gpu_memory_utilization = gpu_memory_utilization
+        self._llm = None
+
+    def _engine(self):
+        if self._llm is None:
+            from vllm import LLM
+
+            self._llm = LLM(model=self.model, dtype=self.precision, tensor_parallel_size=self.tensor_parallel_size,
+                            gpu_memory_utilization=self.gpu_memory_utilization, seed=self.config.seed)
+        return self._llm
+
+    @property
+    def tokenizer(self):
+        return self._engine().get_tokenizer()
+
+    def generate(self, prompts: Sequence[str], samples: Sequence[Sample], progress: ProgressFn | None = None
+                 ) -> list[Completion]:
+        from vllm import SamplingParams
+
+        llm = self._engine()
+        params = [SamplingParams(n=1, seed=x.seed, temperature=self.config.temperature, top_p=self.config.top_p,
+                                 max_tokens=self.config.max_new_tokens) for x in samples]
+        results = llm.generate(list(prompts), params, use_tqdm=False)
+        if len(results) != len(samples):
+            raise InputError(f"vllm returned {len(results)} results for {len(samples)} requests")
+        out = [Completion(text=r.outputs[0].text, n_tokens=len(r.outputs[0].token_ids),
+                          hit_max_new_tokens=r.outputs[0].finish_reason == "length") for r in results]
+        if progress:
+            progress(len(samples))
+        return out
+
+
+def build_generator(backend: str, model_path: str | os.PathLike, config: GenerationConfig, *,
+                    precision: str = "float32", batch_size: int = 16, tensor_parallel_size: int = 1,
+                    gpu_memory_utilization: float = 0.9) -> Any:
+    if backend == "transformers":
+        return TransformersGenerator(model_path, config, precision=precision, batch_size=batch_size)
+    if backend == "vllm":
+        return VllmGenerator(model_path, config, precision=precision, tensor_parallel_size=tensor_parallel_size,
+                             gpu_memory_utilization=gpu_memory_utilization)
+    raise InputError(f"unknown generate backend {backend!r} (transformers, vllm)")
+
+
+# ----------------------------------------------------------------------------- the stage
+
+
+def select_vignettes(vignettes: Sequence[dict], wanted: Sequence[str] | None, *, source: str = "vignettes"
+                     ) -> list[dict]:
+    rows = []
+    seen: set[str] = set()
+    for i, v in enumerate(vignettes, start=1):
+        for key in ("vignette_id", "scenario"):
+            if not isinstance(v.get(key), str) or not v[key].strip():
+                raise InputError(f"{source}: row {i} has no non-empty string '{key}'")
+        if v["vignette_id"] in seen:
+            raise InputError(f"{source}: row {i} repeats vignette_id {v['vignette_id']!r}")
+        seen.add(v["vignette_id"])
+        rows.append(v)
+    if wanted:
+        missing = sorted(set(wanted) - seen)
+        if missing:
+            raise InputError(f"{source}: eval vignette(s) {', '.join(missing)} not found")
+        rows = [v for v in rows if v["vignette_id"] in set(wanted)]
+    if not rows:
+        raise InputError(f"{source}: no vignettes to generate for")
+    return rows
+
+
+def generate_evaluations(vignettes: Sequence[dict], generator: Any, config: GenerationConfig, *,
+                         template: Any, scorer: Scorer | None = None, thinking: bool = False,
+                         missing_close_tag: str = "penalize", progress: ProgressFn | None = None) -> list[dict]:
+    """Generate every sequence, split ``</think>``, score with the RM and pick best-of-N winners.
+
+    ``template`` is the GRPO prompt (a path or a loaded ``PromptTemplate``), rendered with
+    no extra chat-template arguments, exactly as for training. ``scorer`` (an RM ensemble)
+    is required for best-of-N and optional otherwise (it then fills ``rm_score`` for the
+    plain samples too). ``thinking``/``missing_close_tag`` follow the policy's reward
+    settings: for a thinking model a completion without ``</think>`` gave no answer;
+    ``penalize`` evaluates it as an empty answer, ``score_whole`` evaluates the whole text.
+    """
+    from reappreg.policy import render_prompt, split_thinking
+
+    if config.best_of_n > 1 and scorer is None:
+        raise InputError("best_of_n > 1 needs the RM ensemble to select candidates (pass --rm-ensemble)")
+    if missing_close_tag not in ("penalize", "score_whole"):
+        raise InputError(f"missing_close_tag must be 'penalize' or 'score_whole', got {missing_close_tag!r}")
+    by_id = {v["vignette_id"]: v for v in vignettes}
+    prompts = {vid: render_prompt(generator.tokenizer, v["scenario"], template) for vid, v in by_id.items()}
+    samples = plan_samples(list(by_id), config)
+    completions = generator.generate([prompts[x.vignette_id] for x in samples], samples, progress=progress)
+    if len(completions) != len(samples):
+        raise InputError(f"generator returned {len(completions)} completions for {len(samples)} samples")
+
+    rows: list[dict] = []
+    for sample, comp in zip(samples, completions):
+        thoughts, answer, has_close = split_thinking(comp.text)
+        if thinking and not has_close and missing_close_tag == "penalize":
+            answer = ""  # the reasoning never ended: there is no answer to evaluate
+        plain = sample.selection == "none"
+        rows.append({
+            "generation_id": sample.generation_id,
+            "vignette_id": sample.vignette_id,
+            "scenario": by_id[sample.vignette_id]["scenario"],
+            "eval_k": sample.eval_k,
+            "sample_index": sample.sample_index,
+            "candidate_index": sample.candidate_index,
+            "seed": sample.seed,
+            "raw_text": comp.text,
+            "thinking": thoughts,
+            "answer": answer,
+            "has_close_tag": has_close,
+            "n_tokens": comp.n_tokens,
+            "hit_max_new_tokens": comp.hit_max_new_tokens,
+            "selection": sample.selection,
+            "selected": plain,
+            "best_of_n": 1 if plain else config.best_of_n,
+            "pool_id": sample.pool_id,
+            "selection_pool": None,
+            "rm_score": None,
+            "backend": generator.backend,
+            "model": generator.model,
+            "prompt_sha256": hashlib.sha256(prompts[sample.vignette_id].encode("utf-8")).hexdigest(),
+            "max_new_tokens": config.max_new_tokens,
+            "temperature": config.temperature,
+            "top_p": config.top_p,
+        })
+
+    if scorer is not None:
+        rewards = np.asarray(scorer.score([r["scenario"] for r in rows], [r["answer"] for r in rows]), dtype=float)
+        if rewards.shape != (len(rows),):
+            raise InputError(f"RM ensemble returned {rewards.shape} rewards for {len(rows)} answers")
+        for row, reward in zip(rows, rewards):
+            row["rm_score"] = float(reward)
+        pools: dict[str, list[dict]] = {}
+        for row in rows:
+            if row["selection"] != "none":
+                pools.setdefault(row["pool_id"], []).append(row)
+        for members in pools.values():
+            # argmax keeps the first candidate on ties, so the choice is deterministic.
+            winner = members[int(np.argmax([m["rm_score"] for m in members]))]
+            winner["selected"] = True
+            winner["selection_pool"] = [m["generation_id"] for m in members]
+    return rows
+
+
+def summarise_generations(rows: Sequence[dict]) -> dict[str, float]:
+    selected = [r for r in rows if r["selected"]]
+    out = {
+        "n_generated": float(len(rows)),
+        "n_selected": float(len(selected)),
+        "close_tag_rate": float(np.mean([r["has_close_tag"] for r in rows])) if rows else float("nan"),
+        "truncated_rate": float(np.mean([r["hit_max_new_tokens"] for r in rows])) if rows else float("nan"),
+        "mean_n_tokens": float(np.mean([r["n_tokens"] for r in rows])) if rows else float("nan"),
+        "empty_answer_rate": float(np.mean([not r["answer"].strip() for r in rows])) if rows else float("nan"),
+    }
+    for selection in POOLS:
+        scores = [r["rm_score"] for r in selected if r["selection"] == selection and r["rm_score"] is not None]
+        if scores:
+            out[f"rm_score_mean.{selection}"] = float(np.mean(scores))
+    return out
+
+
+__all__ = [
+    "Completion", "GenerationConfig", "POOLS", "Sample", "TransformersGenerator", "VllmGenerator",
+    "build_generator", "generate_evaluations", "plan_samples", "sampling_seed", "seeded_sampling_processor",
+    "select_vignettes", "summarise_generations",
+]

@@ -1,0 +1,166 @@
+"""Held-out sketches: what an outside team needs to check its texts, and no held-out text.
+
+Design
+------
+* A master secret (32 random bytes, hex) lives in ``data/guard_secret/secret.key``. The guard
+  stage creates it once and declares the folder as a ``persist: true`` DVC output, so DVC
+  keeps it out of git (``.gitignore``) and never regenerates it; it travels only where the
+  held-out data travels (DVC cache / remote).
+* The sketch key for one held-out version is derived from it:
+  ``HMAC-SHA256(secret, "reappreg-guard-sketch-key/v1|" + md5(held-out file))``, written to
+  ``data/heldout/sketch.key`` beside the held-out answers. A new held-out version gets a new
+  key, and the sketch is a deterministic function of (secret, held-out file), so an auditor
+  holding the secret can re-derive it byte for byte.
+* The sketch (``data/guard/heldout_sketch.json``) holds, per answer: its id, source and
+  vignette id, the keyed hashes (``KeyedHasher``: HMAC-SHA256 under the sketch key, 64 bits)
+  of its normalised word n-grams and shingles, sorted (not in text order), its word count,
+  and its MinHash signature over the keyed shingle hashes; plus the detector settings and a
+  key fingerprint. It contains no held-out text (tests check that no answer n-gram, word
+  sequence or answer text appears in it).
+* To check texts, a team needs the sketch *and* the key (``reappreg guard check --sketch S
+  --key K texts.jsonl``). Publish the sketch freely; hand the key only to teams that need
+  to run checks. Without the key, nothing in the sketch can be computed or tested (HMAC is
+  a PRF). A key holder can confirm guesses, and by enumerating all word pairs of a large
+  vocabulary (~10^8-10^9 HMACs for 2-word shingles) could recover shingles and chain them
+  into answers: the key is confidential, and ``minhash.shingle_words`` below 2 would make
+  that enumeration trivial (guessing 5-word n-grams blind is infeasible).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import hmac
+import re
+import secrets
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from reappreg.errors import InputError
+from reappreg.guard.detect import AnswerMeta, GuardConfig, HeldoutIndex, KeyedHasher, minhash_permutations, minhash_signatures
+from reappreg.guard.text import NORMALISATION
+from reappreg.io import read_json, write_text
+
+SKETCH_SCHEMA = "reappreg.guard.sketch/v1"
+SECRET_FILE = "secret.key"
+_HEX_KEY = re.compile(r"^[0-9a-f]{64}$")
+
+
+def _read_hex_key(path: Path, what: str) -> bytes:
+    if not path.exists():
+        raise InputError(f"{path}: {what} not found")
+    text = path.read_text(encoding="utf-8").strip()
+    if not _HEX_KEY.match(text):
+        raise InputError(f"{path}: {what} must be 64 lowercase hex characters")
+    return bytes.fromhex(text)
+
+
+def ensure_secret(secret_dir: str | Path) -> bytes:
+    """The master secret in ``secret_dir``, created (random) on first use and never replaced."""
+    path = Path(secret_dir) / SECRET_FILE
+    if path.exists():
+        return _read_hex_key(path, "guard master secret")
+    secret = secrets.token_bytes(32)
+    write_text(path, secret.hex() + "\n")
+    return secret
+
+
+def read_secret(secret_dir: str | Path) -> bytes:
+    return _read_hex_key(Path(secret_dir) / SECRET_FILE, "guard master secret")
+
+
+def derive_key(secret: bytes, heldout_md5: str) -> bytes:
+    return hmac.digest(secret, f"reappreg-guard-sketch-key/v1|{heldout_md5}".encode(), "sha256")
+
+
+def write_key(path: str | Path, key: bytes) -> None:
+    write_text(path, key.hex() + "\n")
+
+
+def read_key(path: str | Path) -> bytes:
+    return _read_hex_key(Path(path), "sketch key")
+
+
+def key_fingerprint(key: bytes) -> str:
+    """Identifies a key without revealing it (lets a check refuse a mismatched key)."""
+    return hmac.digest(key, b"reappreg-guard-key-fingerprint/v1", "sha256")[:8].hex()
+
+
+def build_sketch(answers: list[AnswerMeta], texts: list[str], config: GuardConfig, key: bytes, heldout_md5: str) -> dict[str, Any]:
+    """The sketch of the held-out answers under ``key`` (deterministic)."""
+    index = HeldoutIndex.build(answers, texts, config, KeyedHasher(key))
+    entries = []
+    for i, meta in enumerate(index.answers):
+        entries.append(
+            {
+                "answer_id": meta.answer_id,
+                "source": meta.source,
+                "vignette_id": meta.vignette_id,
+                "words": index.token_counts[i],
+                "ngrams": sorted(f"{k:016x}" for k in index.ngram_sets[i]),
+                "shingles": sorted(f"{k:016x}" for k in index.shingle_sets[i]),
+                "minhash": [int(v) for v in index.signatures[i]],
+            }
+        )
+    return {
+        "schema": SKETCH_SCHEMA,
+        "hasher": KeyedHasher.kind,
+        "key_fingerprint": key_fingerprint(key),
+        "heldout_md5": heldout_md5,
+        "detectors": config.to_dict(),
+        "answers": entries,
+    }
+
+
+def load_sketch(path: str | Path) -> dict[str, Any]:
+    sketch = read_json(path)
+    if not isinstance(sketch, dict) or sketch.get("schema") != SKETCH_SCHEMA:
+        raise InputError(f"{path}: not a guard sketch (expected schema '{SKETCH_SCHEMA}')")
+    for field in ("key_fingerprint", "detectors", "answers"):
+        if field not in sketch:
+            raise InputError(f"{path}: sketch has no '{field}'")
+    if not sketch["answers"]:
+        raise InputError(f"{path}: sketch holds no answers: there is nothing to check against")
+    return sketch
+
+
+def index_from_sketch(sketch: dict[str, Any], key: bytes, source: str = "sketch") -> HeldoutIndex:
+    """A held-out index from a sketch; refuses a key that is not the sketch's."""
+    if key_fingerprint(key) != sketch["key_fingerprint"]:
+        raise InputError(f"{source}: the key does not belong to this sketch (fingerprint mismatch)")
+    if sketch["detectors"].get("normalisation") != NORMALISATION or sketch.get("hasher") != KeyedHasher.kind:
+        raise InputError(
+            f"{source}: sketch made with normalisation '{sketch['detectors'].get('normalisation')}' / hasher "
+            f"'{sketch.get('hasher')}'; this version uses '{NORMALISATION}' / '{KeyedHasher.kind}'"
+        )
+    config = GuardConfig.from_dict(sketch["detectors"])
+    answers, ngram_sets, shingle_sets, signatures, words = [], [], [], [], []
+    for i, entry in enumerate(sketch["answers"]):
+        try:
+            answers.append(AnswerMeta(str(entry["answer_id"]), entry.get("source"), entry.get("vignette_id")))
+            ngram_sets.append(frozenset(int(h, 16) for h in entry["ngrams"]))
+            shingle_sets.append(frozenset(int(h, 16) for h in entry["shingles"]))
+            signatures.append(np.array(entry["minhash"], dtype=np.uint32))
+            words.append(int(entry["words"]))
+        except (KeyError, TypeError, ValueError) as exc:
+            raise InputError(f"{source}: answer entry {i + 1} is malformed ({exc!r})") from exc
+        if not ngram_sets[-1] or not shingle_sets[-1] or len(signatures[-1]) != config.num_perm:
+            raise InputError(f"{source}: answer entry {i + 1} ('{answers[-1].answer_id}') is incomplete")
+    signatures_arr = np.vstack(signatures)
+    # The signatures must be those of the shingle sets (integrity of the file).
+    keys = np.fromiter((k for s in shingle_sets for k in sorted(s)), dtype=np.uint64)
+    offsets = np.zeros(len(shingle_sets) + 1, dtype=np.int64)
+    np.cumsum([len(s) for s in shingle_sets], out=offsets[1:])
+    expected = minhash_signatures(keys, offsets, minhash_permutations(config.num_perm, config.seed))
+    bad = np.flatnonzero((expected != signatures_arr).any(axis=1))
+    if len(bad):
+        raise InputError(f"{source}: MinHash signature of answer '{answers[bad[0]].answer_id}' does not match its shingles")
+    return HeldoutIndex(config, KeyedHasher(key), answers, ngram_sets, shingle_sets, signatures_arr, words)
+
+
+def sketch_digest(sketch: dict[str, Any]) -> str:
+    """sha256 of the canonical JSON of a sketch (used to compare a re-derived sketch)."""
+    import json
+
+    return hashlib.sha256(json.dumps(sketch, sort_keys=True, ensure_ascii=False).encode("utf-8")).hexdigest()

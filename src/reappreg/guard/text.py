@@ -1,0 +1,207 @@
+"""Normalisation, tokenisation and reading the texts the guard checks.
+
+Normalisation (version ``NORMALISATION``) is what makes "the same words" compare equal:
+
+1. Unicode NFKC (full-width letters, ligatures, NBSP and other compatibility spaces fold
+   to their plain forms);
+2. invisible format characters (zero-width space/joiners, soft hyphen, BOM, bidi marks)
+   are deleted, so ``ans\u200bwer`` is ``answer``;
+3. case folding (``str.casefold``, stronger than ``lower`` for e.g. German sharp s);
+4. apostrophes of every kind (``'`` ``’`` ``ʼ`` ...) are deleted, so ``don't`` and ``don’t``
+   are both ``dont``;
+5. every other run of characters that is not a letter or digit (punctuation, quotes,
+   dashes, symbols, whitespace) is a token boundary.
+
+A text is then its list of word tokens. Homoglyph substitutions across scripts (a
+Cyrillic ``а`` for a Latin ``a``) are *not* folded; that is a known limit.
+"""
+
+from __future__ import annotations
+
+import csv
+import io
+import re
+import unicodedata
+from dataclasses import dataclass
+from pathlib import Path
+
+from reappreg.errors import InputError
+from reappreg.io import read_jsonl
+
+NORMALISATION = "nfkc+strip-format+casefold+strip-apostrophes+alnum-tokens/v1"
+
+# Apostrophe-like characters (deleted, so contractions stay one token) and Unicode
+# format characters (category Cf) that appear in copied text; both map to nothing.
+_APOSTROPHES = "'\u2019\u2018\u02bc\u02b9\u0060\u00b4\u2032\uff07"
+_FORMAT_CHARS = (
+    "\u00ad\u061c\u180e\u200b\u200c\u200d\u200e\u200f\u202a\u202b\u202c\u202d\u202e"
+    "\u2060\u2061\u2062\u2063\u2064\u2066\u2067\u2068\u2069\ufeff\ufff9\ufffa\ufffb"
+)
+_DELETE = str.maketrans("", "", _APOSTROPHES + _FORMAT_CHARS)
+# Letters and digits of any script; underscore is punctuation for our purpose.
+_TOKEN = re.compile(r"[^\W_]+")
+_ASCII_TOKEN = re.compile(r"[a-z0-9]+")
+_ASCII_DELETE = str.maketrans("", "", "'`")
+
+
+def tokens(text: str) -> list[str]:
+    """The normalised word tokens of ``text`` (see the module docstring)."""
+    if text.isascii():
+        # Same result, faster: ASCII is NFKC-invariant, casefold is lower, \w is [A-Za-z0-9_].
+        return _ASCII_TOKEN.findall(text.translate(_ASCII_DELETE).lower())
+    folded = unicodedata.normalize("NFKC", text).translate(_DELETE).casefold()
+    return _TOKEN.findall(folded)
+
+
+def normalise(text: str) -> str:
+    """The normalised text: its tokens joined by single spaces."""
+    return " ".join(tokens(text))
+
+
+# ----------------------------------------------------------------------------- sources
+
+
+@dataclass(frozen=True)
+class SourceSpec:
+    """A file to check and where its ids and texts are.
+
+    Written ``[NAME=]PATH:ID_FIELD:TEXT_FIELD[,TEXT_FIELD...]``; NAME is the file name of the
+    guarded copy (default: the source's own file name).
+    """
+
+    path: Path
+    id_field: str | None = None
+    text_fields: tuple[str, ...] = ()
+    name: str | None = None
+
+    @classmethod
+    def parse(cls, spec: str, *, default_id: str | None = None, default_text: tuple[str, ...] = ()) -> "SourceSpec":
+        name = None
+        head, sep, rest = spec.partition("=")
+        if sep and "/" not in head and ":" not in head and rest:
+            name, spec = head, rest
+            if not name.strip() or name in {".", ".."}:
+                raise InputError(f"source spec '{head}={rest}': empty or invalid guarded file name")
+        # Split from the right so a path may itself contain ':' (rare, but not ours to forbid).
+        parts = spec.rsplit(":", 2)
+        if len(parts) == 3 and parts[1] and parts[2]:
+            path, id_field, text = parts
+            fields = tuple(f.strip() for f in text.split(",") if f.strip())
+            if not fields:
+                raise InputError(f"source spec '{spec}': no text field after the last ':'")
+            return cls(Path(path), id_field, fields, name)
+        if ":" in spec and not Path(spec).exists():
+            raise InputError(f"source spec '{spec}': expected [NAME=]PATH:ID_FIELD:TEXT_FIELD[,TEXT_FIELD...]")
+        return cls(Path(spec), default_id, default_text, name)
+
+    @property
+    def guarded_name(self) -> str:
+        return self.name or self.path.name
+
+    def describe(self) -> str:
+        prefix = f"{self.name}=" if self.name else ""
+        return f"{prefix}{self.path}:{self.id_field}:{','.join(self.text_fields)}"
+
+
+@dataclass(frozen=True)
+class TextUnit:
+    """One text to check: a field of a record in a source file."""
+
+    source: str
+    record_id: str
+    field: str
+    text: str
+
+
+@dataclass
+class SourceTexts:
+    spec: SourceSpec
+    records: list[dict]
+    units: list[TextUnit]
+    format: str
+
+
+def _check_records(path: Path, records: list[dict], id_field: str, text_fields: tuple[str, ...], where) -> list[TextUnit]:
+    units: list[TextUnit] = []
+    seen: dict[str, int] = {}
+    for i, record in enumerate(records):
+        if id_field not in record:
+            raise InputError(f"{path}: {where(i)} has no id field '{id_field}'")
+        rid = str(record[id_field])
+        if rid in seen:
+            raise InputError(f"{path}: {where(i)} repeats id '{rid}' (first at {where(seen[rid])})")
+        seen[rid] = i
+        for field in text_fields:
+            if field not in record:
+                raise InputError(f"{path}: {where(i)} (id '{rid}') has no text field '{field}'")
+            value = record[field]
+            if value is None:
+                value = ""
+            if not isinstance(value, str):
+                raise InputError(f"{path}: {where(i)} (id '{rid}') field '{field}' is {type(value).__name__}, expected text")
+            units.append(TextUnit(str(path), rid, field, value))
+    return units
+
+
+def _paragraphs(text: str) -> list[tuple[int, str]]:
+    """(first line number, paragraph text) for blank-line separated paragraphs."""
+    out: list[tuple[int, str]] = []
+    current: list[str] = []
+    start = 0
+    for lineno, line in enumerate(text.splitlines(), start=1):
+        if line.strip():
+            if not current:
+                start = lineno
+            current.append(line)
+        elif current:
+            out.append((start, "\n".join(current)))
+            current = []
+    if current:
+        out.append((start, "\n".join(current)))
+    return out
+
+
+def read_source(spec: SourceSpec) -> SourceTexts:
+    """Read a JSONL, CSV or plain-text file into text units.
+
+    JSONL and CSV need ``spec.text_fields``; a missing ``spec.id_field`` means records are
+    named by line (``line:N``). Plain text (any other suffix) is split into blank-line
+    separated paragraphs, each one text named ``line:N`` by its first line.
+    """
+    path = spec.path
+    if not path.exists():
+        raise InputError(f"{path}: file not found")
+    suffix = path.suffix.lower()
+    if suffix in {".jsonl", ".ndjson"}:
+        records = read_jsonl(path)
+        fmt = "jsonl"
+        where = lambda i: f"record {i + 1}"  # noqa: E731 - records are numbered, blank lines skipped
+    elif suffix == ".csv":
+        try:
+            text = path.read_text(encoding="utf-8-sig")
+        except UnicodeDecodeError as exc:
+            raise InputError(f"{path}: not valid UTF-8 (byte offset {exc.start})") from exc
+        reader = csv.DictReader(io.StringIO(text, newline=""))
+        try:
+            records = [dict(row) for row in reader]
+        except csv.Error as exc:
+            raise InputError(f"{path}: CSV error near line {reader.line_num}: {exc}") from exc
+        fmt = "csv"
+        where = lambda i: f"row {i + 2}"  # noqa: E731 - row 1 is the header
+    else:
+        try:
+            text = path.read_text(encoding="utf-8")
+        except UnicodeDecodeError as exc:
+            raise InputError(f"{path}: not valid UTF-8 (byte offset {exc.start})") from exc
+        records = [{"id": f"line:{line}", "text": para} for line, para in _paragraphs(text)]
+        units = [TextUnit(str(path), r["id"], "text", r["text"]) for r in records]
+        return SourceTexts(spec, records, units, "text")
+    if not spec.text_fields:
+        raise InputError(f"{path}: name the text field(s) to check ({fmt} needs PATH:ID_FIELD:TEXT_FIELD or --text-field)")
+    if spec.id_field is None:
+        records = [{**r, "__line__": f"line:{i + 1}"} for i, r in enumerate(records)]
+        units = _check_records(path, records, "__line__", spec.text_fields, where)
+        records = [{k: v for k, v in r.items() if k != "__line__"} for r in records]
+    else:
+        units = _check_records(path, records, spec.id_field, spec.text_fields, where)
+    return SourceTexts(spec, records, units, fmt)

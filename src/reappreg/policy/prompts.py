@@ -1,0 +1,146 @@
+"""The GRPO prompt: loading the single prompt file and rendering it for a tokenizer.
+
+`pipelines/prompts/grpo_prompt.yaml` is the only place the system prompt and user-turn
+template live. Training (`reappreg policy prompts`) and generation both render through
+:func:`render_prompt`, so the text a policy is trained on and the text it is evaluated
+on are produced by the same code from the same file.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from reappreg.errors import InputError
+
+SCENARIO_PLACEHOLDER = "{scenario}"
+
+
+@dataclass(frozen=True)
+class PromptTemplate:
+    system: str
+    user_template: str
+    version: int
+    source: str
+
+    def user_turn(self, scenario: str) -> str:
+        # str.replace, not str.format: scenarios may contain braces.
+        return self.user_template.replace(SCENARIO_PLACEHOLDER, scenario)
+
+    def messages(self, scenario: str) -> list[dict[str, str]]:
+        """Chat messages (system + user) for one scenario."""
+        return [
+            {"role": "system", "content": self.system},
+            {"role": "user", "content": self.user_turn(scenario)},
+        ]
+
+
+def load_prompt_template(path: str | os.PathLike) -> PromptTemplate:
+    """Read and check the prompt file (keys ``version``, ``system``, ``user_template``)."""
+    import yaml
+
+    path = Path(path)
+    if not path.exists():
+        raise InputError(f"{path}: prompt file not found")
+    try:
+        raw = yaml.safe_load(path.read_text(encoding="utf-8"))
+    except yaml.YAMLError as exc:
+        raise InputError(f"{path}: not valid YAML: {exc}") from exc
+    if not isinstance(raw, dict):
+        raise InputError(f"{path}: top level must be a mapping with keys version, system, user_template")
+    missing = [key for key in ("version", "system", "user_template") if key not in raw]
+    if missing:
+        raise InputError(f"{path}: missing key(s) {', '.join(missing)}")
+    unknown = sorted(set(raw) - {"version", "system", "user_template"})
+    if unknown:
+        raise InputError(f"{path}: unknown key(s) {', '.join(unknown)}")
+    for key in ("system", "user_template"):
+        if not isinstance(raw[key], str) or not raw[key].strip():
+            raise InputError(f"{path}: '{key}' must be a non-empty string")
+    count = raw["user_template"].count(SCENARIO_PLACEHOLDER)
+    if count != 1:
+        raise InputError(
+            f"{path}: 'user_template' must contain {SCENARIO_PLACEHOLDER} exactly once (found {count})"
+        )
+    if not isinstance(raw["version"], int):
+        raise InputError(f"{path}: 'version' must be an integer (got {raw['version']!r})")
+    return PromptTemplate(
+        system=raw["system"].strip(),
+        user_template=raw["user_template"].strip(),
+        version=raw["version"],
+        source=str(path),
+    )
+
+
+def _as_template(template: PromptTemplate | str | os.PathLike) -> PromptTemplate:
+    return template if isinstance(template, PromptTemplate) else load_prompt_template(template)
+
+
+def render_prompt(
+    tokenizer: Any,
+    scenario: str,
+    template: PromptTemplate | str | os.PathLike,
+    *,
+    chat_template_kwargs: Mapping[str, Any] | None = None,
+) -> str:
+    """The exact prompt string a policy sees for ``scenario``.
+
+    The tokenizer's own chat template renders the system + user turns with the generation
+    prompt appended (for Qwen3-Thinking that includes the opening ``<think>``), so the
+    string can be fed to the model as plain text.
+    """
+    if not isinstance(scenario, str) or not scenario.strip():
+        raise InputError("render_prompt: scenario must be a non-empty string")
+    if getattr(tokenizer, "chat_template", None) is None:
+        raise InputError(
+            f"render_prompt: tokenizer {getattr(tokenizer, 'name_or_path', type(tokenizer).__name__)!r} "
+            "has no chat template"
+        )
+    rendered = tokenizer.apply_chat_template(
+        _as_template(template).messages(scenario),
+        tokenize=False,
+        add_generation_prompt=True,
+        **dict(chat_template_kwargs or {}),
+    )
+    return rendered
+
+
+def prompt_id_for(vignette_id: str) -> str:
+    return f"grpo-{vignette_id}"
+
+
+def render_prompt_records(
+    vignettes: Iterable[Mapping[str, Any]],
+    tokenizer: Any,
+    template: PromptTemplate | str | os.PathLike,
+    *,
+    source: str = "vignettes",
+    chat_template_kwargs: Mapping[str, Any] | None = None,
+) -> list[dict[str, str]]:
+    """One {prompt_id, vignette_id, prompt} record per vignette, in vignette order."""
+    template = _as_template(template)
+    records: list[dict[str, str]] = []
+    seen: set[str] = set()
+    for row_number, vignette in enumerate(vignettes, start=1):
+        for key in ("vignette_id", "scenario"):
+            if not isinstance(vignette.get(key), str) or not vignette[key].strip():
+                raise InputError(f"{source}: row {row_number} has no non-empty string '{key}'")
+        vignette_id = vignette["vignette_id"]
+        if vignette_id in seen:
+            raise InputError(f"{source}: row {row_number} repeats vignette_id '{vignette_id}'")
+        seen.add(vignette_id)
+        records.append(
+            {
+                "prompt_id": prompt_id_for(vignette_id),
+                "vignette_id": vignette_id,
+                "prompt": render_prompt(
+                    tokenizer, vignette["scenario"], template, chat_template_kwargs=chat_template_kwargs
+                ),
+            }
+        )
+    if not records:
+        raise InputError(f"{source}: no vignettes to render prompts for")
+    return records

@@ -1,0 +1,119 @@
+"""The GRPO reward: the RM ensemble (format gate included) on the answer part of a completion.
+
+For a thinking model only the text after ``</think>`` is the answer. A thinking completion
+without ``</think>`` never finished reasoning; ``missing_close_tag`` decides explicitly
+whether it gets ``missing_close_tag_reward`` ('penalize'; by default the ensemble's own
+``format_penalty``, the value a malformed answer gets) or is scored as a whole
+('score_whole'). Non-thinking models are scored on the whole completion.
+
+The ensemble is a ``reappreg.rm.load_ensemble`` object (or anything with its interface:
+``score(scenarios, answers)``, ``gate(answers)`` and ``format_penalty``); the reward
+function is a plain callable in TRL's reward-function protocol, so GRPOTrainer calls it
+with the batch's ``scenario`` column.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any, Literal
+
+import numpy as np
+
+from reappreg.errors import InputError
+from reappreg.policy.thinking import split_thinking
+
+
+@dataclass(frozen=True)
+class RewardShaping:
+    thinking: bool = False
+    missing_close_tag: Literal["penalize", "score_whole"] = "penalize"
+    # None: the ensemble's own format_penalty (an unfinished reasoning is a format failure).
+    missing_close_tag_reward: float | None = None
+
+    def __post_init__(self) -> None:
+        if self.missing_close_tag not in ("penalize", "score_whole"):
+            raise InputError(
+                f"policy.reward.missing_close_tag: '{self.missing_close_tag}' is not 'penalize' or 'score_whole'"
+            )
+
+
+@dataclass(frozen=True)
+class RewardBatch:
+    rewards: np.ndarray  # one per completion
+    answers: list[str]  # the text that was scored
+    missing_close_tag: np.ndarray  # bool; always False for non-thinking models
+    format_gate_hit: np.ndarray  # bool: the ensemble's format gate rejected the answer
+
+
+def _completion_text(completion: Any) -> str:
+    # TRL passes strings for plain-text prompts and message lists for conversational ones.
+    if isinstance(completion, str):
+        return completion
+    if isinstance(completion, list) and completion and isinstance(completion[-1], dict):
+        return str(completion[-1].get("content", ""))
+    raise InputError(f"reward: unsupported completion type {type(completion).__name__}")
+
+
+class EnsembleReward:
+    """Callable reward for ``GRPOTrainer(reward_funcs=[...])``."""
+
+    __name__ = "rm_ensemble"  # TRL names the reward's metrics after this
+
+    def __init__(self, ensemble: Any, shaping: RewardShaping):
+        for attribute in ("score", "gate"):
+            if not callable(getattr(ensemble, attribute, None)):
+                raise InputError(f"reward: the ensemble object has no {attribute}(...) method")
+        if not isinstance(getattr(ensemble, "format_penalty", None), (int, float)):
+            raise InputError("reward: the ensemble object has no numeric format_penalty")
+        self.ensemble = ensemble
+        self.shaping = shaping
+        self.format_penalty = float(ensemble.format_penalty)
+        self.missing_close_reward = (
+            self.format_penalty if shaping.missing_close_tag_reward is None else float(shaping.missing_close_tag_reward)
+        )
+
+    def score(self, scenarios: Sequence[str], completions: Sequence[Any]) -> RewardBatch:
+        if len(scenarios) != len(completions):
+            raise InputError(f"reward: {len(scenarios)} scenarios for {len(completions)} completions")
+        texts = [_completion_text(c) for c in completions]
+        answers: list[str] = []
+        missing = np.zeros(len(texts), dtype=bool)
+        for i, text in enumerate(texts):
+            if self.shaping.thinking:
+                _, answer, has_close = split_thinking(text)
+                missing[i] = not has_close
+                answers.append(answer)
+            else:
+                answers.append(text.strip())
+        penalised = missing & (self.shaping.missing_close_tag == "penalize")
+        rewards = np.full(len(texts), np.nan, dtype=np.float64)
+        rewards[penalised] = self.missing_close_reward
+        candidates = np.flatnonzero(~penalised)
+        gate_hit = np.zeros(len(texts), dtype=bool)
+        if len(candidates):
+            passes = np.asarray(self.ensemble.gate([answers[i] for i in candidates]), dtype=bool)
+            gate_hit[candidates] = ~passes
+            # Gated answers get the ensemble's format_penalty -- exactly what ensemble.score
+            # gives them -- without being encoded: an empty answer (e.g. nothing after
+            # </think>) cannot be encoded by the RM at all, and must not crash training.
+            rewards[candidates[~passes]] = self.format_penalty
+            scored = candidates[passes]
+            if len(scored):
+                values = np.asarray(
+                    self.ensemble.score([scenarios[i] for i in scored], [answers[i] for i in scored]), dtype=np.float64
+                )
+                if values.shape != (len(scored),):
+                    raise InputError(f"reward: ensemble returned shape {values.shape} for {len(scored)} answers")
+                rewards[scored] = values
+        return RewardBatch(rewards=rewards, answers=answers, missing_close_tag=missing, format_gate_hit=gate_hit)
+
+    def __call__(self, prompts, completions, scenario=None, log_metric=None, **_: Any) -> list[float]:
+        if scenario is None:
+            raise InputError("reward: the training dataset has no 'scenario' column")
+        batch = self.score(list(scenario), list(completions))
+        if log_metric is not None:
+            log_metric("format_gate/hit_rate", float(batch.format_gate_hit.mean()))
+            log_metric("think/missing_close_rate", float(batch.missing_close_tag.mean()))
+        return [float(r) for r in batch.rewards]
+

