@@ -89,3 +89,21 @@ def test_missing_target_is_an_error_not_a_pass(setup, tmp_path):
     with pytest.raises(InputError, match="does not exist"):
         run_leakscan(heldout_path=setup["heldout"], detectors=DETECTORS, folders=[tmp_path / "nope"],
                      sketch_path=None, tracking_uri=None, experiment="leak-exp")
+
+
+def test_logged_model_code_is_scanned(setup, tmp_path):
+    """MLflow 3 keeps logged models outside run artifacts; their files are probed too."""
+
+    class Echo(mlflow.pyfunc.PythonModel):
+        def predict(self, context, model_input):
+            return model_input
+
+    code = tmp_path / "code_pkg"
+    code.mkdir()
+    (code / "bank.py").write_text(f'TEXT = """{setup["answers"][5]["text"]}"""\n')
+    with mlflow.start_run(experiment_id=setup["exp"], tags={"stage": "rm_ensemble"}):
+        mlflow.pyfunc.log_model(name="m", python_model=Echo(), code_paths=[str(code)], pip_requirements=[])
+    report = _scan(setup)
+    assert not report["passed"]
+    assert {h["kind"] for h in report["hits"]} == {"mlflow_model_artifact"}
+    assert any(h["location"].endswith("bank.py") for h in report["hits"])

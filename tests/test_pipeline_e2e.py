@@ -160,3 +160,48 @@ def test_training_chain_is_guarded_and_registered(repo_copy):
         assert len(versions) == 1, name
         alias = client.get_model_version_by_alias(name, "candidate")
         assert alias.version == versions[0].version
+
+
+def _kill_stage_midway(root: Path, env: dict, stage: str, ready: Path, pattern: str, timeout: float = 600) -> bool:
+    """Start `dvc repro -f -s STAGE`, SIGKILL its whole process group once a checkpoint
+    matching ``pattern`` exists under ``ready``. Returns whether a checkpoint was seen
+    before the kill (else the kill landed before the first checkpoint)."""
+    import signal
+    import time
+
+    proc = subprocess.Popen(["dvc", "repro", "-f", "-s", stage], cwd=root, env=env, start_new_session=True,
+                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    deadline = time.time() + timeout
+    seen = False
+    while time.time() < deadline and proc.poll() is None:
+        if ready.exists() and any(ready.rglob(pattern)):
+            seen = True
+            break
+        time.sleep(0.2)
+    assert proc.poll() is None, f"{stage} finished before it could be killed; the fault was not injected"
+    os.killpg(proc.pid, signal.SIGKILL)
+    proc.wait()
+    return seen
+
+
+@pytest.mark.parametrize(
+    "stage,out,work,pattern",
+    [
+        ("rm_train@0", "models/rm/multidim/seed_0", "work/rm/multidim/seed_0", "*"),
+        ("policy_train", "models/policy/grpo", "work/policy_train/checkpoints", "checkpoint-*"),
+    ],
+)
+def test_kill_9_then_repro_resumes_to_the_same_hashes(repo_copy, stage, out, work, pattern):
+    root, ctx = repo_copy
+    env = ctx["env"]
+    clean = dvc_md5(root / out)
+    saw_checkpoint = _kill_stage_midway(root, env, stage, root / work, pattern)
+    # DVC removed the stage's output before running it, and the stage writes its output
+    # atomically at the end: the kill leaves no output, finished or half-written.
+    assert not (root / out).exists()
+    if stage == "policy_train":
+        assert saw_checkpoint, "GRPO was killed before its first checkpoint; resume was not exercised"
+    log = _run(["dvc", "repro"], root, env)
+    assert re.findall(r"Running stage '([^']+)'", log)[0] == stage
+    assert dvc_md5(root / out) == clean, f"{out} differs after kill -9 + resume"
+    assert "Running stage" not in _run(["dvc", "repro"], root, env)

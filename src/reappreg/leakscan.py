@@ -103,15 +103,37 @@ def mlflow_units(
                 text = _read_text_file(local, max_file_bytes)
                 if text is not None:
                     out.append((ScanTarget("mlflow_artifact", f"{rid}:{artifact.path}"), text))
+    # MLflow 3 stores logged models (e.g. the RM ensemble's pyfunc, with its code) as their
+    # own entities, not as run artifacts: scan those whose source run is scanned too.
+    scanned_runs = {r.info.run_id for r in runs if r.data.tags.get("stage", "").split("@")[0] not in exclude_stages}
+    for model in client.search_logged_models(experiment_ids=[exp.experiment_id]):
+        if model.source_run_id is not None and model.source_run_id not in scanned_runs:
+            continue
+        listing = lambda path, mid=model.model_id: client.list_logged_model_artifacts(mid, path or None)  # noqa: E731
+        with tempfile.TemporaryDirectory() as tmp:
+            for artifact in _walk(listing, ""):
+                if Path(artifact.path).suffix.lower() not in TEXT_SUFFIXES:
+                    continue
+                if artifact.file_size is not None and artifact.file_size > max_file_bytes:
+                    raise InputError(f"logged model {model.model_id} artifact {artifact.path}: too large for the scan")
+                local = Path(mlflow.artifacts.download_artifacts(
+                    artifact_uri=f"{model.artifact_location.rstrip('/')}/{artifact.path}", dst_path=tmp))
+                text = _read_text_file(local, max_file_bytes)
+                if text is not None:
+                    out.append((ScanTarget("mlflow_model_artifact", f"{model.model_id}:{artifact.path}"), text))
     return out, scanned
 
 
-def _walk_artifacts(client, run_id: str, path: str):
-    for info in client.list_artifacts(run_id, path or None):
+def _walk(listing, path: str):
+    for info in listing(path):
         if info.is_dir:
-            yield from _walk_artifacts(client, run_id, info.path)
+            yield from _walk(listing, info.path)
         else:
             yield info
+
+
+def _walk_artifacts(client, run_id: str, path: str):
+    yield from _walk(lambda p: client.list_artifacts(run_id, p or None), path)
 
 
 def scan(index: HeldoutIndex, units: Sequence[tuple[ScanTarget, str]], max_shared: int = 3) -> list[dict]:

@@ -41,7 +41,7 @@ class JudgeSettings(Section):
     vllm_gpu_memory_utilization: float = Field(0.9, gt=0, le=1)
     # calibration on human preference pairs from the training ratings
     calibration_margin: float = Field(1.0, gt=0)
-    calibration_pairs: int = Field(24, ge=1)
+    calibration_pairs: int = Field(16, ge=1)
     calibration_seed: int = 0
     # agreement with human preferences below this marks the judge untrusted
     min_agreement: float = Field(0.65, ge=0, le=1)
