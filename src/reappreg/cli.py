@@ -8,7 +8,13 @@ those modules import heavy libraries (torch, mlflow, GX) inside the commands so 
 from __future__ import annotations
 
 import importlib
+import os
 import sys
+
+# Air-gapped by design: models load from local folders and installed packages only, and no
+# library may phone home (Hugging Face hub, great-expectations usage statistics).
+for _name, _value in {"HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1", "GX_ANALYTICS_ENABLED": "False"}.items():
+    os.environ.setdefault(_name, _value)
 
 import typer
 from rich.console import Console

@@ -103,8 +103,11 @@ def _save_from_gguf(source: BaseSource, out: Path, dtype: str) -> dict[str, Any]
 
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
     folder, name = source.path.parent, source.path.name
-    tokenizer = AutoTokenizer.from_pretrained(folder, gguf_file=name)
-    gguf_model = AutoModelForCausalLM.from_pretrained(folder, gguf_file=name, dtype=getattr(torch, dtype))
+    # local_files_only: never reach for a hub; it is also recorded in the saved tokenizer
+    # config, so the materialised folder's hash does not depend on the caller's environment.
+    tokenizer = AutoTokenizer.from_pretrained(folder, gguf_file=name, local_files_only=True)
+    gguf_model = AutoModelForCausalLM.from_pretrained(folder, gguf_file=name, dtype=getattr(torch, dtype),
+                                                      local_files_only=True)
     config = gguf_model.config
     # save_pretrained refuses a model whose config says it is GGUF-quantised; the weights
     # are already dequantised, so a plain model of the same config holds them exactly.
