@@ -20,9 +20,11 @@ number measured on the same opponents that chose the answer (winner's curse). He
   anywhere. A claim is tested only with ``n >= min_n_confirm`` scored judgments and at least
   2 clusters; otherwise its status is ``not_tested`` with the reason.
 * Results are pooled over the K evals (per-eval win-rates are reported beside them).
-* Best-of-N: rows with ``selection == 'best_of_n_selection_pool'`` were judged against the
-  opponents used to pick the answer; they are reported (labelled) beside the fresh-pool rows
-  (``best_of_n_fresh``) and never support a claim.
+* Best-of-N: rows with ``selection == 'best_of_n_selection_pool'`` are answers picked from
+  the very pool (the same sampling seeds) on which N, the RM and any other choice were
+  tuned, so their win-rate carries the winner's curse; they are reported (labelled) beside
+  the fresh-pool rows (``best_of_n_fresh``: the same procedure on independent seeds) and
+  never support a claim.
 * An untrusted judge (``trusted: false`` in the calibration) does not stop the computation;
   every claim carries the ``untrusted_judge`` flag and ``supported: false``, the metrics carry
   ``judge/trusted = 0`` and the plot says so.
