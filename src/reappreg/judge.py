@@ -74,6 +74,7 @@ from typing import Any, Protocol
 import numpy as np
 
 from reappreg.errors import InputError, ReappregError
+from reappreg.generate import torch_dtype
 from reappreg.io import read_json, write_json
 
 VERDICTS = ("A", "B", "tie", "unparseable")
@@ -225,17 +226,6 @@ def model_folder_fingerprint(path: str | os.PathLike) -> str:
     return digest.hexdigest()
 
 
-def _torch_dtype(precision: str):
-    import torch
-
-    table = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
-    if precision == "auto":
-        return "auto"
-    if precision not in table:
-        raise InputError(f"judge precision must be auto, float32, bfloat16 or float16, got {precision!r}")
-    return table[precision]
-
-
 class TransformersJudge:
     """A local causal LM folder (safetensors + tokenizer); greedy or sampled decoding."""
 
@@ -269,7 +259,7 @@ class TransformersJudge:
                 tokenizer.pad_token = tokenizer.eos_token
             device = self.device or ("cuda" if torch.cuda.is_available() else "cpu")
             model = AutoModelForCausalLM.from_pretrained(
-                self.path, local_files_only=True, dtype=_torch_dtype(self.precision)
+                self.path, local_files_only=True, dtype=torch_dtype(self.precision, "judge")
             ).to(device)
             model.eval()
             self._loaded = (tokenizer, model, device)
