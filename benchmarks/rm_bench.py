@@ -1,6 +1,6 @@
 """Benchmark of the reward models: examples/s for encoding, training and scoring.
 
-On the seeded sample data (``reappreg.data.generate_sample``, default 6 x 100 human
+On the seeded sample data (``reappreg.sample.generate_sample``, default 6 x 100 human
 reappraisals, 3 raters each) with the default ``RmSettings`` (= params.yaml), it measures:
 
 * encoding: (scenario, answer) pairs/s through the frozen encoder (the per-stage cache);
@@ -38,7 +38,7 @@ def main() -> None:
     import numpy as np
     import torch
 
-    from reappreg.data import generate_sample
+    from reappreg.sample import generate_sample
     from reappreg.rm.dataset import load_pool
     from reappreg.rm.encoder import TextEncoder, resolve_encoder
     from reappreg.rm.ensemble import build_ensemble, load_ensemble

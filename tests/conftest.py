@@ -19,7 +19,8 @@ SHARMA_DIR = REPO_ROOT.parent / "shared" / "data" / "sharma2023"
 @pytest.fixture
 def sample_data(tmp_path: Path) -> Path:
     """A small seeded canonical dataset (6 vignettes x 20 human reappraisals, 3 raters each)."""
-    from reappreg.data import generate_sample, write_canonical
+    from reappreg.data import write_canonical
+    from reappreg.sample import generate_sample
 
     folder = tmp_path / "canonical"
     write_canonical(

@@ -11,7 +11,6 @@ from scipy.stats import spearmanr
 
 from reappreg.data import (
     FLAT_COLUMNS,
-    generate_sample,
     import_flat,
     import_sharma2023,
     ingest,
@@ -19,6 +18,7 @@ from reappreg.data import (
     write_canonical,
 )
 from reappreg.errors import InputError
+from reappreg.sample import generate_sample
 from reappreg.hashing import dvc_md5
 
 

@@ -452,7 +452,8 @@ def tiny_random_policy(smollm_base, tmp_path_factory) -> Path:
 @pytest.fixture(scope="session")
 def tiny_ensemble(tmp_path_factory) -> Path:
     """A real 2-seed regression ensemble built with the rm module's own API on sample data."""
-    from reappreg.data import generate_sample, load_canonical, write_canonical
+    from reappreg.data import load_canonical, write_canonical
+    from reappreg.sample import generate_sample
     from reappreg.rm.ensemble import build_ensemble
     from reappreg.rm.member import train_member
     from reappreg.settings.rm import RmSettings

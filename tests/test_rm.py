@@ -237,7 +237,7 @@ def _certify(path: Path, files: list[Path], result: str = "pass") -> Path:
 @pytest.fixture(scope="module")
 def sample_pool(tmp_path_factory) -> dict[str, Path]:
     """The generated sample (6 vignettes x 20 human reappraisals, 3 raters), as the guard leaves it."""
-    from reappreg.data import generate_sample
+    from reappreg.sample import generate_sample
     from reappreg.split import split, write_split
 
     root = tmp_path_factory.mktemp("rm_sample")

@@ -7,7 +7,8 @@ import sys
 
 import pytest
 
-from reappreg.data import generate_sample, import_sharma2023, load_canonical, write_canonical
+from reappreg.data import import_sharma2023, load_canonical, write_canonical
+from reappreg.sample import generate_sample
 from reappreg.errors import ValidationFailed
 from reappreg.validate import ValidationRules, require_success, run_validation, summarise_failures
 

@@ -1,4 +1,4 @@
-"""The canonical dataset: schema, the seeded sample generator, and importers.
+"""The canonical dataset: schema and importers (the seeded sample generator is ``reappreg.sample``).
 
 Canonical schema (a folder of JSONL files, one object per line, sorted keys):
 
@@ -27,7 +27,6 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from reappreg import vignettes as bank
 from reappreg.errors import InputError
 from reappreg.io import atomic_dir, read_json, read_jsonl, write_json, write_jsonl
 
@@ -57,126 +56,6 @@ class CanonicalData:
 
     def counts(self) -> dict[str, int]:
         return {"vignettes": len(self.vignettes), "reappraisals": len(self.reappraisals), "ratings": len(self.ratings)}
-
-
-# ----------------------------------------------------------------------------- sample
-
-
-def _level(rng: np.random.Generator, skill: float) -> int:
-    """Sample a quality level 0/1/2; higher author skill shifts mass upward."""
-    logits = np.array([-skill, 0.3, skill])
-    probs = np.exp(logits) / np.exp(logits).sum()
-    return int(rng.choice(3, p=probs))
-
-
-def _compose_human(rng: np.random.Generator, vignette: dict, skill: float) -> tuple[str, dict[str, int]]:
-    levels = {"empathy": _level(rng, skill), "reinterpretation": _level(rng, skill), "growth": _level(rng, skill)}
-    fill = {
-        "emotion": vignette["emotion"],
-        "detail": str(rng.choice(vignette["details"])),
-        "alternative": str(rng.choice(vignette["alternatives"])),
-    }
-    parts = [
-        str(rng.choice(bank.HUMAN_EMPATHY[levels["empathy"]])).format(**fill),
-        str(rng.choice(bank.HUMAN_REINTERPRETATION[levels["reinterpretation"]])).format(**fill),
-        str(rng.choice(bank.HUMAN_GROWTH[levels["growth"]])).format(**fill),
-    ]
-    text = " ".join(p for p in parts if p)
-    return text, levels
-
-
-def _true_scores(levels: dict[str, int], text: str, vignette: dict) -> dict[str, float]:
-    """Latent per-dimension quality: what raters perceive, before their own noise."""
-    emp, rei, gro = levels["empathy"], levels["reinterpretation"], levels["growth"]
-    mentions = sum(d.lower() in text.lower() for d in vignette["details"]) + (rei == 2)
-    return {
-        "effectiveness": 1.6 + 0.8 * emp + 1.1 * rei + 0.8 * gro,
-        "empathy": 1.8 + 1.9 * emp + 0.4 * gro,
-        "novelty": 2.0 + 1.7 * rei + 0.3 * gro,
-        "specificity": 1.8 + 1.3 * mentions,
-    }
-
-
-def generate_sample(
-    seed: int = 13,
-    reappraisals_per_vignette: int = 100,
-    raters_per_reappraisal: int = 3,
-    rater_pool: int = 60,
-    gpt4_answers_per_vignette: int = 10,
-    opponents: list[str] | tuple[str, ...] = ("claude-3-opus", "gemini-1.5-pro"),
-    opponent_answers_per_vignette: int = 10,
-) -> CanonicalData:
-    """Seeded sample data in the canonical schema (same seed -> identical tables).
-
-    Quality varies in content: better-rated reappraisals acknowledge the feeling, refer to
-    the scenario's specifics, offer a benign alternative explanation and a constructive
-    next step; poor ones dismiss, moralise or offer clichés. Raters add their own bias and
-    noise, so the signal is learnable but not trivial.
-    """
-    if raters_per_reappraisal > rater_pool:
-        raise InputError(f"raters_per_reappraisal ({raters_per_reappraisal}) exceeds rater_pool ({rater_pool})")
-    rng = np.random.default_rng(seed)
-    rater_bias = rng.normal(0.0, 0.4, size=rater_pool)
-    vignettes = [{k: v[k] for k in VIGNETTE_COLUMNS} for v in bank.VIGNETTES]
-    reappraisals: list[dict] = []
-    ratings: list[dict] = []
-    for vignette in bank.VIGNETTES:
-        vid = vignette["vignette_id"]
-        seen: set[str] = set()
-        index = 0
-        attempts = 0
-        while index < reappraisals_per_vignette:
-            attempts += 1
-            if attempts > reappraisals_per_vignette * 50:
-                raise InputError(f"sample generator: cannot make {reappraisals_per_vignette} distinct texts for {vid}")
-            skill = float(rng.normal(0.0, 1.2))
-            text, levels = _compose_human(rng, vignette, skill)
-            if text in seen:
-                continue
-            seen.add(text)
-            index += 1
-            rid = f"r-{vid}-{index:03d}"
-            reappraisals.append(
-                {"reappraisal_id": rid, "vignette_id": vid, "author_id": f"a-{vid}-{index:03d}", "source": "human", "text": text}
-            )
-            truth = _true_scores(levels, text, vignette)
-            for rater in rng.choice(rater_pool, size=raters_per_reappraisal, replace=False):
-                row = {
-                    "rating_id": f"{rid}-k{int(rater):02d}",
-                    "reappraisal_id": rid,
-                    "vignette_id": vid,
-                    "rater_id": f"k{int(rater):02d}",
-                }
-                for dim in RATING_DIMENSIONS:
-                    value = truth[dim] + rater_bias[rater] + rng.normal(0.0, 0.8)
-                    row[dim] = int(np.clip(np.rint(value), 1, 7))
-                ratings.append(row)
-        sources = [("gpt-4-0314", gpt4_answers_per_vignette)] + [(o, opponent_answers_per_vignette) for o in opponents]
-        for source, count in sources:
-            frames = bank.HELDOUT_FRAMES.get(source, bank.GENERIC_HELDOUT_FRAMES)
-            combos = [(f, a) for f in frames for a in vignette["heldout_alternatives"]]
-            order = rng.permutation(len(combos))
-            for j in range(count):
-                frame, alternative = combos[order[j % len(combos)]]
-                text = frame.format(alternative=alternative)
-                if j >= len(combos):  # more answers than combinations: vary the opening
-                    text = f"{['Also', 'Still', 'Equally'][j // len(combos) % 3]}, {text[0].lower()}{text[1:]}"
-                reappraisals.append(
-                    {
-                        "reappraisal_id": f"{source}-{vid}-{j + 1:02d}",
-                        "vignette_id": vid,
-                        "author_id": source,
-                        "source": source,
-                        "text": text,
-                    }
-                )
-    meta = {"source": "sample", "seed": seed, "has_ratings": True, "has_emotion": True}
-    return CanonicalData(
-        vignettes=pd.DataFrame(vignettes, columns=VIGNETTE_COLUMNS),
-        reappraisals=pd.DataFrame(reappraisals, columns=REAPPRAISAL_COLUMNS),
-        ratings=pd.DataFrame(ratings, columns=RATING_COLUMNS),
-        meta=meta,
-    )
 
 
 # ----------------------------------------------------------------------------- reading raw files
@@ -395,6 +274,8 @@ def import_canonical_folder(folder: str | Path) -> CanonicalData:
 def ingest(source: str, path: str | Path | None, sample_settings: dict | None = None) -> CanonicalData:
     """Dispatch on the ``data.source`` param."""
     if source == "sample":
+        from reappreg.sample import generate_sample  # sample imports this module's schema
+
         return generate_sample(**(sample_settings or {}))
     if path is None:
         raise InputError(f"data.source is {source!r} but data.path is not set; point it at the file to import")
