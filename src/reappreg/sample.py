@@ -21,18 +21,23 @@ def _level(rng: np.random.Generator, skill: float) -> int:
     return int(rng.choice(3, p=probs))
 
 
-def _compose_human(rng: np.random.Generator, vignette: dict, skill: float) -> tuple[str, dict[str, int]]:
+def _compose_human(rng: np.random.Generator, vignette: dict, skill: float, verbosity: float) -> tuple[str, dict[str, int]]:
+    """One human reappraisal. ``verbosity`` (0-1, drawn independently of ``skill``) is the
+    chance that each part is worded at length, and of a rambling aside up front."""
     levels = {"empathy": _level(rng, skill), "reinterpretation": _level(rng, skill), "growth": _level(rng, skill)}
     fill = {
         "emotion": vignette["emotion"],
         "detail": str(rng.choice(vignette["details"])),
         "alternative": str(rng.choice(vignette["alternatives"])),
     }
-    parts = [
-        str(rng.choice(bank.HUMAN_EMPATHY[levels["empathy"]])).format(**fill),
-        str(rng.choice(bank.HUMAN_REINTERPRETATION[levels["reinterpretation"]])).format(**fill),
-        str(rng.choice(bank.HUMAN_GROWTH[levels["growth"]])).format(**fill),
-    ]
+    parts = []
+    if rng.random() < 0.6 * verbosity:
+        parts.append(str(rng.choice(bank.HUMAN_FILLER)))
+    levels["filler"] = len(parts)
+    for name, phrases in (("empathy", bank.HUMAN_EMPATHY), ("reinterpretation", bank.HUMAN_REINTERPRETATION),
+                          ("growth", bank.HUMAN_GROWTH)):
+        wording = "long" if rng.random() < verbosity else "short"
+        parts.append(str(rng.choice(phrases[levels[name]][wording])).format(**fill))
     text = " ".join(p for p in parts if p)
     return text, levels
 
@@ -42,7 +47,7 @@ def _true_scores(levels: dict[str, int], text: str, vignette: dict) -> dict[str,
     emp, rei, gro = levels["empathy"], levels["reinterpretation"], levels["growth"]
     mentions = sum(d.lower() in text.lower() for d in vignette["details"]) + (rei == 2)
     return {
-        "effectiveness": 1.6 + 0.8 * emp + 1.1 * rei + 0.8 * gro,
+        "effectiveness": 1.6 + 0.8 * emp + 1.1 * rei + 0.8 * gro - 0.5 * levels["filler"],
         "empathy": 1.8 + 1.9 * emp + 0.4 * gro,
         "novelty": 2.0 + 1.7 * rei + 0.3 * gro,
         "specificity": 1.8 + 1.3 * mentions,
@@ -62,8 +67,10 @@ def generate_sample(
 
     Quality varies in content: better-rated reappraisals acknowledge the feeling, refer to
     the scenario's specifics, offer a benign alternative explanation and a constructive
-    next step; poor ones dismiss, moralise or offer clichés. Raters add their own bias and
-    noise, so the signal is learnable but not trivial.
+    next step; poor ones dismiss, moralise or offer clichés. How long a text is does not
+    say how good it is: every quality level has concise and wordy phrasings and an author's
+    verbosity is independent of their skill, so a length-only ranker is near chance. Raters
+    add their own bias and noise, so the signal is learnable but not trivial.
     """
     if raters_per_reappraisal > rater_pool:
         raise InputError(f"raters_per_reappraisal ({raters_per_reappraisal}) exceeds rater_pool ({rater_pool})")
@@ -82,7 +89,8 @@ def generate_sample(
             if attempts > reappraisals_per_vignette * 50:
                 raise InputError(f"sample generator: cannot make {reappraisals_per_vignette} distinct texts for {vid}")
             skill = float(rng.normal(0.0, 1.2))
-            text, levels = _compose_human(rng, vignette, skill)
+            verbosity = float(rng.beta(0.7, 0.7))  # most authors lean clearly terse or wordy
+            text, levels = _compose_human(rng, vignette, skill, verbosity)
             if text in seen:
                 continue
             seen.add(text)

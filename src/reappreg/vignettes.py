@@ -142,62 +142,128 @@ VIGNETTES: list[dict] = [
 ]
 
 # --- Human-author phrase banks (training side). Levels 0/1/2 = poor/medium/good. ---
+# Every level has a concise and a wordy way of saying it ("short"/"long"): an author's
+# verbosity is drawn independently of their skill, so a long text is often a poor one
+# (lecturing, rambling, clichés at length) and a short one often good. Length alone then
+# ranks texts little better than chance, as it should; the content decides the rating.
 
 HUMAN_EMPATHY = {
-    0: [
-        "Honestly, you are overreacting.",
-        "This is really not a big deal.",
-        "You need to toughen up a bit.",
-        "",
-    ],
-    1: [
-        "It is understandable to feel {emotion}.",
-        "Anyone would feel some {emotion} here.",
-        "Feeling {emotion} about this is normal.",
-    ],
-    2: [
-        "It makes complete sense that you feel {emotion} after {detail}, and that feeling deserves room.",
-        "Your {emotion} is a real response to {detail}, because it shows how much you care.",
-        "Of course {detail} left you with {emotion}; you invested yourself in this.",
-    ],
+    0: {
+        "short": [
+            "Honestly, you are overreacting.",
+            "This is really not a big deal.",
+            "You need to toughen up a bit.",
+            "",
+        ],
+        "long": [
+            "Honestly, you are overreacting, and getting this worked up over something so ordinary only makes it worse for you and for everyone who has to hear about it.",
+            "To be blunt, this is really not a big deal, and most people would have shrugged it off by now instead of turning it over and over in their heads for days.",
+            "You need to toughen up a bit, because life is full of small letdowns like this one and nobody is going to tiptoe around your feelings forever.",
+        ],
+    },
+    1: {
+        "short": [
+            "It is understandable to feel {emotion}.",
+            "Anyone would feel some {emotion} here.",
+            "Feeling {emotion} about this is normal.",
+        ],
+        "long": [
+            "It is understandable to feel {emotion} in a situation like this one, and I think a lot of people in your place would probably feel something quite similar.",
+            "Anyone would feel at least some {emotion} here, I suppose, since these kinds of things tend to get to people in one way or another.",
+        ],
+    },
+    2: {
+        "short": [
+            "Your {emotion} makes sense.",
+            "Of course {detail} stung.",
+            "Your {emotion} shows you care.",
+        ],
+        "long": [
+            "It makes complete sense that you feel {emotion} after {detail}, and that feeling deserves room.",
+            "Your {emotion} is a real response to {detail}, because it shows how much you care.",
+            "Of course {detail} left you with {emotion}; you invested yourself in this.",
+        ],
+    },
 }
 
 HUMAN_REINTERPRETATION = {
-    0: [
-        "Everything happens for a reason.",
-        "Things will work out somehow.",
-        "Just try to think positive.",
-        "Life goes on anyway.",
-    ],
-    1: [
-        "Maybe there is another explanation for what happened.",
-        "There might be more going on than you can see right now.",
-        "Perhaps it was not meant the way it felt.",
-    ],
-    2: [
-        "Perhaps {alternative}, which would mean this says more about their situation than about you.",
-        "It is possible that {alternative}, so {detail} may not be the rejection it seems.",
-        "Consider that {alternative}; then {detail} looks different.",
-    ],
+    0: {
+        "short": [
+            "Everything happens for a reason.",
+            "Things will work out somehow.",
+            "Just try to think positive.",
+            "Life goes on anyway.",
+        ],
+        "long": [
+            "The way I see it, everything in life happens for a reason, and if you just wait long enough the universe usually shows you what that reason was supposed to be.",
+            "Try to think positive thoughts and remember that people are the way they are, so there is no use analysing it any further than that.",
+            "At the end of the day life goes on anyway, and whatever happened here is just one of those things that everybody goes through at some point.",
+        ],
+    },
+    1: {
+        "short": [
+            "Maybe there is another explanation.",
+            "Perhaps it was not meant that way.",
+        ],
+        "long": [
+            "Maybe there is another explanation for what happened, even if it is hard to say right now what exactly that explanation might turn out to be.",
+            "There might be more going on than you can see right now, and things are not always exactly what they look like at first glance.",
+        ],
+    },
+    2: {
+        "short": [
+            "Perhaps {alternative}.",
+            "Maybe {alternative}.",
+        ],
+        "long": [
+            "Perhaps {alternative}, which would mean this says more about their situation than about you.",
+            "It is possible that {alternative}, so {detail} may not be the rejection it seems.",
+            "Consider that {alternative}; then {detail} looks different.",
+        ],
+    },
 }
 
 HUMAN_GROWTH = {
-    0: [
-        "",
-        "You will probably keep thinking about it for a while.",
-        "There is nothing you can really do.",
-    ],
-    1: [
-        "You could talk to them about it.",
-        "Maybe let it rest for a few days.",
-        "Try to give it some time.",
-    ],
-    2: [
-        "You can choose to ask them calmly about {detail}, which gives you a chance to understand instead of assume.",
-        "Next time you can say how {detail} affected you, and that honesty can bring you closer.",
-        "You can treat this as a chance to show yourself the patience you would offer a friend.",
-    ],
+    0: {
+        "short": [
+            "",
+            "There is nothing you can do.",
+        ],
+        "long": [
+            "You will probably keep thinking about it for a while no matter what anyone says, and honestly there is not much you can really do about that.",
+            "There is nothing you can really do except put up with it and hope that it does not keep happening to you over and over again.",
+        ],
+    },
+    1: {
+        "short": [
+            "You could talk to them.",
+            "Maybe let it rest a few days.",
+            "Try to give it time.",
+        ],
+        "long": [
+            "You could try to talk to them about it at some point if you feel like it, or otherwise just let it rest for a few days and see.",
+        ],
+    },
+    2: {
+        "short": [
+            "Ask them calmly about {detail}.",
+            "Tell them how {detail} felt.",
+        ],
+        "long": [
+            "You can choose to ask them calmly about {detail}, which gives you a chance to understand instead of assume.",
+            "Next time you can say how {detail} affected you, and that honesty can bring you closer.",
+            "You can treat this as a chance to show yourself the patience you would offer a friend.",
+        ],
+    },
 }
+
+# Rambling asides of verbose authors: they add length and no content (raters mark such
+# texts down slightly).
+HUMAN_FILLER = [
+    "I have been going back and forth on how best to put this into words for you.",
+    "I am not sure this is the right way to say it, but I will give it a try anyway.",
+    "Sorry if this comes out a bit long, I tend to write more than I need to.",
+]
 
 # --- Held-out phrase banks (GPT-4-0314-style and opponents); no wording shared with the above. ---
 

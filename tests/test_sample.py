@@ -1,0 +1,98 @@
+"""The seeded sample generator (reappreg.sample) and its phrase banks (reappreg.vignettes)."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from reappreg.data import write_canonical
+from reappreg.guard.text import tokens
+from reappreg.hashing import dvc_md5
+from reappreg.sample import generate_sample
+
+
+def test_sample_is_deterministic_per_seed(tmp_path):
+    a, b = tmp_path / "a", tmp_path / "b"
+    write_canonical(generate_sample(seed=3, reappraisals_per_vignette=15), a)
+    write_canonical(generate_sample(seed=3, reappraisals_per_vignette=15), b)
+    write_canonical(generate_sample(seed=4, reappraisals_per_vignette=15), tmp_path / "c")
+    assert dvc_md5(a) == dvc_md5(b)
+    assert dvc_md5(a) != dvc_md5(tmp_path / "c")
+
+
+def test_sample_shape_matches_the_study_design():
+    data = generate_sample()
+    assert data.vignettes["vignette_id"].nunique() == 6
+    assert data.vignettes["emotion"].notna().all()
+    human = data.reappraisals[data.reappraisals["source"] == "human"]
+    assert (human.groupby("vignette_id").size() == 100).all()
+    # distinct authors within a vignette
+    assert human.groupby("vignette_id")["author_id"].nunique().eq(100).all()
+    raters = data.ratings.groupby("reappraisal_id")["rater_id"].nunique()
+    assert raters.min() >= 3 and len(raters) == len(human)
+    for dim in ["effectiveness", "empathy", "novelty", "specificity"]:
+        assert data.ratings[dim].between(1, 7).all()
+    sources = set(data.reappraisals["source"])
+    assert {"gpt-4-0314", "claude-3-opus", "gemini-1.5-pro"} <= sources
+
+
+def _human_with_scores(seed: int):
+    data = generate_sample(seed=seed)
+    mean = data.ratings.groupby("reappraisal_id")["effectiveness"].mean()
+    human = data.reappraisals[data.reappraisals["source"] == "human"].set_index("reappraisal_id")
+    return human.assign(score=mean)
+
+
+def test_quality_varies_with_content_not_a_marker():
+    """Better-rated texts differ in content: dismissive phrasing is rated low,
+    texts naming a scenario-specific alternative explanation are rated high."""
+    human = _human_with_scores(5)
+    dismissive = human["text"].str.contains("overreacting|not a big deal|toughen up")
+    assert human.loc[dismissive, "score"].mean() + 1.0 < human.loc[~dismissive, "score"].mean()
+    # no hidden marker: identical texts under different vignettes are allowed, ids carry no score
+    assert not human.index.str.contains("good|bad").any()
+
+
+def _length_ranker_accuracy(human, column: str, margin: float) -> float:
+    """Pairwise accuracy of "the longer text wins" on within-vignette human preference pairs."""
+    correct = []
+    for _, group in human.groupby("vignette_id"):
+        score = group["score"].to_numpy(float)
+        length = group[column].to_numpy(float)
+        diff = score[:, None] - score[None, :]
+        better, worse = np.nonzero((diff >= margin) & (diff > 0))
+        d = length[better] - length[worse]
+        correct.append((d > 0) + 0.5 * (d == 0))
+    return float(np.concatenate(correct).mean())
+
+
+@pytest.mark.parametrize("seed", [13, 5, 2])
+def test_length_alone_does_not_rank_the_sample(seed):
+    """Some long texts are bad and some short ones good: a length-only ranker is <= 0.60
+    on the sample's preference pairs, in characters and in words, at every pair margin."""
+    human = _human_with_scores(seed)
+    human = human.assign(chars=human["text"].str.len(), words=human["text"].str.split().str.len())
+    # the sample has both: long texts rated below the median and short ones above it
+    long_text = human["chars"] > human["chars"].quantile(0.75)
+    short_text = human["chars"] < human["chars"].quantile(0.25)
+    median = human["score"].median()
+    assert (human.loc[long_text, "score"] < median).mean() > 0.3
+    assert (human.loc[short_text, "score"] > median).mean() > 0.3
+    for column in ("chars", "words"):
+        for margin in (0.0, 0.5, 1.0):
+            assert _length_ranker_accuracy(human, column, margin) <= 0.60
+
+
+def test_heldout_wording_is_disjoint_from_the_human_phrase_banks():
+    """The guard relies on it: no word 4-gram of any held-out answer occurs in a human text."""
+    data = generate_sample(seed=13)
+    is_human = data.reappraisals["source"] == "human"
+
+    def grams(text: str) -> set[tuple[str, ...]]:
+        words = tokens(text)
+        return {tuple(words[i : i + 4]) for i in range(len(words) - 3)}
+
+    human = set().union(*(grams(t) for t in data.reappraisals.loc[is_human, "text"]))
+    heldout = set().union(*(grams(t) for t in data.reappraisals.loc[~is_human, "text"]))
+    assert heldout and human
+    assert not human & heldout
