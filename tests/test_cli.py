@@ -1,38 +1,159 @@
-"""The one entry point: exit codes and error messages."""
+"""The one entry point: usage errors, exit codes, --version and help, on every registered command.
+
+The command tree is walked, so a command added later is covered without editing this file.
+"""
 
 from __future__ import annotations
 
 import subprocess
 import sys
 
+import pytest
+
+from reappreg import __version__, cli
+
+
+def _walk(command, path):
+    yield path, command
+    for name, sub in sorted(getattr(command, "commands", {}).items()):
+        yield from _walk(sub, [*path, name])
+
+
+TREE = list(_walk(cli.command_tree(), []))
+GROUPS = [path for path, command in TREE if hasattr(command, "commands")]
+LEAVES = [(path, command) for path, command in TREE if not hasattr(command, "commands")]
+LEAF_IDS = [" ".join(path) for path, _ in LEAVES]
+
+
+def _value_options(command):
+    return [p for p in command.params if p.param_type_name == "option" and not p.is_flag and p.opts]
+
+
+def _numeric_options(command):
+    return [p for p in _value_options(command) if p.type_descriptor.annotation in (int, float)]
+
+
+def _required(command):
+    return [p for p in command.params if p.required]
+
+
+def run(argv, capsys):
+    """(exit code, stdout, stderr) of ``reappreg ARGV`` run in this process."""
+    with pytest.raises(SystemExit) as info:
+        cli.main(list(argv))
+    out, err = capsys.readouterr()
+    return info.value.code, out, err
+
+
+def assert_usage_error(code, out, err, path, problem):
+    """Exit 2; on stderr exactly the usage of the command, one ``error:`` line naming the problem, a hint."""
+    assert code == 2, (path, code, err)
+    assert out == ""
+    lines = err.strip().splitlines()
+    assert "Traceback" not in err and "╭" not in err, err
+    assert len(lines) == 3, err
+    assert lines[0].startswith(f"Usage: {' '.join(['reappreg', *path])} "), err
+    assert lines[1].startswith("error: ") and problem in lines[1], err
+    assert lines[2] == f"Try '{' '.join(['reappreg', *path])} --help' for help.", err
+
+
+def test_the_tree_has_every_concern_and_the_report():
+    names = {path[0] for path, _ in TREE if path}
+    assert {name for _, name in cli.SUBCOMMANDS} | {"report"} <= names
+    assert len(LEAVES) > len(GROUPS)  # groups have commands under them
+
+
+@pytest.mark.parametrize("path", GROUPS, ids=[" ".join(p) or "reappreg" for p in GROUPS])
+def test_a_typo_in_a_subcommand_is_one_error_line(path, capsys):
+    code, out, err = run([*path, "audti"], capsys)
+    assert_usage_error(code, out, err, path, "No such command 'audti'")
+
+
+@pytest.mark.parametrize("path", GROUPS, ids=[" ".join(p) or "reappreg" for p in GROUPS])
+def test_a_bare_group_names_the_missing_command_and_lists_the_commands(path, capsys):
+    code, out, err = run(path, capsys)
+    assert code == 2
+    assert err.startswith("error: missing command\n") and "Traceback" not in err
+    command = dict((tuple(p), c) for p, c in TREE)[tuple(path)]
+    for name in [n for n, c in command.commands.items() if not c.hidden]:
+        assert f"\n  {name} " in err, (name, err)
+
+
+@pytest.mark.parametrize("path", [[], *[p for p, _ in LEAVES]], ids=["reappreg", *LEAF_IDS])
+def test_an_unknown_option_is_one_error_line(path, capsys):
+    code, out, err = run([*path, "--bogus"], capsys)
+    assert_usage_error(code, out, err, path, "No such option: --bogus")
+
+
+@pytest.mark.parametrize("path,command", LEAVES, ids=LEAF_IDS)
+def test_a_missing_required_value_is_one_error_line(path, command, capsys):
+    required = _required(command)
+    if not required:
+        pytest.skip("every parameter has a default")
+    code, out, err = run(path, capsys)
+    first = required[0]
+    what = f"Missing {'argument' if first.param_type_name == 'argument' else 'option'}"
+    assert_usage_error(code, out, err, path, what)
+
+
+@pytest.mark.parametrize("path,command", LEAVES, ids=LEAF_IDS)
+def test_an_option_without_its_value_is_one_error_line(path, command, capsys):
+    for option in _value_options(command):
+        code, out, err = run([*path, option.opts[0]], capsys)
+        assert_usage_error(code, out, err, path, f"Option '{option.opts[0]}' requires an argument")
+
+
+NUMERIC = [(p, c) for p, c in LEAVES if _numeric_options(c)]
+
+
+@pytest.mark.parametrize("path,command", NUMERIC, ids=[" ".join(p) for p, _ in NUMERIC])
+def test_a_malformed_number_is_one_error_line(path, command, capsys):
+    for option in _numeric_options(command):
+        code, out, err = run([*path, option.opts[0], "twelve"], capsys)
+        assert_usage_error(code, out, err, path, f"Invalid value for '{option.opts[0]}'")
+
+
+def test_numeric_options_exist_so_the_malformed_number_test_runs():
+    assert len(NUMERIC) >= 3
+
+
+@pytest.mark.parametrize("path,command", TREE, ids=[" ".join(p) or "reappreg" for p, _ in TREE])
+def test_help_is_plain_and_consistent(path, command, capsys):
+    code, out, err = run([*path, "--help"], capsys)
+    assert code == 0 and err == ""
+    assert out.startswith(f"Usage: {' '.join(['reappreg', *path])}")
+    for markup in ("``", "╭", "[bold", ":func:", ":class:", "::\n"):
+        assert markup not in out, (markup, out)
+    summary = (command.help or "").strip().splitlines()[0] if command.help else ""
+    assert summary[:1].isupper() and summary.endswith("."), f"help summary of {' '.join(path)!r}: {summary!r}"
+
+
+def test_version(capsys):
+    code, out, err = run(["--version"], capsys)
+    assert code == 0 and out.strip() == f"reappreg {__version__}"
+
 
 def _cli(*args):
     return subprocess.run([sys.executable, "-m", "reappreg", *args], capture_output=True, text=True)
 
 
-def test_help_lists_every_concern():
-    proc = _cli("--help")
-    assert proc.returncode == 0
-    for name in ["data", "validate", "stats"]:
-        assert name in proc.stdout
+@pytest.mark.parametrize("argv", [["guard", "audti"], ["--bogus"], ["registry", "promote"]])
+def test_the_installed_entry_point_gives_one_error_line_and_exit_2(argv):
+    proc = _cli(*argv)
+    assert proc.returncode == 2, proc.stderr
+    assert "Traceback" not in proc.stderr and "╭" not in proc.stderr
+    assert sum(line.startswith("error: ") for line in proc.stderr.splitlines()) == 1
+    assert len(proc.stderr.strip().splitlines()) == 3
 
 
-def test_reappreg_error_exits_2_with_message(tmp_path):
-    proc = _cli("data", "ingest", "--out", str(tmp_path / "x"), "--params", str(tmp_path / "missing.yaml"))
-    assert proc.returncode == 2
-    assert "params file not found" in proc.stderr
-    assert "Traceback" not in proc.stderr
-
-
-def test_usage_error_is_nonzero():
-    proc = _cli("data", "ingest", "--no-such-flag")
-    assert proc.returncode != 0
+def test_reappreg_error_exits_2_with_one_message(tmp_path, capsys):
+    code, out, err = run(["data", "ingest", "--out", str(tmp_path / "x"), "--params", str(tmp_path / "missing.yaml")], capsys)
+    assert code == 2
+    assert err == f"error: {tmp_path / 'missing.yaml'}: params file not found\n"
 
 
 def test_typer_exit_code_is_propagated(monkeypatch):
     import typer
-
-    from reappreg import cli
 
     probe = typer.Typer()
 
@@ -41,10 +162,6 @@ def test_typer_exit_code_is_propagated(monkeypatch):
         raise typer.Exit(3)
 
     monkeypatch.setattr(cli, "app", probe)
-    monkeypatch.setattr(sys, "argv", ["reappreg"])
-    try:
-        cli.main()
-    except SystemExit as exc:
-        assert exc.code == 3
-    else:  # pragma: no cover - main must exit
-        raise AssertionError("main() returned without exiting")
+    with pytest.raises(SystemExit) as info:
+        cli.main([])
+    assert info.value.code == 3
