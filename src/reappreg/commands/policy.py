@@ -18,7 +18,7 @@ from rich.console import Console
 from reappreg.errors import InputError, ReappregError
 from reappreg.settings import load_params
 
-app = typer.Typer(no_args_is_help=True, help="policy: GRPO prompts, base model and GRPO training")
+app = typer.Typer(no_args_is_help=True, help="Policy: base model, GRPO prompts and GRPO training.")
 console = Console(stderr=True)
 
 ParamsOpt = typer.Option(Path("params.yaml"), "--params", help="params file")
