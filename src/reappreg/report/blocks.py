@@ -108,7 +108,7 @@ def dot_figure(title: str, names: list[str], values: list[Any], intervals: list[
             if num(value) is not None:
                 ax.plot(value, y - 0.25, "s", color="#ff7f0e", markersize=6, zorder=3, label=labels[1] if y == ys[0] else None)
                 ax.annotate(fmt(value), (value, y - 0.25), textcoords="offset points", xytext=(0, -11), ha="center", fontsize=8)
-        ax.legend(loc="lower left", fontsize=8)
+        ax.legend(loc="upper center", bbox_to_anchor=(0.5, -0.3), ncol=2, fontsize=8, frameon=False)
     ax.set_yticks(ys, names)
     ax.set_ylim(-0.8, len(names) - 0.3)
     ax.set_xlabel(xlabel)
@@ -120,6 +120,8 @@ def dot_figure(title: str, names: list[str], values: list[Any], intervals: list[
 
 def curves_figure(history: list[Mapping[str, Any]], keys: list[str]) -> Figure:
     plt = _pyplot()
+    from matplotlib.ticker import MaxNLocator
+
     ncols = 2
     nrows = max(1, math.ceil(len(keys) / ncols))
     fig, axes = plt.subplots(nrows, ncols, figsize=(9, 2.6 * nrows), squeeze=False)
@@ -131,6 +133,7 @@ def curves_figure(history: list[Mapping[str, Any]], keys: list[str]) -> Figure:
             ax.annotate(fmt(ys[-1]), (xs[-1], ys[-1]), textcoords="offset points", xytext=(4, 4), fontsize=8)
         ax.set_title(key, fontsize=9)
         ax.set_xlabel("training step")
+        ax.xaxis.set_major_locator(MaxNLocator(integer=True))
         ax.set_ylabel(key.rsplit("/", 1)[-1])
         ax.grid(alpha=0.3)
     for ax in list(axes.flat)[len(keys):]:

@@ -13,16 +13,8 @@ from typing import Any
 from reappreg.card import flatten, fmt
 from reappreg.errors import InputError
 from reappreg.io import read_json, read_jsonl
-from reappreg.report.blocks import (
-    Section,
-    Table,
-    curves_figure,
-    dot_figure,
-    empty_reason,
-    forest_figure,
-    is_number,
-    num,
-)
+from reappreg.report.blocks import (Section, Table, count, curves_figure, dot_figure, empty_reason, forest_figure,
+                                    is_number, num)
 
 
 @dataclass(frozen=True)

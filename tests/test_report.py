@@ -1,0 +1,253 @@
+"""The pipeline report: every section from small planted files, missing inputs named, never invented."""
+
+from __future__ import annotations
+
+import base64
+import json
+import os
+import re
+import shutil
+from pathlib import Path
+
+import pytest
+
+from reappreg.report import HEADLINE_MAX_KEYS, ReportSources, collect, headline, render_html, render_markdown
+from reappreg.report.blocks import Figure, Table
+
+CHROMIUM = Path("/usr/bin/chromium")
+CHROMEDRIVER = Path("/usr/bin/chromedriver")
+
+
+def _jsonl(path: Path, rows: list[dict]) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text("".join(json.dumps(r) + "\n" for r in rows), encoding="utf-8")
+
+
+def _json(path: Path, obj) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(json.dumps(obj), encoding="utf-8")
+
+
+def sources_in(root: Path) -> ReportSources:
+    return ReportSources(
+        canonical=root / "data/canonical", train=root / "data/train", heldout=root / "data/heldout/answers.jsonl",
+        validation=root / "data/validation/report.json", certificate=root / "data/guard/certificate.json",
+        rm_metrics=root / "metrics/rm", policy_metrics=root / "metrics/policy",
+        calibration=root / "metrics/judge_calibration.json", eval_metrics=root / "metrics/eval.json",
+        forest=root / "plots/eval/forest.csv", claims=root / "reports/claims.json",
+        registration=root / "reports/registry/registration.json", leakscan=root / "reports/leakscan.json")
+
+
+FOREST = """condition,opponent,row,row_kind,label,n,n_unparseable,win_rate,iid_low,iid_high,cluster_low,cluster_high,n_clusters,n_eff
+policy,gpt-4-0314,v1,vignette,x,10,0,0.7,0.397,0.892,0.412,0.911,4,10.0
+policy,gpt-4-0314,v2,vignette,x,0,7,,,,,,0,
+policy,gpt-4-0314,pooled,pooled,x,10,7,0.7,0.397,0.892,0.412,0.911,4,8.5
+"""
+
+
+def plant(root: Path) -> ReportSources:
+    """One small file per source, with numbers that appear nowhere else."""
+    s = sources_in(root)
+    _jsonl(s.canonical / "reappraisals.jsonl", [{"source": "human"}] * 3 + [{"source": "gpt-4-0314"}] * 2)
+    _jsonl(s.canonical / "vignettes.jsonl", [{"vignette_id": "v1"}, {"vignette_id": "v2"}])
+    _jsonl(s.train / "reappraisals.jsonl", [{"source": "human"}] * 3)
+    _jsonl(s.train / "ratings.jsonl", [{"rating": 1}] * 7)
+    _jsonl(s.heldout, [{"source": "gpt-4-0314"}] * 2)
+    _json(s.validation, {"success": False, "n_expectations": 23, "n_failed": 1, "source": "sample",
+                         "tables": {"reappraisals": 5},
+                         "failed": [{"table": "ratings", "expectation": "expect_column_values_to_be_between",
+                                     "kwargs": {"column": "effectiveness"}, "unexpected_count": 4, "element_count": 7,
+                                     "example_ids": ["r9"]}]})
+    _json(s.certificate, {"schema": "reappreg.guard.certificate/v1", "result": "pass", "policy": "block",
+                          "counts": {"hits": 0, "texts_checked": 618, "removed_records": 0},
+                          "training": [{"path": "data/train/reappraisals.jsonl", "records": 3, "flagged_records": 0,
+                                        "guarded_path": "data/guarded/reappraisals.jsonl"}]})
+    _json(s.rm_metrics / "bt_seed_0.json", {"objective": "bt", "holdout": {"pairwise_accuracy": 0.8123,
+                                            "spearman_within_vignette": 0.6351, "n_pairs": 830},
+                                            "lovo": {"pairwise_accuracy": 0.7891},
+                                            "baselines": {"length_only": {"pairwise_accuracy": 0.5512}}})
+    _json(s.rm_metrics / "ensemble.json", {"objective": "multidim", "holdout": {"reward": {
+        "pairwise_accuracy": 0.8456, "pairwise_accuracy_low": 0.8111, "pairwise_accuracy_high": 0.8777}}})
+    _json(s.policy_metrics / "train.json", {"healthy": True, "steps_run": 3, "unhealthy_reason": None,
+                                            "final": {"health/format_gate_hit_rate": 0.2468, "health/kl": 0.0135},
+                                            "history": [{"step": 1, "health/kl": 0.01, "health/reward_std": 0.5},
+                                                        {"step": 2, "health/kl": 0.012, "health/reward_std": 0.4},
+                                                        {"step": 3, "health/kl": 0.0135, "health/reward_std": 0.3}]})
+    _json(s.calibration, {"trusted": True, "judge_model": "judge-x", "agreement": 0.7321, "agreement_low": 0.6543,
+                          "agreement_high": 0.8012, "kappa_new_key": 0.4242})
+    _json(s.eval_metrics, {"policy/gpt-4-0314/win_rate": 0.7, "policy/gpt-4-0314/cluster_low": 0.412,
+                           "policy/gpt-4-0314/n": 10, "policy/gpt-4-0314/vignette/v1/n": 10, "judge/trusted": 1})
+    s.forest.parent.mkdir(parents=True, exist_ok=True)
+    s.forest.write_text(FOREST, encoding="utf-8")
+    _json(s.claims, [{"claim_id": "bar/policy/gpt-4-0314", "status": "not_tested", "supported": False,
+                      "statement": "The policy wins.", "reason": "n = 10 < 240", "flags": ["below_min_n"]}])
+    _json(s.registration, {"registered": [{"name": "reappraisal-policy-grpo", "version": "3",
+                                           "aliases": ["candidate"], "gates": {"min_n": {"passed": False, "value": 10}}}]})
+    _json(s.leakscan, {"passed": True, "n_hits": 0, "n_probes": 1264, "mlflow_runs_scanned": 32, "hits": []})
+    return s
+
+
+def markdown_of(sources: ReportSources, root: Path) -> str:
+    return render_markdown(collect(sources, root), "report", "subtitle")
+
+
+def test_every_section_shows_the_planted_values(tmp_path):
+    md = markdown_of(plant(tmp_path), tmp_path)
+    expected = [
+        "| human | 3 | 3 | 0 |", "| gpt-4-0314 | 2 | 0 | 2 |", "| total | 5 | 3 | 2 |",      # data per source
+        "| data/train/ratings.jsonl | 7 |",
+        "**FAILED**: 1 of 23", "| ratings | expect_column_values_to_be_between | effectiveness | 4 | 7 | r9 |",
+        "| counts.texts_checked | 618 |", "| data/train/reappraisals.jsonl | 3 | 0 | data/guarded/reappraisals.jsonl |",
+        "| bt_seed_0 | bt | 0.812 | 0.635 | 830 | 0.789 |", "| ensemble | multidim | 0.846 |",
+        "| bt_seed_0 | length_only.pairwise_accuracy | 0.551 |",                                # baselines by key
+        "Training monitor verdict: **healthy** after 3 steps", "| final.health/format_gate_hit_rate | 0.247 |",
+        "| agreement | 0.732 | 0.654 | 0.801 |", "| kappa_new_key | 0.424 |",                  # intervals joined; unknown key kept
+        "| policy | gpt-4-0314 | v1 | 10 | 0.700 | [0.397, 0.892] | [0.412, 0.911] |",
+        "| bar/policy/gpt-4-0314 | not_tested | no | The policy wins. | n = 10 < 240 | below_min_n |",
+        "| reappraisal-policy-grpo | 3 | candidate | no | 10 |",                                # aliases and gate results
+        "Leak scan: **passed**: 0 hit(s) in 1264 probes",
+    ]
+    missing = [e for e in expected if e not in md]
+    assert missing == [], md
+    assert "> **Missing:**" not in md
+
+
+def test_a_row_without_a_value_says_why(tmp_path):
+    md = markdown_of(plant(tmp_path), tmp_path)
+    assert "| policy | gpt-4-0314 | v2 | 0 | — | — | — | no scored judgment: all 7 judgment(s) unparseable |" in md
+    pooled = next(line for line in md.splitlines() if "| pooled |" in line)
+    assert "from only 4 vignette(s)" in pooled
+
+
+def test_missing_inputs_are_named_with_their_stage_and_nothing_is_invented(tmp_path):
+    sources = sources_in(tmp_path)
+    sections = collect(sources, tmp_path)
+    assert all(s.missing for s in sections), [s.title for s in sections if not s.missing]
+    assert all(not [b for b in s.blocks if isinstance(b, (Table, Figure))] for s in sections)
+    md = render_markdown(sections, "report", "subtitle")
+    for path, stage in [("data/validation/report.json", "validate"), ("data/guard/certificate.json", "guard"),
+                        ("metrics/rm", "rm_train"), ("metrics/policy", "policy_train"), ("reports/claims.json", "stats"),
+                        ("reports/registry/registration.json", "register"), ("reports/leakscan.json", "leakscan")]:
+        assert f"`{path}`: not found (written by `dvc repro {stage}`)" in md
+    assert headline(sources) == {}
+    body = md.split("subtitle", 1)[1]
+    assert re.findall(r"\d+\.\d+", body) == []  # no number appears without a file behind it
+
+
+def test_an_unreadable_or_wrong_shaped_file_is_a_missing_section_with_the_reason(tmp_path):
+    sources = plant(tmp_path)
+    sources.validation.write_text("{not json", encoding="utf-8")
+    _json(sources.claims, {"not": "a list"})
+    (sources.rm_metrics / "regression_seed_0.json").write_text("[1,", encoding="utf-8")
+    md = markdown_of(sources, tmp_path)
+    assert "`data/validation/report.json`: unreadable (" in md and "invalid JSON at line 1" in md
+    assert "`reports/claims.json`: expected a JSON list, found dict" in md
+    assert "`metrics/rm/regression_seed_0.json`: unreadable (" in md
+    assert "| bt_seed_0 | bt | 0.812 |" in md  # the readable files are still shown
+
+
+def test_policy_without_history_says_so_instead_of_drawing_curves(tmp_path):
+    sources = plant(tmp_path)
+    _json(sources.policy_metrics / "train.json", {"healthy": False, "unhealthy_reason": "kl above max_kl", "steps_run": 2})
+    sections = collect(sources, tmp_path)
+    policy = next(s for s in sections if s.title.startswith("Policy"))
+    assert not [b for b in policy.blocks if isinstance(b, Figure)]
+    assert any("no per-step history" in m for m in policy.missing)
+    assert "**UNHEALTHY** (kl above max_kl)" in render_markdown(sections, "r", "s")
+
+
+def test_html_is_self_contained_with_every_figure_embedded(tmp_path):
+    sections = collect(plant(tmp_path), tmp_path)
+    figures = [b for s in sections for b in s.blocks if isinstance(b, Figure)]
+    titles = {f.title for f in figures}
+    assert {"Reward models: held-out pairwise accuracy", "Policy health per training step",
+            "Win-rate of policy against gpt-4-0314"} <= titles
+    page = render_html(sections, "report <&>", "from `files`")
+    assert "<title>report &lt;&amp;&gt;</title>" in page and "<code>files</code>" in page
+    for external in ("http://", "https://", "<script", "<link", "@import"):
+        assert external not in page
+    images = re.findall(r'<img alt="[^"]*" src="data:image/png;base64,([^"]+)">', page)
+    assert len(images) == len(figures)
+    for data in images:
+        assert base64.b64decode(data)[:8] == b"\x89PNG\r\n\x1a\n"
+
+
+def test_headline_is_a_few_numbers_only(tmp_path):
+    numbers = headline(plant(tmp_path))
+    flat = {f"{g}.{k}": v for g, values in numbers.items() for k, v in values.items()}
+    assert 0 < len(flat) <= HEADLINE_MAX_KEYS
+    assert all(isinstance(v, (int, float)) and not isinstance(v, bool) for v in flat.values()), flat
+    assert flat["validation.failed"] == 1 and flat["guard.pass"] == 1 and flat["guard.hits"] == 0
+    assert flat["rm.bt_seed_0"] == 0.8123 and flat["rm.ensemble"] == 0.8456
+    assert flat["policy.healthy"] == 1 and flat["policy.format_gate_hit_rate"] == 0.2468
+    assert flat["judge.trusted"] == 1 and flat["judge.agreement"] == 0.7321
+    assert flat["eval.policy/gpt-4-0314/win_rate"] == 0.7 and "eval.policy/gpt-4-0314/vignette" not in str(flat)
+    assert flat["claims.total"] == 1 and flat["claims.supported"] == 0 and flat["leakscan.hits"] == 0
+
+
+def test_headline_refuses_to_grow_past_the_limit(tmp_path):
+    from reappreg.errors import InputError
+
+    sources = plant(tmp_path)
+    _json(sources.eval_metrics, {f"policy/opponent-{i}/win_rate": 0.5 for i in range(HEADLINE_MAX_KEYS + 1)})
+    with pytest.raises(InputError, match="more than 100"):
+        headline(sources)
+
+
+def test_report_command_writes_the_page_and_logs_it_to_mlflow(tmp_path, monkeypatch, tracking_uri):
+    from mlflow import MlflowClient
+
+    from reappreg import cli
+
+    plant(tmp_path)
+    (tmp_path / "params.yaml").write_text("profile: cpu\n", encoding="utf-8")  # every section at its defaults
+    monkeypatch.chdir(tmp_path)
+    with pytest.raises(SystemExit) as info:
+        cli.main(["report"])
+    assert info.value.code == 0
+    page = (tmp_path / "reports/report.html").read_text(encoding="utf-8")
+    assert "Win-rates against held-out answers" in page
+    assert "| bt_seed_0 | bt | 0.812 |" in (tmp_path / "reports/report.md").read_text(encoding="utf-8")
+    assert json.loads((tmp_path / "metrics/headline.json").read_text())["rm"]["bt_seed_0"] == 0.8123
+    client = MlflowClient(tracking_uri=tracking_uri)
+    runs = client.search_runs([e.experiment_id for e in client.search_experiments()], "tags.stage = 'report'")
+    assert len(runs) == 1
+    logged = {a.path for a in client.list_artifacts(runs[0].info.run_id, "report")}
+    assert logged == {"report/report.html", "report/report.md", "report/headline.json"}
+    assert runs[0].data.metrics["rm/bt_seed_0"] == 0.8123
+
+
+@pytest.mark.slow
+@pytest.mark.skipif(not (CHROMIUM.exists() and CHROMEDRIVER.exists()),
+                    reason="needs Debian's chromium and chromium-driver: apt-get install -y chromium chromium-driver")
+def test_the_page_reads_in_headless_chromium(tmp_path):
+    """Open the page as a person would; every section title shows and every figure loads. Keeps a screenshot
+    (copied to $REAPPREG_REPORT_SCREENSHOT when set, for CI to keep as an artifact)."""
+    from selenium import webdriver
+    from selenium.webdriver.chrome.service import Service
+
+    page = tmp_path / "report.html"
+    sections = collect(plant(tmp_path / "repo"), tmp_path / "repo")
+    page.write_text(render_html(sections, "reappreg pipeline report", "planted files"), encoding="utf-8")
+    options = webdriver.ChromeOptions()
+    options.binary_location = str(CHROMIUM)
+    for flag in ("--headless", "--no-sandbox", "--disable-gpu", "--disable-background-networking", "--no-first-run",
+                 "--disable-dev-shm-usage", "--window-size=1280,4000", f"--user-data-dir={tmp_path / 'profile'}"):
+        options.add_argument(flag)
+    driver = webdriver.Chrome(service=Service(str(CHROMEDRIVER)), options=options)
+    try:
+        driver.get(page.as_uri())
+        text = driver.find_element("tag name", "body").text
+        assert [s.title for s in sections if s.title not in text] == []
+        assert "no scored judgment: all 7 judgment(s) unparseable" in text
+        widths = driver.execute_script("return Array.from(document.images).map(i => i.complete ? i.naturalWidth : 0)")
+        assert len(widths) == 3 and all(w > 300 for w in widths), widths
+        shot = tmp_path / "report.png"
+        driver.save_screenshot(str(shot))
+        assert shot.stat().st_size > 20_000
+        target = os.environ.get("REAPPREG_REPORT_SCREENSHOT")
+        if target:
+            Path(target).parent.mkdir(parents=True, exist_ok=True)
+            shutil.copy(shot, target)
+    finally:
+        driver.quit()
