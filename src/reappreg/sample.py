@@ -47,7 +47,7 @@ def _true_scores(levels: dict[str, int], text: str, vignette: dict) -> dict[str,
     emp, rei, gro = levels["empathy"], levels["reinterpretation"], levels["growth"]
     mentions = sum(d.lower() in text.lower() for d in vignette["details"]) + (rei == 2)
     return {
-        "effectiveness": 1.6 + 0.8 * emp + 1.1 * rei + 0.8 * gro - 0.5 * levels["filler"],
+        "effectiveness": 1.6 + 0.8 * emp + 1.1 * rei + 0.8 * gro - 0.3 * levels["filler"],
         "empathy": 1.8 + 1.9 * emp + 0.4 * gro,
         "novelty": 2.0 + 1.7 * rei + 0.3 * gro,
         "specificity": 1.8 + 1.3 * mentions,

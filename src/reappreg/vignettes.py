@@ -153,7 +153,7 @@ HUMAN_EMPATHY = {
             "Honestly, you are overreacting.",
             "This is really not a big deal.",
             "You need to toughen up a bit.",
-            "",
+            "Well, these things happen.",
         ],
         "long": [
             "Honestly, you are overreacting, and getting this worked up over something so ordinary only makes it worse for you and for everyone who has to hear about it.",
@@ -179,9 +179,9 @@ HUMAN_EMPATHY = {
             "Your {emotion} shows you care.",
         ],
         "long": [
-            "It makes complete sense that you feel {emotion} after {detail}, and that feeling deserves room.",
-            "Your {emotion} is a real response to {detail}, because it shows how much you care.",
-            "Of course {detail} left you with {emotion}; you invested yourself in this.",
+            "It makes complete sense that you feel {emotion} after {detail}, and that feeling deserves room before you decide what to do next.",
+            "Your {emotion} is a real and fair response to {detail}, because it shows how much this relationship and your effort mean to you.",
+            "Of course {detail} left you with {emotion}; you invested a lot of yourself in this, and it is fine to let that sink in.",
         ],
     },
 }
@@ -189,10 +189,10 @@ HUMAN_EMPATHY = {
 HUMAN_REINTERPRETATION = {
     0: {
         "short": [
-            "Everything happens for a reason.",
-            "Things will work out somehow.",
-            "Just try to think positive.",
-            "Life goes on anyway.",
+            "Everything happens for a reason, and this is no exception to that rule.",
+            "Things will work out somehow, they always do in the end, so just relax.",
+            "Just try to think positive and look on the bright side of things for once.",
+            "Life goes on anyway, and there is no point dwelling on any of it now.",
         ],
         "long": [
             "The way I see it, everything in life happens for a reason, and if you just wait long enough the universe usually shows you what that reason was supposed to be.",
@@ -202,8 +202,8 @@ HUMAN_REINTERPRETATION = {
     },
     1: {
         "short": [
-            "Maybe there is another explanation.",
-            "Perhaps it was not meant that way.",
+            "Maybe there is another explanation for what happened here, who knows.",
+            "Perhaps it was not meant the way it felt to you at the time it happened.",
         ],
         "long": [
             "Maybe there is another explanation for what happened, even if it is hard to say right now what exactly that explanation might turn out to be.",
@@ -226,8 +226,8 @@ HUMAN_REINTERPRETATION = {
 HUMAN_GROWTH = {
     0: {
         "short": [
-            "",
-            "There is nothing you can do.",
+            "There is nothing you can really do about it now.",
+            "You will probably keep thinking about it for a while.",
         ],
         "long": [
             "You will probably keep thinking about it for a while no matter what anyone says, and honestly there is not much you can really do about that.",
@@ -236,9 +236,9 @@ HUMAN_GROWTH = {
     },
     1: {
         "short": [
-            "You could talk to them.",
-            "Maybe let it rest a few days.",
-            "Try to give it time.",
+            "You could talk to them about it at some point soon.",
+            "Maybe let it rest for a few days and see what happens.",
+            "Try to give it some time before you decide anything.",
         ],
         "long": [
             "You could try to talk to them about it at some point if you feel like it, or otherwise just let it rest for a few days and see.",
@@ -251,8 +251,8 @@ HUMAN_GROWTH = {
         ],
         "long": [
             "You can choose to ask them calmly about {detail}, which gives you a chance to understand instead of assume.",
-            "Next time you can say how {detail} affected you, and that honesty can bring you closer.",
-            "You can treat this as a chance to show yourself the patience you would offer a friend.",
+            "Next time you can say how {detail} affected you, and that kind of honesty can bring the two of you closer.",
+            "You can treat this as a chance to show yourself the same patience and warmth you would offer a good friend in your place.",
         ],
     },
 }
