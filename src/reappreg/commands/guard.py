@@ -19,6 +19,8 @@ app = typer.Typer(no_args_is_help=True, help="Separation guard: keep held-out an
 DEFAULT_HELDOUT = "data/heldout/answers.jsonl:answer_id:text"
 SPEC_HELP = "PATH:ID_FIELD:TEXT_FIELD[,TEXT_FIELD...]"
 TRAIN_SPEC_HELP = "[NAME=]PATH:ID_FIELD:TEXT_FIELD[,...] (NAME: guarded file name, default the source's)"
+TOKENIZER_HELP = ("Tokenizer view NAME=SPEC (a model folder, a .gguf file or pkg:<package>/<subfolder>); "
+                  "repeat for each consuming model")
 
 
 @contextlib.contextmanager
@@ -48,24 +50,30 @@ def _hit_table(hits, title: str, limit: int = 50):
     from rich.table import Table
 
     table = Table(title=title, show_lines=False)
-    for column in ("file", "record", "field", "held-out", "detector", "score", "shared passages"):
+    for column in ("file", "record", "field", "held-out", "detector", "view", "score", "shared passages"):
         table.add_column(column, overflow="fold")
     for hit in hits[:limit]:
         shown = [span if len(span) <= 70 else span[:67] + "..." for span in hit.shared[:3]]
         shared = " | ".join(shown) + (" | ..." if len(hit.shared) > 3 else "")
-        score = f"{hit.score:.3f} >= {hit.threshold}" if hit.reason != "min_run" else f"run {hit.longest_run} words"
-        table.add_row(hit.source, hit.record_id, hit.field, hit.answer_id, hit.detector, score, shared)
+        record = hit.record_id + (f" ({', '.join(hit.members[:5])}{', ...' if len(hit.members) > 5 else ''})" if hit.members else "")
+        table.add_row(hit.source, record, hit.field, hit.answer_id, hit.detector, hit.view, _score_text(hit), shared)
     if len(hits) > limit:
         table.caption = f"... and {len(hits) - limit} more"
     return table
 
 
+def _score_text(hit) -> str:
+    if hit.reason == "min_run":
+        return f"run {hit.longest_run} {'letters' if hit.detector == 'chars' else 'words'}"
+    return f"{hit.score:.3f} >= {hit.threshold}"
+
+
 def _hits_summary(hits, limit: int = 5) -> str:
     lines = []
     for h in hits[:limit]:
-        what = f"{h.detector} {h.score:.3f} >= {h.threshold}" if h.reason != "min_run" else f"ngram shared run of {h.longest_run} words"
-        lines.append(f"  {h.source} record '{h.record_id}' ({h.field}) ~ held-out '{h.answer_id}': {what}; "
-                     f"shared: {'; '.join(repr(s) for s in h.shared[:2])}")
+        members = f" records {h.members}" if h.members else ""
+        lines.append(f"  {h.source} record '{h.record_id}'{members} ({h.field}) ~ held-out '{h.answer_id}': "
+                     f"{h.detector} {_score_text(h)} (view {h.view}); shared: {'; '.join(repr(s) for s in h.shared[:2])}")
     if len(hits) > limit:
         lines.append(f"  ... and {len(hits) - limit} more")
     return "\n".join(lines)
@@ -81,14 +89,18 @@ def run(
     sketch: Path = typer.Option(Path("data/guard/heldout_sketch.json"), help="Held-out sketch to write"),
     secret_dir: Path = typer.Option(Path("data/guard_secret"), help="Folder of the master secret (created once)"),
     sketch_key: Path = typer.Option(Path("data/heldout/sketch.key"), help="Sketch key to write (hand out with care)"),
+    tokenizer: list[str] = typer.Option([], "--tokenizer", help=TOKENIZER_HELP),
     params: Path = typer.Option(Path("params.yaml"), help="params.yaml"),
 ) -> None:
-    """Check every training source against the held-out answers; block or quarantine overlaps."""
+    """Check every training source against the held-out answers; block or quarantine overlaps.
+
+    Every text is also checked through each --tokenizer (decode(encode(text))); the RM
+    encoder tokenizer named by rm.encoder.path (active profile) must be one of them."""
     import mlflow
     from rich.console import Console
 
     from reappreg.errors import GuardViolation, InputError
-    from reappreg.guard import GuardConfig, SourceSpec, run_guard
+    from reappreg.guard import DETECTORS, GuardConfig, SourceSpec, run_guard
     from reappreg.guard.stage import HELDOUT_DEFAULTS
     from reappreg.settings import load_params
     from reappreg.tracking import stage_run
@@ -96,6 +108,8 @@ def run(
     p = load_params(params)
     settings = p.guard
     config = GuardConfig.from_dict(settings.detectors())
+    views = _views(tokenizer)
+    _require_rm_tokenizer(views, p.rm.encoder.path)
     heldout_spec = SourceSpec.parse(heldout, **HELDOUT_DEFAULTS)
     train_specs = [SourceSpec.parse(t) for t in train]
     for spec in train_specs:
@@ -110,7 +124,7 @@ def run(
                 sketch_path=sketch, secret_dir=secret_dir, sketch_key_path=sketch_key,
                 workers=settings.workers, chunk_size=settings.chunk_size,
                 max_shared=settings.max_shared_reported, max_hits_in_certificate=settings.max_hits_in_certificate,
-                progress=progress,
+                tokenizers=views, semantic=settings.semantic, progress=progress,
             )
         cert = outcome.certificate
         lsh = cert["detectors"]["minhash"]["lsh"]
@@ -121,7 +135,10 @@ def run(
             "lsh_fn_probability_at_threshold": lsh["fn_probability_at_threshold"],
         })
         mlflow.set_tags({"guard.result": cert["result"], "guard.policy": cert["policy"],
-                         "guard.heldout_md5": cert["heldout"]["md5"]})
+                         "guard.heldout_md5": cert["heldout"]["md5"], "guard.normalisation": cert["normalisation"],
+                         **{f"guard.tokenizer.{t['name']}.sha256": t["files_sha256"] for t in cert["tokenizers"]}})
+        if cert["semantic"].get("enabled"):
+            mlflow.log_metric("semantic_pairs_above_threshold", float(cert["semantic"]["pairs_above_threshold"]))
         mlflow.log_artifact(str(certificate))
         counts = cert["counts"]
         if not outcome.passed:
@@ -132,8 +149,34 @@ def run(
                 + _hits_summary(outcome.hits)
             )
     removed = f", {counts['removed_records']} quarantined" if counts["removed_records"] else ""
-    typer.echo(f"guard: pass ({counts['texts_checked']} texts in {counts['sources']} sources, "
-               f"{counts['hits']} hits{removed}); certificate {certificate}")
+    semantic = cert["semantic"]
+    note = (f"; semantic report (not blocking): {semantic['pairs_above_threshold']} pair(s) with cosine >= {semantic['threshold']}"
+            if semantic.get("enabled") else "; semantic report off")
+    typer.echo(f"guard: pass ({counts['texts_checked']} texts in {counts['sources']} sources, detectors "
+               f"{', '.join(DETECTORS)}, tokenizer views {', '.join(t['name'] for t in cert['tokenizers']) or 'none'}; "
+               f"{counts['hits']} hits{removed}{note}); certificate {certificate}")
+
+
+def _views(specs: list[str]):
+    from reappreg.guard.views import TokenizerSpec, load_views
+
+    return load_views([TokenizerSpec.parse(s) for s in specs])
+
+
+def _require_rm_tokenizer(views, rm_encoder_path: str) -> None:
+    """The RM trains on what its encoder's tokenizer sees: refuse a guard that did not look."""
+    from reappreg.errors import InputError
+    from reappreg.guard.views import files_digest, tokenizer_files
+    from reappreg.rm.encoder import resolve_encoder
+
+    location = resolve_encoder(rm_encoder_path)
+    digest = files_digest(tokenizer_files(location.folder, location.gguf_file))
+    if digest not in {v.files_sha256 for v in views}:
+        raise InputError(
+            f"guard run: the RM encoder's tokenizer (rm.encoder.path '{rm_encoder_path}', files sha256 {digest[:12]}) "
+            f"is not among the --tokenizer views ({', '.join(f'{v.name}={v.spec}' for v in views) or 'none'}); "
+            f"add --tokenizer rm-encoder={rm_encoder_path}"
+        )
 
 
 @app.command()
@@ -146,14 +189,16 @@ def check(
     text_field: list[str] = typer.Option(["text"], help="Text field(s) for PATH-only JSONL/CSV files"),
     report: Path | None = typer.Option(None, help="Also write the hits (with shared passages) as JSONL"),
     workers: int | None = typer.Option(None, help="Processes (default: guard.workers from --params, else 1)"),
+    tokenizer: list[str] = typer.Option([], "--tokenizer", help=TOKENIZER_HELP + "; with --sketch, the sketch's own"),
     params: Path = typer.Option(Path("params.yaml"), help="params.yaml (detector settings for --heldout)"),
 ) -> None:
     """Report overlaps of ad-hoc texts with the held-out set; exit 1 when any text overlaps."""
     from rich.console import Console
 
     from reappreg.errors import InputError
-    from reappreg.guard import FastHasher, GuardConfig, HeldoutIndex, SourceSpec, check_units, read_source
+    from reappreg.guard import FastHasher, GuardConfig, HeldoutIndex, SourceSpec, check_units, fragment_groups, read_source
     from reappreg.guard.sketch import index_from_sketch, load_sketch, read_key
+    from reappreg.guard import DETECTORS
     from reappreg.guard.stage import HELDOUT_DEFAULTS, load_heldout
     from reappreg.io import write_jsonl
     from reappreg.settings import load_params
@@ -166,19 +211,22 @@ def check(
     if sketch is not None:
         if key is None:
             raise InputError("guard check --sketch needs --key (the sketch key that came with it)")
-        index = index_from_sketch(load_sketch(sketch), read_key(key), source=str(sketch))
+        loaded = load_sketch(sketch)
+        index = index_from_sketch(loaded, read_key(key), source=str(sketch))
+        views = _views(tokenizer)
+        _match_sketch_tokenizers(views, loaded, sketch)
         against = f"sketch {sketch}"
     else:
         config = GuardConfig.from_dict(settings.detectors())
         held = load_heldout(SourceSpec.parse(heldout, **HELDOUT_DEFAULTS))
-        index = HeldoutIndex.build(held.answers, held.texts, config, FastHasher())
+        views = _views(tokenizer)
+        index = HeldoutIndex.build(held.answers, held.texts, config, FastHasher(), views=views)
         against = f"held-out {held.spec.path}"
-    units = []
-    for spec_text in files:
-        spec = SourceSpec.parse(spec_text, default_id=id_field, default_text=tuple(text_field))
-        units.extend(read_source(spec).units)
+    sources = [read_source(SourceSpec.parse(t, default_id=id_field, default_text=tuple(text_field))) for t in files]
+    units = [u for src in sources for u in src.units]
+    groups = fragment_groups(sources, index.config)
     with _progress("check", chunk_size) as progress:
-        hits = check_units(index, units, workers=n_workers, chunk_size=chunk_size,
+        hits = check_units(index, units, groups=groups, views=views, workers=n_workers, chunk_size=chunk_size,
                            max_shared=settings.max_shared_reported if settings else 10,
                            progress=(lambda done: progress(done, len(units))))
     if report is not None:
@@ -186,13 +234,28 @@ def check(
     console = Console()
     if hits:
         console.print(_hit_table(hits, f"overlaps with {against}"))
-    flagged = len({(h.source, h.record_id) for h in hits})
-    console.print(f"checked {len(units)} texts against {len(index.answers)} answers ({against}): "
-                  f"{len(hits)} hit(s) in {flagged} record(s)", highlight=False)
+    flagged = len({(h.source, r) for h in hits for r in h.record_ids})
+    console.print(f"checked {len(units)} texts against {len(index.answer_ids)} answers ({against}; detectors "
+                  f"{', '.join(DETECTORS)}; tokenizer views: {', '.join(v.name for v in views) or 'none'}): "
+                  f"{len(hits)} hit(s) in {flagged} record(s)", highlight=False, soft_wrap=True)
     if hits:
         # SystemExit, not typer.Exit: the CLI runs click with standalone_mode=False, where an
         # Exit's code is returned instead of raised.
         raise SystemExit(1)
+
+
+def _match_sketch_tokenizers(views, sketch: dict, path: Path) -> None:
+    """The views given must be exactly the sketch's tokenizers (same names, same file hashes)."""
+    from reappreg.errors import InputError
+
+    expected = {t["name"]: t["files_sha256"] for t in sketch.get("tokenizers", [])}
+    given = {v.name: v.files_sha256 for v in views}
+    if given != expected:
+        raise InputError(
+            f"{path}: the sketch was made with tokenizer views {sorted(expected) or 'none'}; give exactly those with "
+            f"--tokenizer NAME=SPEC (given {sorted(given) or 'none'}"
+            + ("; a tokenizer's files differ" if set(given) == set(expected) else "") + ")"
+        )
 
 
 @app.command("audit")
@@ -215,7 +278,9 @@ def audit_cmd(
         console.print(f"note: {note}", highlight=False)
     if not report.ok:
         raise GuardViolation(f"audit of {certificate} failed:\n" + "\n".join(f"  - {p}" for p in report.problems))
-    console.print(f"audit of {certificate}: ok (hashes match, re-check clean)", highlight=False)
+    console.print(f"audit of {certificate}: ok (every hash matches; every tokenizer's files match; detectors "
+                  "ngram, minhash, chars, fragments re-run in every certified view: guarded copies clean, sources "
+                  "flag exactly the certified records; semantic report reproduced)", highlight=False)
 
 
 @app.command("sketch")
@@ -224,11 +289,13 @@ def sketch_cmd(
     out: Path = typer.Option(Path("data/guard/heldout_sketch.json"), help="Sketch to write"),
     secret_dir: Path = typer.Option(Path("data/guard_secret"), help="Master secret folder (created once)"),
     key_out: Path = typer.Option(Path("data/heldout/sketch.key"), help="Sketch key to write"),
+    tokenizer: list[str] = typer.Option([], "--tokenizer", help=TOKENIZER_HELP),
     params: Path = typer.Option(Path("params.yaml"), help="params.yaml"),
 ) -> None:
     """Export the held-out set as a sketch (keyed hashes only) and its key."""
     from reappreg.guard import GuardConfig, SourceSpec, build_sketch, derive_key, ensure_secret, load_heldout
     from reappreg.guard.sketch import write_key
+    from reappreg.guard.stage import _sketch_tokenizers
     from reappreg.guard.stage import HELDOUT_DEFAULTS
     from reappreg.hashing import dvc_md5
     from reappreg.io import write_json
@@ -239,5 +306,7 @@ def sketch_cmd(
     md5 = dvc_md5(held.spec.path)
     key = derive_key(ensure_secret(secret_dir), md5)
     write_key(key_out, key)
-    write_json(out, build_sketch(held.answers, held.texts, config, key, md5))
+    views = _views(tokenizer)
+    write_json(out, build_sketch(held.answers, held.texts, config, key, md5, views=views,
+                                 tokenizers=_sketch_tokenizers([v.describe() for v in views])))
     typer.echo(f"sketch: {len(held.answers)} answers -> {out} (key {key_out}; keep it confidential)")

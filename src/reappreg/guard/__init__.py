@@ -56,24 +56,19 @@ secret kept with the held-out data. See ``reappreg.guard.sketch`` for the key de
 what a key holder can and cannot learn.
 """
 
-from reappreg.guard.detect import (
-    AnswerMeta,
-    FastHasher,
-    GuardConfig,
-    HeldoutIndex,
-    Hit,
-    KeyedHasher,
-    check_units,
-    lsh_error_rates,
-    scan_texts,
-)
+from reappreg.guard.config import GuardConfig, lsh_error_rates
+from reappreg.guard.detect import DETECTORS, AnswerMeta, Group, HeldoutIndex, Hit, check_units, scan_texts
+from reappreg.guard.hashing import FastHasher, KeyedHasher
+from reappreg.guard.normalise import NORMALISATION, letters, normalise, tokens
 from reappreg.guard.sketch import build_sketch, derive_key, ensure_secret, index_from_sketch, key_fingerprint, load_sketch, read_key
-from reappreg.guard.stage import AuditReport, GuardOutcome, audit, load_heldout, run_guard
-from reappreg.guard.text import NORMALISATION, SourceSpec, TextUnit, normalise, read_source, tokens
+from reappreg.guard.stage import AuditReport, GuardOutcome, audit, fragment_groups, load_heldout, run_guard
+from reappreg.guard.text import SourceSpec, TextUnit, read_source
+from reappreg.guard.views import TokenizerSpec, TokenizerView, load_views
 
 __all__ = [
-    "AnswerMeta", "AuditReport", "FastHasher", "GuardConfig", "GuardOutcome", "HeldoutIndex", "Hit", "KeyedHasher",
-    "NORMALISATION", "SourceSpec", "TextUnit", "audit", "build_sketch", "check_units", "derive_key", "ensure_secret",
-    "index_from_sketch", "key_fingerprint", "load_heldout", "load_sketch", "lsh_error_rates", "normalise", "read_key",
-    "read_source", "run_guard", "scan_texts", "tokens",
+    "DETECTORS", "NORMALISATION", "AnswerMeta", "AuditReport", "FastHasher", "GuardConfig", "GuardOutcome", "Group",
+    "HeldoutIndex", "Hit", "KeyedHasher", "SourceSpec", "TextUnit", "TokenizerSpec", "TokenizerView", "audit",
+    "build_sketch", "check_units", "derive_key", "ensure_secret", "fragment_groups", "index_from_sketch",
+    "key_fingerprint", "letters", "load_heldout", "load_sketch", "load_views", "lsh_error_rates", "normalise",
+    "read_key", "read_source", "run_guard", "scan_texts", "tokens",
 ]

@@ -1,355 +1,63 @@
-"""The two detectors, the held-out index they query, and the (multi-process) scan.
+"""The detectors, the held-out index they query, and the (multi-process) scan.
 
-Both detectors work on integer keys of word grams (see ``FastHasher`` / ``KeyedHasher``),
-so the same code checks against the held-out texts (inside the pipeline) and against a
-published sketch that holds only keyed hashes (outside teams).
+All detectors work on integer keys of grams (``hashing``), so the same code checks against
+the held-out texts (inside the pipeline) and against a published sketch that holds only
+keyed hashes (outside teams). Every text is seen in two views (``normalise``): words and
+letters.
 
-* ``ngram``: for each held-out answer A with n-gram set G(A) and a training text T,
-  containment = |G(A) ∩ G(T)| / |G(A)|: the fraction of the answer found in the text, so a
-  short answer embedded in a long text scores 1.0. A hit when containment >= ``containment``
-  or, for a long answer partly copied, when text and answer share a passage of at least
-  ``min_run`` consecutive words (a run of consecutive shared n-grams; a count of scattered
-  shared n-grams would also fire on common stock phrases). Exact: a sorted-key join over
-  all n-grams, no sampling.
-* ``minhash``: Jaccard similarity of word-shingle sets, J = |S(A) ∩ S(T)| / |S(A) ∪ S(T)|,
-  to catch light paraphrase (word edits, reordering). Candidates come from a datasketch
-  ``MinHashLSH`` index of the answers (b bands of r rows); every candidate is then scored
-  exactly on its shingle sets, so a reported score is the true Jaccard, never an estimate.
-  A pair can only be missed by LSH, with probability (1 - J^r)^b (see ``lsh_error_rates``).
-  A length filter skips the LSH query when no answer's set size is within [t|T|, |T|/t];
-  it is exact (J >= t implies t <= |S(A)|/|S(T)| <= 1/t) and saves the query on long texts.
+* ``ngram``: exact word n-gram containment, |G(A) ∩ G(T)| / |G(A)| for a held-out answer A
+  and a training text T (a short answer embedded in a long text scores 1.0), or a shared
+  passage of at least ``ngram.min_run`` consecutive words. Exact: a sorted-key join.
+* ``minhash``: Jaccard similarity of word-shingle sets for light paraphrase (word edits,
+  reordering). Candidates from a datasketch ``MinHashLSH`` index of the answers; every
+  candidate is scored exactly, so a score is the true Jaccard. Only LSH can miss a pair,
+  with probability (1 - J^r)^b (``config.lsh_error_rates``).
+* ``chars``: the same exact containment / shared-run test on windows of ``chars.n`` letters
+  of the letter view (skeleton, no spaces, no punctuation, no digits). Spaces removed, words
+  split by hyphens or odd separators, look-alike letters: none changes the letter view, so
+  none hides a copy. Pieces of an answer spread inside one longer text add up here (the
+  containment counts every shared window wherever it is).
+* ``fragments``: an answer spread over several records of one group (one author, one
+  conversation, one source file: ``check_units(groups=...)``). Each record contributes its
+  *pieces*: runs of shared letter windows at least ``fragments.min_piece`` letters long
+  (a short stock phrase is not a piece). A hit when the pieces of two or more records of a
+  group together cover at least ``fragments.coverage`` of an answer's letter windows while
+  no single record does (that one is the per-record detectors' case); the hit names every
+  contributing record. Exact.
+
+Tokenizer views (``views``): every text is also checked as ``decode(encode(text))`` of each
+consuming model's tokenizer, against the answers seen through the same tokenizer, whenever
+that round trip changes its words. Whatever a tokenizer normalises away cannot hide a leak.
 """
 
 from __future__ import annotations
 
-import hashlib
-import hmac
 import multiprocessing
 import pickle
 from collections.abc import Callable, Sequence
 from concurrent.futures import ProcessPoolExecutor, as_completed
 from dataclasses import asdict, dataclass, field
-from typing import Any
+from typing import Any, Protocol
 
 import numpy as np
 
 from reappreg.errors import InputError
-from reappreg.guard.text import NORMALISATION, TextUnit, tokens
+from reappreg.guard.config import MINHASH_SCHEME, GuardConfig
+from reappreg.guard.hashing import _NGRAM, _SHINGLE, FastHasher
+from reappreg.guard.minhash import lsh_candidates, minhash_permutations, minhash_signatures
+from reappreg.guard.normalise import letters, tokens
+from reappreg.guard.text import TextUnit
 
-MINHASH_SCHEME = "affine32"  # datasketch >= 2.0 permutation scheme used for every signature
-# Candidates come from datasketch's MinHashLSH index (its buckets, its band keys); the scan
-# batches the per-band bucket lookups for many texts (``lsh_candidates``), checked against
-# ``MinHashLSH.query`` every time an index is built.
-
-# ----------------------------------------------------------------------------- config
-
-
-@dataclass(frozen=True)
-class GuardConfig:
-    """Detector parameters (the ``guard.ngram`` and ``guard.minhash`` params)."""
-
-    ngram_n: int
-    ngram_containment: float
-    ngram_min_run: int | None
-    shingle_words: int
-    jaccard: float
-    num_perm: int
-    seed: int
-    bands: int | None
-    rows: int | None
-    weights: tuple[float, float]
-
-    @classmethod
-    def from_dict(cls, detectors: dict[str, Any]) -> "GuardConfig":
-        """From the nested form used in params.yaml and the certificate."""
-        try:
-            ng, mh = detectors["ngram"], detectors["minhash"]
-            config = cls(
-                ngram_n=int(ng["n"]),
-                ngram_containment=float(ng["containment"]),
-                ngram_min_run=None if ng.get("min_run") is None else int(ng["min_run"]),
-                shingle_words=int(mh["shingle_words"]),
-                jaccard=float(mh["threshold"]),
-                num_perm=int(mh["num_perm"]),
-                seed=int(mh["seed"]),
-                bands=None if mh.get("bands") is None else int(mh["bands"]),
-                rows=None if mh.get("rows") is None else int(mh["rows"]),
-                weights=tuple(float(w) for w in mh.get("weights", (0.5, 0.5))),  # type: ignore[arg-type]
-            )
-        except (KeyError, TypeError, ValueError) as exc:
-            raise InputError(f"guard detector settings incomplete or malformed: {exc!r}") from exc
-        return config.resolved()
-
-    def resolved(self) -> "GuardConfig":
-        """Validate, and fill bands/rows from datasketch's optimiser when they are null."""
-        problems = []
-        if self.ngram_n < 1:
-            problems.append(f"ngram.n must be >= 1 (got {self.ngram_n})")
-        if not 0 < self.ngram_containment <= 1:
-            problems.append(f"ngram.containment must be in (0, 1] (got {self.ngram_containment})")
-        if self.ngram_min_run is not None and self.ngram_min_run < self.ngram_n:
-            problems.append(f"ngram.min_run must be >= ngram.n ({self.ngram_n}) or null (got {self.ngram_min_run})")
-        if self.shingle_words < 1:
-            problems.append(f"minhash.shingle_words must be >= 1 (got {self.shingle_words})")
-        if not 0 < self.jaccard <= 1:
-            problems.append(f"minhash.threshold must be in (0, 1] (got {self.jaccard})")
-        if (self.bands is None) != (self.rows is None):
-            problems.append("minhash.bands and minhash.rows must both be set or both be null")
-        if problems:
-            raise InputError("invalid guard settings: " + "; ".join(problems))
-        if self.bands is not None:
-            if self.bands < 2 or self.rows < 1 or self.bands * self.rows > self.num_perm:  # type: ignore[operator]
-                raise InputError(
-                    f"invalid guard settings: minhash bands x rows = {self.bands} x {self.rows} must have "
-                    f"bands >= 2 and fit in num_perm = {self.num_perm}"
-                )
-            return self
-        from datasketch import MinHashLSH
-
-        try:
-            lsh = MinHashLSH(threshold=self.jaccard, num_perm=self.num_perm, weights=self.weights)
-        except ValueError as exc:
-            raise InputError(f"invalid guard settings: datasketch rejected the LSH settings: {exc}") from exc
-        return GuardConfig(**{**asdict(self), "bands": lsh.b, "rows": lsh.r, "weights": self.weights})
-
-    def to_dict(self) -> dict[str, Any]:
-        return {
-            "normalisation": NORMALISATION,
-            "ngram": {"n": self.ngram_n, "containment": self.ngram_containment, "min_run": self.ngram_min_run},
-            "minhash": {
-                "shingle_words": self.shingle_words,
-                "threshold": self.jaccard,
-                "num_perm": self.num_perm,
-                "seed": self.seed,
-                "bands": self.bands,
-                "rows": self.rows,
-                "weights": list(self.weights),
-                "scheme": MINHASH_SCHEME,
-                "lsh": lsh_error_rates(self.jaccard, self.bands, self.rows),  # type: ignore[arg-type]
-            },
-        }
+DETECTORS = ("ngram", "minhash", "chars", "fragments")
+TEXT_VIEW = "text"
 
 
-def lsh_error_rates(threshold: float, bands: int, rows: int) -> dict[str, float]:
-    """How often LSH misses a pair, for the banding in use.
+class TextView(Protocol):
+    """A way a consuming model sees text (``views.TokenizerView``)."""
 
-    ``fn_probability_at_threshold`` is the chance that a pair with Jaccard exactly at the
-    threshold is never a candidate, (1 - t^r)^b: the worst case among pairs that should be
-    reported (the chance falls fast as J grows). ``fn_integral`` / ``fp_integral`` are
-    datasketch's own optimisation objectives (areas under the miss / false-candidate curves
-    over J in [t, 1] / [0, t]); ``fn_mean_above_threshold`` is the miss chance averaged over
-    J uniform in [t, 1]. False candidates cost only time: they are scored exactly and dropped.
-    """
-    from datasketch.lsh import _false_negative_probability, _false_positive_probability
+    name: str
 
-    fn_at = (1.0 - threshold**rows) ** bands
-    fn_area = _false_negative_probability(threshold, bands, rows)
-    return {
-        "fn_probability_at_threshold": float(fn_at),
-        "fn_integral": float(fn_area),
-        "fn_mean_above_threshold": float(fn_area / (1.0 - threshold)) if threshold < 1 else 0.0,
-        "fp_integral": float(_false_positive_probability(threshold, bands, rows)),
-        "candidate_probability_at_threshold": float(1.0 - fn_at),
-    }
-
-
-# ----------------------------------------------------------------------------- hashing
-
-_U64 = np.uint64
-_MASK64 = (1 << 64) - 1
-_POLY = 0x9E3779B97F4A7C15  # odd, so multiplication is a bijection mod 2^64
-_NGRAM, _SHINGLE = "ng", "sh"
-
-
-def _mix64_int(h: int) -> int:
-    """splitmix64 finaliser on a Python int (the scalar twin of ``_mix64``)."""
-    h &= _MASK64
-    h = ((h ^ (h >> 30)) * 0xBF58476D1CE4E5B9) & _MASK64
-    h = ((h ^ (h >> 27)) * 0x94D049BB133111EB) & _MASK64
-    return h ^ (h >> 31)
-
-
-def _mix64(h: np.ndarray) -> np.ndarray:
-    h = h ^ (h >> _U64(30))
-    h = h * _U64(0xBF58476D1CE4E5B9)
-    h = h ^ (h >> _U64(27))
-    h = h * _U64(0x94D049BB133111EB)
-    return h ^ (h >> _U64(31))
-
-
-def _gram_seed(domain: str, n: int, length: int) -> int:
-    code = 1 if domain == _NGRAM else 2
-    return _mix64_int((code << 40) | (n << 20) | length)
-
-
-def _offsets(counts: np.ndarray) -> np.ndarray:
-    out = np.zeros(len(counts) + 1, dtype=np.int64)
-    np.cumsum(counts, out=out[1:])
-    return out
-
-
-class FastHasher:
-    """Unkeyed 64-bit gram keys for the in-pipeline check (fast, vectorised).
-
-    Each distinct token gets a 64-bit BLAKE2b hash (cached); a gram's key is a polynomial of
-    its token hashes mod 2^64, seeded by the gram length, through the splitmix64 finaliser.
-    Distinct grams collide with probability about 2^-64 per pair.
-    """
-
-    kind = "blake2b-poly64/v1"
-
-    def __init__(self) -> None:
-        self._cache: dict[str, int] = {}
-
-    def __getstate__(self) -> dict:
-        return {}  # workers rebuild their own token cache
-
-    def __setstate__(self, state: dict) -> None:
-        self._cache = {}
-
-    def _token_hash(self, token: str) -> int:
-        value = self._cache.get(token)
-        if value is None:
-            value = int.from_bytes(hashlib.blake2b(token.encode("utf-8"), digest_size=8).digest(), "little")
-            self._cache[token] = value
-        return value
-
-    def _scalar(self, toks: Sequence[str], domain: str, n: int) -> int:
-        acc = _gram_seed(domain, n, len(toks))
-        for tok in toks:
-            acc = (acc * _POLY + self._token_hash(tok)) & _MASK64
-        return _mix64_int(acc)
-
-    def grams(self, token_lists: Sequence[Sequence[str]], n: int, domain: str) -> tuple[np.ndarray, np.ndarray]:
-        """Keys of every n-gram of every text, flat in text order, and per-text offsets.
-
-        A text shorter than n (but not empty) contributes one gram: all its tokens.
-        """
-        return self.grams_many(token_lists, [(n, domain)])[0]
-
-    def grams_many(self, token_lists: Sequence[Sequence[str]], specs: Sequence[tuple[int, str]]):
-        """``grams`` for several (n, domain) at once, hashing each token once."""
-        lengths = np.fromiter((len(t) for t in token_lists), dtype=np.int64, count=len(token_lists))
-        cache = self._cache
-        flat_tokens = [tok for toks in token_lists for tok in toks]
-        for tok in set(flat_tokens).difference(cache):
-            self._token_hash(tok)
-        th = np.fromiter((cache[tok] for tok in flat_tokens), dtype=np.uint64, count=len(flat_tokens))
-        tid = np.repeat(np.arange(len(token_lists), dtype=np.int64), lengths)
-        return [self._grams_from(token_lists, th, tid, lengths, n, domain) for n, domain in specs]
-
-    def _grams_from(self, token_lists, th, tid, lengths, n: int, domain: str) -> tuple[np.ndarray, np.ndarray]:
-        count_full = max(len(th) - n + 1, 0)
-        if count_full:
-            acc = np.full(count_full, _gram_seed(domain, n, n), dtype=np.uint64)
-            for j in range(n):
-                acc = acc * _U64(_POLY) + th[j : j + count_full]
-            valid = tid[:count_full] == tid[n - 1 : n - 1 + count_full]  # gram inside one text
-            keys = _mix64(acc[valid])
-            key_tid = tid[:count_full][valid]
-        else:
-            keys = np.zeros(0, dtype=np.uint64)
-            key_tid = np.zeros(0, dtype=np.int64)
-        short = np.flatnonzero((lengths > 0) & (lengths < n))
-        if len(short):
-            extra = np.fromiter((self._scalar(token_lists[i], domain, n) for i in short), dtype=np.uint64, count=len(short))
-            keys = np.concatenate([keys, extra])
-            key_tid = np.concatenate([key_tid, short])
-            order = np.argsort(key_tid, kind="stable")
-            keys, key_tid = keys[order], key_tid[order]
-        counts = np.bincount(key_tid, minlength=len(token_lists))
-        return keys, _offsets(counts)
-
-    def gram_key(self, toks: Sequence[str], n: int, domain: str) -> int:
-        """The key of one gram (``toks`` of length n, or a whole text shorter than n)."""
-        return self._scalar(toks, domain, n)
-
-
-class KeyedHasher:
-    """Keyed gram keys for sketches: HMAC-SHA256(key, domain | n | gram text), first 8 bytes.
-
-    Without the key nobody can compute or test these values (HMAC is a PRF), so a sketch of
-    keyed hashes reveals nothing testable about the held-out text to whoever lacks the key.
-    """
-
-    kind = "hmac-sha256-64/v1"
-
-    def __init__(self, key: bytes) -> None:
-        if len(key) < 16:
-            raise InputError("sketch key must be at least 16 bytes")
-        self.key = key
-
-    def gram_key(self, toks: Sequence[str], n: int, domain: str) -> int:
-        message = f"{domain}|{n}|{len(toks)}|{' '.join(toks)}".encode("utf-8")
-        return int.from_bytes(hmac.digest(self.key, message, "sha256")[:8], "little")
-
-    def grams(self, token_lists: Sequence[Sequence[str]], n: int, domain: str) -> tuple[np.ndarray, np.ndarray]:
-        keys: list[int] = []
-        counts = np.zeros(len(token_lists), dtype=np.int64)
-        for i, toks in enumerate(token_lists):
-            if not toks:
-                continue
-            if len(toks) < n:
-                keys.append(self.gram_key(toks, n, domain))
-                counts[i] = 1
-                continue
-            for p in range(len(toks) - n + 1):
-                keys.append(self.gram_key(toks[p : p + n], n, domain))
-            counts[i] = len(toks) - n + 1
-        return np.array(keys, dtype=np.uint64), _offsets(counts)
-
-    def grams_many(self, token_lists: Sequence[Sequence[str]], specs: Sequence[tuple[int, str]]):
-        return [self.grams(token_lists, n, domain) for n, domain in specs]
-
-
-# ----------------------------------------------------------------------------- minhash
-
-_U32 = np.uint32
-
-
-def _fmix32(h: np.ndarray) -> np.ndarray:
-    # MurmurHash3 finaliser, datasketch's affine32 pre-mix (tests assert bit equality).
-    h = h ^ (h >> _U32(16))
-    h = h * _U32(0x85EBCA6B)
-    h = h ^ (h >> _U32(13))
-    h = h * _U32(0xC2B2AE35)
-    return h ^ (h >> _U32(16))
-
-
-def minhash_permutations(num_perm: int, seed: int) -> np.ndarray:
-    """datasketch's own affine32 permutation parameters (a, b) for (num_perm, seed)."""
-    from datasketch import MinHash
-
-    return MinHash(num_perm=num_perm, seed=seed, scheme=MINHASH_SCHEME).permutations
-
-
-def minhash_signatures(keys: np.ndarray, offsets: np.ndarray, permutations: np.ndarray,
-                       max_block: int = 1 << 14) -> np.ndarray:
-    """MinHash signatures of many key sets at once, identical to datasketch's.
-
-    Equals ``MinHash(num_perm, seed, scheme="affine32", hashfunc=lambda x: x)`` updated with
-    the low 32 bits of each 64-bit key, per text; computed per block of keys as one
-    (num_perm x keys) matrix and a segment-wise min along the contiguous axis. Empty texts
-    get datasketch's all-max "empty" value.
-    """
-    a, b = permutations[0].astype(np.uint32), permutations[1].astype(np.uint32)
-    n_texts = len(offsets) - 1
-    sig = np.full((n_texts, len(a)), np.iinfo(np.uint32).max, dtype=np.uint32)
-    hv = _fmix32((keys & _U64(0xFFFFFFFF)).astype(np.uint32))
-    counts = np.diff(offsets)
-    start_text = 0
-    while start_text < n_texts:
-        # As many whole texts as fit in one block of keys (at least one text).
-        end_text = int(np.searchsorted(offsets, offsets[start_text] + max_block, side="right")) - 1
-        end_text = min(max(end_text, start_text + 1), n_texts)
-        lo, hi = offsets[start_text], offsets[end_text]
-        nonempty = np.flatnonzero(counts[start_text:end_text] > 0)
-        if len(nonempty):
-            phv = a[:, None] * hv[None, lo:hi] + b[:, None]
-            starts = (offsets[start_text:end_text][nonempty] - lo).astype(np.intp)
-            sig[start_text + nonempty] = np.minimum.reduceat(phv, starts, axis=1).T
-        start_text = end_text
-    return sig
+    def roundtrip(self, texts: Sequence[str]) -> list[str]: ...
 
 
 # ----------------------------------------------------------------------------- index
@@ -360,14 +68,41 @@ class AnswerMeta:
     answer_id: str
     source: str | None = None
     vignette_id: str | None = None
+    view: str = TEXT_VIEW  # "text", or the tokenizer view this variant of the answer is
+
+
+class GramTable:
+    """Held-out gram keys of one kind (word n-grams or letter windows) and which answers have them."""
+
+    def __init__(self, sets: Sequence[frozenset[int]], lengths: Sequence[int]) -> None:
+        from scipy.sparse import csr_matrix
+
+        pairs_key = np.fromiter((k for s in sets for k in s), dtype=np.uint64)
+        pairs_ans = np.repeat(np.arange(len(sets)), [len(s) for s in sets])
+        order = np.lexsort((pairs_ans, pairs_key))
+        pairs_key, pairs_ans = pairs_key[order], pairs_ans[order]
+        self.keys, first = np.unique(pairs_key, return_index=True)
+        ptr = np.append(first, len(pairs_key)).astype(np.int64)
+        self.counts = np.array([len(s) for s in sets], dtype=np.int64)
+        self.lengths = np.array(lengths, dtype=np.int64)  # words / letters per answer (caps a run)
+        # held-out grams x answers, 1 where the answer has the gram
+        self.matrix = csr_matrix((np.ones(len(pairs_ans), dtype=np.int32), pairs_ans.astype(np.int64), ptr),
+                                 shape=(len(self.keys), len(sets)))
+
+    def lookup(self, grams: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """(position in ``keys``, matched) for each gram."""
+        if not len(self.keys) or not len(grams):
+            return np.zeros(len(grams), dtype=np.int64), np.zeros(len(grams), dtype=bool)
+        pos = np.minimum(np.searchsorted(self.keys, grams), len(self.keys) - 1)
+        return pos, self.keys[pos] == grams
 
 
 @dataclass(eq=False)
 class HeldoutIndex:
-    """What the scan needs about the held-out answers: their gram key sets and signatures.
+    """What the scan needs about the held-out answers: gram key sets and signatures, no text.
 
-    Built from held-out texts (``build``) or from a sketch (``sketch.index_from_sketch``);
-    holds no text either way.
+    Built from held-out texts (``build``) or from a sketch (``sketch.index_from_sketch``).
+    ``answers`` may hold several variants of one answer (its tokenizer views).
     """
 
     config: GuardConfig
@@ -376,9 +111,10 @@ class HeldoutIndex:
     ngram_sets: list[frozenset[int]]
     shingle_sets: list[frozenset[int]]
     signatures: np.ndarray
-    token_counts: list[int]  # words per answer (caps a reported run at the answer's length)
-    # Derived lookup structures (``_derive``) are plain attributes, rebuilt after unpickling
-    # so a worker process receives only the key sets and signatures.
+    token_counts: list[int]
+    letter_sets: list[frozenset[int]]
+    letter_counts: list[int]
+    view_names: tuple[str, ...] = ()  # tokenizer views the answers were expanded with
 
     def __post_init__(self) -> None:
         if not self.answers:
@@ -387,22 +123,9 @@ class HeldoutIndex:
 
     def _derive(self) -> None:
         from datasketch import LeanMinHash, MinHashLSH
-        from scipy.sparse import csr_matrix
 
-        pairs_key = np.fromiter((k for s in self.ngram_sets for k in s), dtype=np.uint64)
-        pairs_ans = np.repeat(np.arange(len(self.ngram_sets)), [len(s) for s in self.ngram_sets])
-        order = np.lexsort((pairs_ans, pairs_key))
-        pairs_key, pairs_ans = pairs_key[order], pairs_ans[order]
-        self._ng_keys, first = np.unique(pairs_key, return_index=True)
-        self._ng_ptr = np.append(first, len(pairs_key)).astype(np.int64)
-        self._ng_answers = pairs_ans.astype(np.int64)
-        self._ng_counts = np.array([len(s) for s in self.ngram_sets], dtype=np.int64)
-        self._ng_lengths = np.array(self.token_counts, dtype=np.int64)
-        # held-out n-grams x answers, 1 where the answer has the n-gram
-        self._ng_matrix = csr_matrix(
-            (np.ones(len(self._ng_answers), dtype=np.int32), self._ng_answers, self._ng_ptr),
-            shape=(len(self._ng_keys), len(self.answers)),
-        )
+        self.ngrams = GramTable(self.ngram_sets, self.token_counts)
+        self.letters = GramTable(self.letter_sets, self.letter_counts)
         self.shingle_sizes = np.array([len(s) for s in self.shingle_sets], dtype=np.int64)
         self._permutations = minhash_permutations(self.config.num_perm, self.config.seed)
         self._lsh = MinHashLSH(num_perm=self.config.num_perm, params=(self.config.bands, self.config.rows))
@@ -417,50 +140,71 @@ class HeldoutIndex:
             raise RuntimeError("guard: batched LSH lookups disagree with MinHashLSH.query (datasketch changed)")
 
     def __getstate__(self) -> dict:
-        return {k: self.__dict__[k] for k in
-                ("config", "hasher", "answers", "ngram_sets", "shingle_sets", "signatures", "token_counts")}
+        return {k: self.__dict__[k] for k in ("config", "hasher", "answers", "ngram_sets", "shingle_sets", "signatures",
+                                              "token_counts", "letter_sets", "letter_counts", "view_names")}
 
     def __setstate__(self, state: dict) -> None:
         self.__dict__.update(state)
         self._derive()
 
+    @property
+    def answer_ids(self) -> list[str]:
+        """Distinct answer ids (variants of one answer counted once), in order."""
+        return list(dict.fromkeys(a.answer_id for a in self.answers))
+
     @classmethod
-    def build(cls, answers: Sequence[AnswerMeta], texts: Sequence[str], config: GuardConfig, hasher: Any) -> "HeldoutIndex":
+    def build(cls, answers: Sequence[AnswerMeta], texts: Sequence[str], config: GuardConfig, hasher: Any,
+              views: Sequence[TextView] = ()) -> "HeldoutIndex":
         if not answers:
             raise InputError("held-out set is empty: there is nothing to guard against")
         token_lists = [tokens(t) for t in texts]
         for meta, toks in zip(answers, token_lists):
             if not toks:
                 raise InputError(f"held-out answer '{meta.answer_id}' has no words after normalisation")
+        metas = list(answers)
+        for view in views:
+            for meta, toks, decoded in zip(answers, token_lists, view.roundtrip(list(texts))):
+                view_tokens = tokens(decoded)
+                if view_tokens and view_tokens != toks:
+                    metas.append(AnswerMeta(meta.answer_id, meta.source, meta.vignette_id, view.name))
+                    token_lists.append(view_tokens)
         (ng, ng_off), (sh, sh_off) = hasher.grams_many(
             token_lists, [(config.ngram_n, _NGRAM), (config.shingle_words, _SHINGLE)]
         )
-        ngram_sets = [frozenset(ng[ng_off[i] : ng_off[i + 1]].tolist()) for i in range(len(answers))]
-        shingle_sets = [frozenset(sh[sh_off[i] : sh_off[i + 1]].tolist()) for i in range(len(answers))]
+        views_text = [letters(t) for t in token_lists]
+        lg, lg_off = hasher.letter_grams(views_text, config.chars_n)
+
+        def sets(keys, off):
+            return [frozenset(keys[off[i] : off[i + 1]].tolist()) for i in range(len(metas))]
+
         signatures = minhash_signatures(sh, sh_off, minhash_permutations(config.num_perm, config.seed))
-        return cls(config, hasher, list(answers), ngram_sets, shingle_sets, signatures, [len(t) for t in token_lists])
+        return cls(config, hasher, metas, sets(ng, ng_off), sets(sh, sh_off), signatures,
+                   [len(t) for t in token_lists], sets(lg, lg_off), [len(v) for v in views_text],
+                   tuple(v.name for v in views))
 
 
-# ----------------------------------------------------------------------------- scan
+# ----------------------------------------------------------------------------- hits
 
 
 @dataclass
 class Hit:
-    """One (training text, held-out answer, detector) pair at or above its threshold."""
+    """One (training text or group, held-out answer, detector) at or above its threshold."""
 
     source: str
-    record_id: str
+    record_id: str         # the record, or the group ("author_id=a7", "file") for fragments
     field: str
     answer_id: str
     answer_source: str | None
-    detector: str          # "ngram" | "minhash"
-    score: float           # exact containment (ngram) or exact Jaccard (minhash)
+    detector: str          # one of DETECTORS
+    score: float           # exact containment / Jaccard / group coverage
     threshold: float
-    reason: str            # "containment" | "min_run" | "jaccard"
-    shared_count: int      # distinct shared n-grams (ngram) or shared shingles (minhash)
-    longest_run: int       # longest run of consecutive shared words (ngram; 0 for minhash)
-    answer_grams: int      # |G(A)| or |S(A)|
-    shared: list[str] = field(default_factory=list)  # shared grams, normalised, in text order
+    reason: str            # "containment" | "min_run" | "jaccard" | "coverage"
+    shared_count: int      # distinct shared grams
+    longest_run: int       # longest shared run (words for ngram, letters for chars; 0 otherwise)
+    answer_grams: int      # the answer's gram count for this detector
+    view: str = TEXT_VIEW  # "text" or the tokenizer view in which it was found
+    members: list[str] = field(default_factory=list)  # fragments: the records that together hold it
+    shared: list[str] = field(default_factory=list)   # shared passages, normalised words, in text order
 
     def to_record(self, with_shared: bool = True) -> dict[str, Any]:
         record = asdict(self)
@@ -468,6 +212,11 @@ class Hit:
         if not with_shared:
             record.pop("shared")
         return record
+
+    @property
+    def record_ids(self) -> list[str]:
+        """The training records this hit flags (its members for a fragments hit)."""
+        return self.members or [self.record_id]
 
 
 # (local text index, answer index, detector, score, reason, shared count, longest run)
@@ -483,90 +232,57 @@ def _longest_runs(member: np.ndarray) -> np.ndarray:
     return (idx - last_false).max(axis=0)
 
 
-def _ngram_hits(index: HeldoutIndex, n_texts: int, ng: np.ndarray, ng_off: np.ndarray) -> list[RawHit]:
-    """Exact containment and longest shared run for every (text, answer) sharing an n-gram."""
+def _containment_hits(table: GramTable, n_texts: int, grams: np.ndarray, offsets: np.ndarray, *, n: int,
+                      containment: float, min_run: int | None, detector: str) -> list[RawHit]:
+    """Exact containment and longest shared run for every (text, answer) sharing a gram."""
     from scipy.sparse import csr_matrix
 
-    config, keys = index.config, index._ng_keys
-    if not len(ng) or not len(keys):
-        return []
-    pos = np.minimum(np.searchsorted(keys, ng), len(keys) - 1)
-    matched = keys[pos] == ng
+    pos, matched = table.lookup(grams)
     if not matched.any():
         return []
-    text_of = np.repeat(np.arange(n_texts, dtype=np.int64), np.diff(ng_off))
-    # texts x held-out n-grams (matched positions, with multiplicity) times n-grams x answers
-    positions = csr_matrix(
-        (np.ones(int(matched.sum()), dtype=np.int32), (text_of[matched], pos[matched])), shape=(n_texts, len(keys))
-    )
+    text_of = np.repeat(np.arange(n_texts, dtype=np.int64), np.diff(offsets))
+    # texts x held-out grams (matched positions, with multiplicity) times grams x answers
+    positions = csr_matrix((np.ones(int(matched.sum()), dtype=np.int32), (text_of[matched], pos[matched])),
+                           shape=(n_texts, len(table.keys)))
     distinct = positions.copy()
-    distinct.data[:] = 1  # a repeated n-gram in the text counts once
-    shared_csr = distinct @ index._ng_matrix
+    distinct.data[:] = 1  # a repeated gram in the text counts once
+    shared_csr = distinct @ table.matrix
     shared = shared_csr.tocoo()  # entries in CSR order (row by row)
-    containment = shared.data / index._ng_counts[shared.col]
-    by_containment = containment >= config.ngram_containment
-    # Longest shared run (in words) for every pair that is a hit by containment or could be
-    # one by run: a run of R words is R - n + 1 consecutive matched positions, so only pairs
-    # with at least that many matched positions (counted with multiplicity) can have one.
+    with np.errstate(divide="ignore", invalid="ignore"):
+        score = shared.data / table.counts[shared.col]
+    by_containment = score >= containment
+    # Longest shared run for every pair that is a hit by containment or could be one by run:
+    # a run of R units is R - n + 1 consecutive matched positions, so only pairs with at
+    # least that many matched positions (counted with multiplicity) can have one.
     run_needed = by_containment.copy()
-    if config.ngram_min_run:
-        need = max(config.ngram_min_run - config.ngram_n + 1, 1)
-        with_mult = positions @ index._ng_matrix
+    if min_run:
+        need = max(min_run - n + 1, 1)
+        with_mult = positions @ table.matrix
         # `positions` and `distinct` share one sparsity structure, so the two products do too
         # and their entries align one to one; checked, because the alignment is what makes
         # this right.
         if not (np.array_equal(with_mult.indptr, shared_csr.indptr) and np.array_equal(with_mult.indices, shared_csr.indices)):
-            raise RuntimeError("guard: n-gram count matrices lost alignment (scipy sparse behaviour changed)")
+            raise RuntimeError("guard: gram count matrices lost alignment (scipy sparse behaviour changed)")
         run_needed |= with_mult.data >= need
     longest = np.zeros(len(shared.data), dtype=np.int64)
     candidate = np.flatnonzero(run_needed)  # row-major order: grouped by text
     groups = np.split(candidate, np.flatnonzero(np.diff(shared.row[candidate])) + 1) if len(candidate) else []
     for js in groups:
         r = shared.row[js[0]]
-        lo, hi = ng_off[r], ng_off[r + 1]
+        lo, hi = offsets[r], offsets[r + 1]
         cols = shared.col[js]
         member = np.zeros((hi - lo, len(js)), dtype=bool)
         present = np.flatnonzero(matched[lo:hi])
-        member[present] = index._ng_matrix[pos[lo:hi][present]][:, cols].toarray() > 0
+        member[present] = table.matrix[pos[lo:hi][present]][:, cols].toarray() > 0
         runs = _longest_runs(member)
-        words = np.where(runs > 0, runs + config.ngram_n - 1, 0)
-        longest[js] = np.minimum(words, index._ng_lengths[cols])
-    by_run = longest >= config.ngram_min_run if config.ngram_min_run else np.zeros(len(longest), dtype=bool)
+        units = np.where(runs > 0, runs + n - 1, 0)
+        longest[js] = np.minimum(units, table.lengths[cols])
+    by_run = longest >= min_run if min_run else np.zeros(len(longest), dtype=bool)
     return [
-        (int(shared.row[j]), int(shared.col[j]), "ngram", float(containment[j]),
+        (int(shared.row[j]), int(shared.col[j]), detector, float(score[j]),
          "containment" if by_containment[j] else "min_run", int(shared.data[j]), int(longest[j]))
         for j in np.flatnonzero(by_containment | by_run)
     ]
-
-
-def _band_keys(lsh: Any, signatures: np.ndarray) -> list[list[bytes]]:
-    """Each signature's bucket key in every band, as datasketch's MinHashLSH computes it
-    (``bytes(hashvalues[start:end].byteswap().data)``), for all signatures at once."""
-    keys = []
-    for start, end in lsh.hashranges:
-        band = np.ascontiguousarray(signatures[:, start:end]).byteswap()
-        keys.append(band.view(f"V{band.itemsize * (end - start)}").ravel().tolist())
-    return keys
-
-
-def lsh_candidates(lsh: Any, signatures: np.ndarray) -> list[set[int]]:
-    """``set(lsh.query(m))`` for every signature row, with the band lookups batched.
-
-    Same index, same buckets, same answer as datasketch's ``MinHashLSH.query``; it only
-    computes the bucket keys of many signatures in one numpy pass instead of one query at a
-    time. ``HeldoutIndex`` checks the equality against ``query`` when it is built.
-    """
-    keys = _band_keys(lsh, signatures)
-    gets = [table.get for table in lsh.hashtables]
-    out: list[set[int]] = []
-    for row in range(len(signatures)):
-        found: set[int] = set()
-        for get, band in zip(gets, keys):
-            bucket = get(band[row])
-            if bucket:
-                found |= bucket
-        out.append(found)
-    return out
 
 
 def _minhash_hits(index: HeldoutIndex, n_texts: int, sh: np.ndarray, sh_off: np.ndarray) -> list[RawHit]:
@@ -602,14 +318,44 @@ def _minhash_hits(index: HeldoutIndex, n_texts: int, sh: np.ndarray, sh_off: np.
     return hits
 
 
-def _scan(index: HeldoutIndex, texts: Sequence[str]) -> list[RawHit]:
-    """Both detectors over one batch of texts."""
+def _pieces(table: GramTable, grams: np.ndarray, offsets: np.ndarray, n: int, min_piece: int) -> np.ndarray:
+    """(local text index, held-out letter-gram position) of every shared window that lies in a
+    run of shared windows spanning at least ``min_piece`` letters; distinct pairs, 2 x k."""
+    pos, matched = table.lookup(grams)
+    idx = np.flatnonzero(matched)
+    if not len(idx):
+        return np.zeros((2, 0), dtype=np.int64)
+    text_of = np.repeat(np.arange(len(offsets) - 1, dtype=np.int64), np.diff(offsets))[idx]
+    starts = np.ones(len(idx), dtype=bool)
+    starts[1:] = (np.diff(idx) != 1) | (np.diff(text_of) != 0)
+    run_id = np.cumsum(starts) - 1
+    run_letters = np.bincount(run_id)[run_id] + n - 1
+    keep = run_letters >= min_piece
+    pairs = np.unique(np.stack([text_of[keep], pos[idx[keep]]]), axis=1)
+    return pairs
+
+
+@dataclass
+class ScanResult:
+    hits: list[RawHit]
+    pieces: np.ndarray  # 2 x k (text index, held-out letter-gram position)
+
+
+def _scan(index: HeldoutIndex, texts: Sequence[str]) -> ScanResult:
+    """Every per-text detector over one batch of texts, and the batch's fragment pieces."""
     config = index.config
     token_lists = [tokens(t) for t in texts]
     (ng, ng_off), (sh, sh_off) = index.hasher.grams_many(
         token_lists, [(config.ngram_n, _NGRAM), (config.shingle_words, _SHINGLE)]
     )
-    return _ngram_hits(index, len(texts), ng, ng_off) + _minhash_hits(index, len(texts), sh, sh_off)
+    lg, lg_off = index.hasher.letter_grams([letters(t) for t in token_lists], config.chars_n)
+    n = len(texts)
+    hits = _containment_hits(index.ngrams, n, ng, ng_off, n=config.ngram_n, containment=config.ngram_containment,
+                             min_run=config.ngram_min_run, detector="ngram")
+    hits += _minhash_hits(index, n, sh, sh_off)
+    hits += _containment_hits(index.letters, n, lg, lg_off, n=config.chars_n, containment=config.chars_containment,
+                              min_run=config.chars_min_run, detector="chars")
+    return ScanResult(hits, _pieces(index.letters, lg, lg_off, config.chars_n, config.fragments_min_piece))
 
 
 _WORKER_INDEX: HeldoutIndex | None = None
@@ -620,20 +366,14 @@ def _init_worker(blob: bytes) -> None:
     _WORKER_INDEX = pickle.loads(blob)
 
 
-def _worker_scan(start: int, texts: list[str]) -> tuple[int, list[RawHit]]:
+def _worker_scan(start: int, texts: list[str]) -> tuple[int, ScanResult]:
     assert _WORKER_INDEX is not None, "worker started without an index"
     return start, _scan(_WORKER_INDEX, texts)
 
 
-def scan_texts(
-    index: HeldoutIndex,
-    texts: Sequence[str],
-    *,
-    workers: int = 1,
-    chunk_size: int = 2000,
-    progress: Callable[[int], None] | None = None,
-) -> list[RawHit]:
-    """Raw hits (global text index, ...) for ``texts``, in a deterministic order.
+def scan_batches(index: HeldoutIndex, texts: Sequence[str], *, workers: int = 1, chunk_size: int = 2000,
+                 progress: Callable[[int], None] | None = None) -> ScanResult:
+    """Per-text hits (global text index, ...) and fragment pieces for ``texts``, deterministic.
 
     With ``workers > 1`` and more than one chunk, chunks go to a spawn-started process pool
     (each worker unpickles the index once); results do not depend on ``workers``.
@@ -641,10 +381,16 @@ def scan_texts(
     if workers < 1 or chunk_size < 1:
         raise InputError(f"guard: workers ({workers}) and chunk_size ({chunk_size}) must be >= 1")
     chunks = [(s, list(texts[s : s + chunk_size])) for s in range(0, len(texts), chunk_size)]
-    results: list[RawHit] = []
+    hits: list[RawHit] = []
+    pieces: list[np.ndarray] = [np.zeros((2, 0), dtype=np.int64)]
+
+    def collect(start: int, result: ScanResult) -> None:
+        hits.extend((start + i, *rest) for i, *rest in result.hits)
+        pieces.append(result.pieces + np.array([[start], [0]], dtype=np.int64))
+
     if workers == 1 or len(chunks) <= 1:
         for start, chunk in chunks:
-            results.extend((start + i, *rest) for i, *rest in _scan(index, chunk))
+            collect(start, _scan(index, chunk))
             if progress:
                 progress(len(chunk))
     else:
@@ -653,74 +399,180 @@ def scan_texts(
         with ProcessPoolExecutor(max_workers=workers, mp_context=ctx, initializer=_init_worker, initargs=(blob,)) as pool:
             futures = {pool.submit(_worker_scan, start, chunk): len(chunk) for start, chunk in chunks}
             for future in as_completed(futures):
-                start, raw = future.result()
-                results.extend((start + i, *rest) for i, *rest in raw)
+                collect(*future.result())
                 if progress:
                     progress(futures[future])
-    results.sort(key=lambda h: (h[0], h[1], h[2]))
-    return results
+    hits.sort(key=lambda h: (h[0], h[1], h[2]))
+    all_pieces = np.concatenate(pieces, axis=1)
+    order = np.lexsort((all_pieces[1], all_pieces[0]))
+    return ScanResult(hits, all_pieces[:, order])
+
+
+def scan_texts(index: HeldoutIndex, texts: Sequence[str], *, workers: int = 1, chunk_size: int = 2000,
+               progress: Callable[[int], None] | None = None) -> list[RawHit]:
+    """The per-text hits of ``texts`` (no groups, no views): (text index, answer index, ...)."""
+    return scan_batches(index, texts, workers=workers, chunk_size=chunk_size, progress=progress).hits
+
+
+# ----------------------------------------------------------------------------- fragments
+
+
+@dataclass(frozen=True)
+class Group:
+    """Records that may together hold one answer: one author, one conversation, one file."""
+
+    source: str
+    label: str                 # "author_id=a7", "file", ...
+    members: tuple[int, ...]   # unit indices
+
+
+def fragment_hits(index: HeldoutIndex, pieces: np.ndarray, groups: Sequence[tuple[int, Sequence[int]]],
+                  n_texts: int) -> list[tuple[int, int, float, int, list[int]]]:
+    """(group index, answer index, coverage, shared windows, contributing texts) for every group
+    whose members' pieces cover >= ``fragments.coverage`` of an answer, with >= 2 contributors."""
+    from scipy.sparse import csr_matrix
+
+    config, table = index.config, index.letters
+    if not pieces.shape[1] or not groups:
+        return []
+    text_pieces = csr_matrix((np.ones(pieces.shape[1], dtype=np.int32), (pieces[0], pieces[1])),
+                             shape=(n_texts, len(table.keys)))
+    rows = np.repeat(np.arange(len(groups)), [len(m) for _, m in groups])
+    cols = np.fromiter((t for _, m in groups for t in m), dtype=np.int64, count=len(rows))
+    membership = csr_matrix((np.ones(len(rows), dtype=np.int32), (rows, cols)), shape=(len(groups), n_texts))
+    covered = membership @ text_pieces
+    covered.data[:] = 1
+    shared = (covered @ table.matrix).tocoo()
+    with np.errstate(divide="ignore", invalid="ignore"):
+        coverage = shared.data / table.counts[shared.col]
+    out = []
+    for j in np.flatnonzero(coverage >= config.fragments_coverage):
+        g, a = int(shared.row[j]), int(shared.col[j])
+        members = np.array(groups[g][1], dtype=np.int64)
+        own = (text_pieces[members] @ table.matrix[:, a]).toarray().ravel()
+        # A record that alone covers the answer is the per-record detectors' case (and stock
+        # phrases of its neighbours must not flag them with it).
+        if own.max() >= config.fragments_coverage * table.counts[a]:
+            continue
+        contributors = members[own > 0].tolist()
+        if len(contributors) >= 2:
+            out.append((g, a, float(coverage[j]), int(shared.data[j]), contributors))
+    return out
+
+
+# ----------------------------------------------------------------------------- reporting
+
+
+def _merge_spans(hit_positions: list[int], n: int) -> list[tuple[int, int]]:
+    spans: list[tuple[int, int]] = []
+    for p in hit_positions:
+        if spans and p <= spans[-1][1]:
+            spans[-1] = (spans[-1][0], p + n)
+        else:
+            spans.append((p, p + n))
+    return spans
 
 
 def shared_spans(index: HeldoutIndex, text: str, answer: int, detector: str, limit: int) -> list[str]:
-    """The passages of ``text`` (normalised) made of grams the answer also has, in text order.
-
-    Overlapping matched grams are merged, so a copied sentence shows as one span rather than
-    as its n-grams.
-    """
+    """The passages of ``text`` (normalised words) made of grams the answer also has, in
+    text order; overlapping grams are merged, so a copied sentence shows as one span."""
     config = index.config
     toks = tokens(text)
-    if detector == "ngram":
-        n, domain, target = config.ngram_n, _NGRAM, index.ngram_sets[answer]
+    if detector in ("chars", "fragments"):
+        view_letters = [letters([t]) for t in toks]
+        ends = np.cumsum([len(v) for v in view_letters])
+        view = "".join(view_letters)
+        n, target = config.chars_n, index.letter_sets[answer]
+        grams, _ = index.hasher.letter_grams([view], n)
+        hit_positions = np.flatnonzero(np.isin(grams, np.fromiter(target, dtype=np.uint64, count=len(target)))).tolist()
+        spans = []
+        for lo, hi in _merge_spans(hit_positions, n):
+            first, last = int(np.searchsorted(ends, lo, side="right")), int(np.searchsorted(ends, hi - 1, side="right"))
+            spans.append(" ".join(toks[first : last + 1]))
     else:
-        n, domain, target = config.shingle_words, _SHINGLE, index.shingle_sets[answer]
-    if 0 < len(toks) < n:
-        return [" ".join(toks)] if index.hasher.gram_key(toks, n, domain) in target else []
-    spans: list[str] = []
-    seen: set[str] = set()
-    span_start = span_end = -1  # token range [start, end) of the span being grown
-    for p in range(len(toks) - n + 1):
-        if index.hasher.gram_key(toks[p : p + n], n, domain) not in target:
-            continue
-        if p <= span_end:  # overlaps or touches the current span
-            span_end = p + n
-            continue
-        if span_start >= 0:
-            spans.append(" ".join(toks[span_start:span_end]))
-        span_start, span_end = p, p + n
-    if span_start >= 0:
-        spans.append(" ".join(toks[span_start:span_end]))
-    out = []
-    for span in spans:
-        if span not in seen:
-            seen.add(span)
-            out.append(span)
-    return out[:limit]
+        if detector == "ngram":
+            n, domain, target = config.ngram_n, _NGRAM, index.ngram_sets[answer]
+        else:
+            n, domain, target = config.shingle_words, _SHINGLE, index.shingle_sets[answer]
+        if 0 < len(toks) < n:
+            return [" ".join(toks)] if index.hasher.gram_key(toks, n, domain) in target else []
+        hit_positions = [p for p in range(len(toks) - n + 1) if index.hasher.gram_key(toks[p : p + n], n, domain) in target]
+        spans = [" ".join(toks[lo:hi]) for lo, hi in _merge_spans(hit_positions, n)]
+    return list(dict.fromkeys(spans))[:limit]
+
+
+def _expand_views(texts: list[str], views: Sequence[TextView]) -> tuple[list[str], list[int], list[str]]:
+    """Texts to scan: every text, plus its round trip through each view where that changes its words."""
+    out, unit_of, view_of = list(texts), list(range(len(texts))), [TEXT_VIEW] * len(texts)
+    if not views:
+        return out, unit_of, view_of
+    raw_tokens = [tokens(t) for t in texts]
+    for view in views:
+        for i, decoded in enumerate(view.roundtrip(texts)):
+            if decoded != texts[i] and tokens(decoded) != raw_tokens[i]:
+                out.append(decoded)
+                unit_of.append(i)
+                view_of.append(view.name)
+    return out, unit_of, view_of
 
 
 def check_units(
     index: HeldoutIndex,
     units: Sequence[TextUnit],
     *,
+    groups: Sequence[Group] = (),
+    views: Sequence[TextView] = (),
     workers: int = 1,
     chunk_size: int = 2000,
     max_shared: int = 10,  # shared passages spelled out per hit
     progress: Callable[[int], None] | None = None,
 ) -> list[Hit]:
-    """Every hit of ``units`` against ``index``, with the shared grams spelled out."""
-    raw = scan_texts(index, [u.text for u in units], workers=workers, chunk_size=chunk_size, progress=progress)
+    """Every hit of ``units`` (and of ``groups`` of them) against ``index``, in every view.
+
+    One hit per (record or group, answer, detector): the best score over the views and over
+    the answer's variants.
+    """
+    texts, unit_of, view_of = _expand_views([u.text for u in units], views)
+    result = scan_batches(index, texts, workers=workers, chunk_size=chunk_size, progress=progress)
     config = index.config
-    hits = []
-    for ui, ai, detector, score, reason, shared_count, longest_run in raw:
-        unit, meta = units[ui], index.answers[ai]
-        threshold = config.jaccard if detector == "minhash" else config.ngram_containment
-        size = len(index.shingle_sets[ai]) if detector == "minhash" else len(index.ngram_sets[ai])
-        hits.append(
-            Hit(
-                source=unit.source, record_id=unit.record_id, field=unit.field,
-                answer_id=meta.answer_id, answer_source=meta.source, detector=detector,
-                score=score, threshold=threshold, reason=reason, shared_count=shared_count,
-                longest_run=longest_run, answer_grams=size,
-                shared=shared_spans(index, unit.text, ai, detector, max_shared),
-            )
-        )
-    return hits
+    thresholds = {"ngram": config.ngram_containment, "minhash": config.jaccard, "chars": config.chars_containment,
+                  "fragments": config.fragments_coverage}
+    sizes = {"ngram": index.ngram_sets, "minhash": index.shingle_sets, "chars": index.letter_sets, "fragments": index.letter_sets}
+    best: dict[tuple, Hit] = {}
+
+    def offer(key: tuple, hit: Hit) -> None:
+        current = best.get(key)
+        if current is None or (hit.score, hit.view == TEXT_VIEW) > (current.score, current.view == TEXT_VIEW):
+            best[key] = hit
+
+    for ti, ai, detector, score, reason, shared_count, longest_run in result.hits:
+        unit, meta = units[unit_of[ti]], index.answers[ai]
+        hit = Hit(source=unit.source, record_id=unit.record_id, field=unit.field, answer_id=meta.answer_id,
+                  answer_source=meta.source, detector=detector, score=score, threshold=thresholds[detector],
+                  reason=reason, shared_count=shared_count, longest_run=longest_run,
+                  answer_grams=len(sizes[detector][ai]), view=view_of[ti])
+        hit.shared = shared_spans(index, texts[ti], ai, detector, max_shared)
+        offer((unit.source, unit.record_id, unit.field, meta.answer_id, detector), hit)
+
+    if groups:
+        variants_of: dict[int, list[int]] = {}
+        for ti, ui in enumerate(unit_of):
+            variants_of.setdefault(ui, []).append(ti)
+        expanded = [(gi, [t for u in g.members for t in variants_of[u]]) for gi, g in enumerate(groups)]
+        for gi, ai, coverage, shared_count, contributors in fragment_hits(index, result.pieces, expanded, len(texts)):
+            group, meta = groups[gi], index.answers[ai]
+            member_ids = list(dict.fromkeys(units[unit_of[t]].record_id for t in contributors))
+            if len(member_ids) < 2:
+                continue  # one record's own variants: the per-record detectors judge it
+            spans: list[str] = []
+            for t in contributors:
+                spans += shared_spans(index, texts[t], ai, "fragments", max_shared)
+            views_used = sorted({view_of[t] for t in contributors})
+            hit = Hit(source=group.source, record_id=group.label, field="*", answer_id=meta.answer_id,
+                      answer_source=meta.source, detector="fragments", score=coverage,
+                      threshold=config.fragments_coverage, reason="coverage", shared_count=shared_count,
+                      longest_run=0, answer_grams=len(index.letter_sets[ai]),
+                      view=TEXT_VIEW if views_used == [TEXT_VIEW] else "+".join(views_used),
+                      members=member_ids, shared=list(dict.fromkeys(spans))[:max_shared])
+            offer((group.source, group.label, "*", meta.answer_id, "fragments"), hit)
+    return sorted(best.values(), key=lambda h: (h.source, h.record_id, h.field, h.answer_id, DETECTORS.index(h.detector)))

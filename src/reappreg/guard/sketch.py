@@ -11,12 +11,15 @@ Design
   ``data/heldout/sketch.key`` beside the held-out answers. A new held-out version gets a new
   key, and the sketch is a deterministic function of (secret, held-out file), so an auditor
   holding the secret can re-derive it byte for byte.
-* The sketch (``data/guard/heldout_sketch.json``) holds, per answer: its id, source and
-  vignette id, the keyed hashes (``KeyedHasher``: HMAC-SHA256 under the sketch key, 64 bits)
-  of its normalised word n-grams and shingles, sorted (not in text order), its word count,
-  and its MinHash signature over the keyed shingle hashes; plus the detector settings and a
-  key fingerprint. It contains no held-out text (tests check that no answer n-gram, word
-  sequence or answer text appears in it).
+* The sketch (``data/guard/heldout_sketch.json``) holds, per answer variant (the answer
+  itself, and its round trip through each tokenizer view where that changes its words):
+  its id, source, vignette id and view, the keyed hashes (``KeyedHasher``: HMAC-SHA256 under
+  the sketch key, 64 bits) of its normalised word n-grams and shingles, the keyed hashes
+  (BLAKE2b under the sketch key) of its letter windows, all sorted (not in text order), its
+  word and letter counts, and its MinHash signature over the keyed shingle hashes; plus the
+  normalisation version, the detector settings, the tokenizers (by file hash) and a key
+  fingerprint. It contains no held-out text (tests check that no answer n-gram, word
+  sequence or answer text appears in it, and the leak scan checks it again).
 * To check texts, a team needs the sketch *and* the key (``reappreg guard check --sketch S
   --key K texts.jsonl``). Publish the sketch freely; hand the key only to teams that need
   to run checks. Without the key, nothing in the sketch can be computed or tested (HMAC is
@@ -38,11 +41,14 @@ from typing import Any
 import numpy as np
 
 from reappreg.errors import InputError
-from reappreg.guard.detect import AnswerMeta, GuardConfig, HeldoutIndex, KeyedHasher, minhash_permutations, minhash_signatures
-from reappreg.guard.text import NORMALISATION
+from reappreg.guard.config import GuardConfig
+from reappreg.guard.detect import AnswerMeta, HeldoutIndex
+from reappreg.guard.hashing import KeyedHasher
+from reappreg.guard.minhash import minhash_permutations, minhash_signatures
+from reappreg.guard.normalise import NORMALISATION
 from reappreg.io import read_json, write_text
 
-SKETCH_SCHEMA = "reappreg.guard.sketch/v1"
+SKETCH_SCHEMA = "reappreg.guard.sketch/v2"
 SECRET_FILE = "secret.key"
 _HEX_KEY = re.compile(r"^[0-9a-f]{64}$")
 
@@ -87,9 +93,10 @@ def key_fingerprint(key: bytes) -> str:
     return hmac.digest(key, b"reappreg-guard-key-fingerprint/v1", "sha256")[:8].hex()
 
 
-def build_sketch(answers: list[AnswerMeta], texts: list[str], config: GuardConfig, key: bytes, heldout_md5: str) -> dict[str, Any]:
-    """The sketch of the held-out answers under ``key`` (deterministic)."""
-    index = HeldoutIndex.build(answers, texts, config, KeyedHasher(key))
+def build_sketch(answers: list[AnswerMeta], texts: list[str], config: GuardConfig, key: bytes, heldout_md5: str,
+                 views=(), tokenizers: list[dict] | None = None) -> dict[str, Any]:
+    """The sketch of the held-out answers (and their tokenizer views) under ``key`` (deterministic)."""
+    index = HeldoutIndex.build(answers, texts, config, KeyedHasher(key), views=views)
     entries = []
     for i, meta in enumerate(index.answers):
         entries.append(
@@ -97,9 +104,12 @@ def build_sketch(answers: list[AnswerMeta], texts: list[str], config: GuardConfi
                 "answer_id": meta.answer_id,
                 "source": meta.source,
                 "vignette_id": meta.vignette_id,
+                "view": meta.view,
                 "words": index.token_counts[i],
+                "letters": index.letter_counts[i],
                 "ngrams": sorted(f"{k:016x}" for k in index.ngram_sets[i]),
                 "shingles": sorted(f"{k:016x}" for k in index.shingle_sets[i]),
+                "letter_grams": sorted(f"{k:016x}" for k in index.letter_sets[i]),
                 "minhash": [int(v) for v in index.signatures[i]],
             }
         )
@@ -108,7 +118,9 @@ def build_sketch(answers: list[AnswerMeta], texts: list[str], config: GuardConfi
         "hasher": KeyedHasher.kind,
         "key_fingerprint": key_fingerprint(key),
         "heldout_md5": heldout_md5,
+        "normalisation": NORMALISATION,
         "detectors": config.to_dict(),
+        "tokenizers": tokenizers or [],
         "answers": entries,
     }
 
@@ -135,14 +147,16 @@ def index_from_sketch(sketch: dict[str, Any], key: bytes, source: str = "sketch"
             f"'{sketch.get('hasher')}'; this version uses '{NORMALISATION}' / '{KeyedHasher.kind}'"
         )
     config = GuardConfig.from_dict(sketch["detectors"])
-    answers, ngram_sets, shingle_sets, signatures, words = [], [], [], [], []
+    answers, ngram_sets, shingle_sets, signatures, words, letter_sets, letter_counts = [], [], [], [], [], [], []
     for i, entry in enumerate(sketch["answers"]):
         try:
-            answers.append(AnswerMeta(str(entry["answer_id"]), entry.get("source"), entry.get("vignette_id")))
+            answers.append(AnswerMeta(str(entry["answer_id"]), entry.get("source"), entry.get("vignette_id"), str(entry["view"])))
             ngram_sets.append(frozenset(int(h, 16) for h in entry["ngrams"]))
             shingle_sets.append(frozenset(int(h, 16) for h in entry["shingles"]))
+            letter_sets.append(frozenset(int(h, 16) for h in entry["letter_grams"]))
             signatures.append(np.array(entry["minhash"], dtype=np.uint32))
             words.append(int(entry["words"]))
+            letter_counts.append(int(entry["letters"]))
         except (KeyError, TypeError, ValueError) as exc:
             raise InputError(f"{source}: answer entry {i + 1} is malformed ({exc!r})") from exc
         if not ngram_sets[-1] or not shingle_sets[-1] or len(signatures[-1]) != config.num_perm:
@@ -156,7 +170,9 @@ def index_from_sketch(sketch: dict[str, Any], key: bytes, source: str = "sketch"
     bad = np.flatnonzero((expected != signatures_arr).any(axis=1))
     if len(bad):
         raise InputError(f"{source}: MinHash signature of answer '{answers[bad[0]].answer_id}' does not match its shingles")
-    return HeldoutIndex(config, KeyedHasher(key), answers, ngram_sets, shingle_sets, signatures_arr, words)
+    views = tuple(t["name"] for t in sketch.get("tokenizers", []))
+    return HeldoutIndex(config, KeyedHasher(key), answers, ngram_sets, shingle_sets, signatures_arr, words,
+                        letter_sets, letter_counts, views)
 
 
 def sketch_digest(sketch: dict[str, Any]) -> str:

@@ -1,61 +1,21 @@
-"""Normalisation, tokenisation and reading the texts the guard checks.
+"""Reading the texts the guard checks (JSONL, CSV, plain text) into text units.
 
-Normalisation (version ``NORMALISATION``) is what makes "the same words" compare equal:
-
-1. Unicode NFKC (full-width letters, ligatures, NBSP and other compatibility spaces fold
-   to their plain forms);
-2. invisible format characters (zero-width space/joiners, soft hyphen, BOM, bidi marks)
-   are deleted, so ``ans\u200bwer`` is ``answer``;
-3. case folding (``str.casefold``, stronger than ``lower`` for e.g. German sharp s);
-4. apostrophes of every kind (``'`` ``’`` ``ʼ`` ...) are deleted, so ``don't`` and ``don’t``
-   are both ``dont``;
-5. every other run of characters that is not a letter or digit (punctuation, quotes,
-   dashes, symbols, whitespace) is a token boundary.
-
-A text is then its list of word tokens. Homoglyph substitutions across scripts (a
-Cyrillic ``а`` for a Latin ``a``) are *not* folded; that is a known limit.
+Normalisation lives in ``reappreg.guard.normalise`` (re-exported here for callers that read
+sources and tokenise in one place).
 """
 
 from __future__ import annotations
 
 import csv
 import io
-import re
-import unicodedata
 from dataclasses import dataclass
 from pathlib import Path
 
 from reappreg.errors import InputError
+from reappreg.guard.normalise import NORMALISATION, letters, normalise, tokens
 from reappreg.io import read_jsonl
 
-NORMALISATION = "nfkc+strip-format+casefold+strip-apostrophes+alnum-tokens/v1"
-
-# Apostrophe-like characters (deleted, so contractions stay one token) and Unicode
-# format characters (category Cf) that appear in copied text; both map to nothing.
-_APOSTROPHES = "'\u2019\u2018\u02bc\u02b9\u0060\u00b4\u2032\uff07"
-_FORMAT_CHARS = (
-    "\u00ad\u061c\u180e\u200b\u200c\u200d\u200e\u200f\u202a\u202b\u202c\u202d\u202e"
-    "\u2060\u2061\u2062\u2063\u2064\u2066\u2067\u2068\u2069\ufeff\ufff9\ufffa\ufffb"
-)
-_DELETE = str.maketrans("", "", _APOSTROPHES + _FORMAT_CHARS)
-# Letters and digits of any script; underscore is punctuation for our purpose.
-_TOKEN = re.compile(r"[^\W_]+")
-_ASCII_TOKEN = re.compile(r"[a-z0-9]+")
-_ASCII_DELETE = str.maketrans("", "", "'`")
-
-
-def tokens(text: str) -> list[str]:
-    """The normalised word tokens of ``text`` (see the module docstring)."""
-    if text.isascii():
-        # Same result, faster: ASCII is NFKC-invariant, casefold is lower, \w is [A-Za-z0-9_].
-        return _ASCII_TOKEN.findall(text.translate(_ASCII_DELETE).lower())
-    folded = unicodedata.normalize("NFKC", text).translate(_DELETE).casefold()
-    return _TOKEN.findall(folded)
-
-
-def normalise(text: str) -> str:
-    """The normalised text: its tokens joined by single spaces."""
-    return " ".join(tokens(text))
+__all__ = ["NORMALISATION", "SourceSpec", "SourceTexts", "TextUnit", "letters", "normalise", "read_source", "tokens"]
 
 
 # ----------------------------------------------------------------------------- sources

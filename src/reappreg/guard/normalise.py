@@ -1,0 +1,208 @@
+"""Normalisation by Unicode property: what makes "the same letters" compare equal.
+
+Every detector sees a text only through this module (version ``NORMALISATION``, recorded in
+the certificate and the sketch; a check refuses a certificate or sketch made with another
+version). Two views come out of one text:
+
+* the **word view** (``tokens``): readable word tokens, used by the word n-gram and MinHash
+  detectors and shown in reports;
+* the **letter view** (``letters``): the UTS #39 confusable skeleton of those words with every
+  non-letter removed, one string without spaces, used by the character n-gram detectors.
+  Removed spaces, split words and odd separators cannot hide a copy from it.
+
+The steps, in order (``fold``):
+
+1. HTML: entities decoded to a fixpoint (``&amp;nbsp;`` is a space), comments and tags
+   removed (block tags become a space, inline tags nothing); markdown links keep their
+   text, emphasis/code marks (``* _ ~ ` ``) are deleted.
+2. Invisible code points are deleted by property, not by a list: general categories Cc
+   (controls, NUL among them), Cf (format: zero-width, bidi, soft hyphen, tags), Cs (lone
+   surrogates), Co (private use), Cn (unassigned) and every Default_Ignorable_Code_Point
+   (variation selectors, Hangul fillers, combining grapheme joiner, ...). Whitespace
+   controls (tab, newlines, the ASCII separators, NEL) are word boundaries instead.
+3. NFKD (compatibility forms: full-width letters, ligatures, NBSP, math alphanumerics),
+   case folding, and every combining mark (category M) removed: accents cannot hide a word.
+4. Apostrophes are deleted (``don't`` = ``dont``); a dash of any kind (category Pd, minus)
+   between two letters, or at a line end before a letter, is deleted (``ans-wer`` and
+   ``ans-\\nwer`` are ``answer``); symbols whose confusable skeleton is a letter (``|`` for
+   ``l``) become that letter.
+5. Words are the runs of letters and digits; everything else is a boundary.
+
+Confusables: each word's skeleton is computed with ICU's ``SpoofChecker.getSkeleton``, the
+Unicode Consortium's own implementation of UTS #39 (data from confusables.txt of ICU's
+Unicode version), through ``pyicu-wheels`` (PyICU, the maintained ICU binding, shipped as
+self-contained wheels so no compiler or system ICU is needed). A Cyrillic ``а`` or a Greek
+``ο`` in a Latin word therefore hashes like the Latin letter. Skeletons are cached per
+distinct word, so they cost one ICU call per vocabulary entry, not per occurrence.
+
+What this cannot fold: translation, transliteration between scripts that are not
+confusable (Cyrillic spelled out in Latin), and spelling changes; those are edits, left to
+the near-duplicate detector and the semantic report.
+"""
+
+from __future__ import annotations
+
+import html
+import re
+import unicodedata
+from functools import lru_cache
+
+import icu
+import regex
+
+NORMALISATION = (
+    f"reappreg-guard-norm/v2;html+markdown;drop=Cc,Cf,Cs,Co,Cn,DI;nfkd-casefold-drop-M;intraword-dash;"
+    f"uts39-skeleton=icu{icu.ICU_VERSION}/unicode{icu.UNICODE_VERSION};python-unicode{unicodedata.unidata_version};"
+    f"regex{regex.__version__}"
+)
+
+# Whitespace controls separate words; every other Cc/Cf/Cs/Co/Cn/DI code point is deleted.
+_WHITESPACE_CONTROLS = "\t\n\x0b\x0c\r\x1c\x1d\x1e\x1f\x85"
+_INVISIBLE = regex.compile(
+    r"[[\p{Cc}\p{Cf}\p{Cs}\p{Co}\p{Cn}\p{Default_Ignorable_Code_Point}]--[" + _WHITESPACE_CONTROLS + r"]]+",
+    flags=regex.V1,
+)
+_MARKS = regex.compile(r"\p{M}+")
+_TAG = regex.compile(r"<!--.*?-->|<\s*(/?)\s*([A-Za-z][A-Za-z0-9]*)\b[^<>]{0,2000}>", flags=regex.DOTALL)
+_BLOCK_TAGS = {"p", "br", "div", "li", "ul", "ol", "tr", "td", "th", "table", "h1", "h2", "h3", "h4", "h5", "h6",
+               "blockquote", "pre", "hr", "section", "article", "header", "footer", "dd", "dt", "dl"}
+_MD_LINK = regex.compile(r"!?\[([^\[\]]*)\]\([^()\s]*(?:\s+\"[^\"]*\")?\)")
+_MD_MARKS = str.maketrans("", "", "*_~`")
+_APOSTROPHES = "'\u2019\u2018\u02bc\u02b9\u0060\u00b4\u2032\uff07\u02bb\u02bd"
+_DELETE_APOSTROPHES = str.maketrans("", "", _APOSTROPHES)
+# A dash between letters, or ending a line before a letter (hyphenation), joins the word.
+_INTRAWORD_DASH = regex.compile(r"(?<=\p{L})[\p{Pd}\u2212]+(?:[ \t]*\n\s*)?(?=\p{L})")
+# Letters and digits of any script (the stdlib engine: faster than ``regex`` for this).
+_TOKEN = re.compile(r"[^\W_]+")
+_ASCII_TOKEN = re.compile(r"[a-z0-9]+")
+_ASCII_INTRAWORD_DASH = re.compile(r"(?<=[a-z])-+(?:[ \t]*\n\s*)?(?=[a-z])")
+
+
+def _spoof_checker():
+    checker = getattr(_spoof_checker, "instance", None)
+    if checker is None:
+        checker = _spoof_checker.instance = icu.SpoofChecker()
+    return checker
+
+
+def _icu_skeleton(text: str) -> str:
+    return _spoof_checker().getSkeleton(0, text)  # the type argument is ignored since ICU 58
+
+
+@lru_cache(maxsize=1)
+def _symbol_letters() -> dict[int, str]:
+    """Non-alphanumeric code points whose confusable skeleton is letters (e.g. ``|`` -> ``l``).
+
+    Scanned once over the BMP and the SMP (where every such symbol lives), one ICU call per
+    non-alphanumeric code point.
+    """
+    table: dict[int, str] = {}
+    for cp in range(0x20, 0x20000):
+        ch = chr(cp)
+        if ch.isalnum() or 0xD800 <= cp <= 0xDFFF or unicodedata.category(ch) in ("Cn", "Co", "Cc", "Cf", "Zs"):
+            continue
+        if unicodedata.category(ch) == "Pd":
+            continue  # dashes are word boundaries or join a word (step 4), never letters
+        skel = _MARKS.sub("", unicodedata.normalize("NFKD", _icu_skeleton(ch)).casefold())
+        # Only cased letters (a symbol standing in for a Latin/Greek/Cyrillic... letter), so
+        # e.g. a dash never becomes a length mark.
+        if skel and skel != ch and all(unicodedata.category(c) == "Ll" for c in skel):
+            table[cp] = skel
+    return table
+
+
+@lru_cache(maxsize=1)
+def _ascii_table() -> tuple[bytes, bytes]:
+    """The ASCII part of the general path as a ``bytes.translate`` (table, deletions) pair
+    (tests check the equality with the general path)."""
+    table = bytearray(range(256))
+    for cp, letters in _symbol_letters().items():
+        if cp < 0x80:
+            if len(letters) != 1 or not letters.isascii():
+                raise RuntimeError(f"guard normalisation: ASCII symbol {chr(cp)!r} folds to {letters!r}; the fast path needs one ASCII letter")
+            table[cp] = ord(letters)
+    delete = bytes(cp for cp in range(0x20) if chr(cp) not in _WHITESPACE_CONTROLS) + b"\x7f*_~`'"
+    return bytes(table), delete
+
+
+def _strip_markup(text: str) -> str:
+    if "&" in text:
+        for _ in range(4):  # double-escaped text (&amp;nbsp;) decodes in two rounds
+            decoded = html.unescape(text)
+            if decoded == text:
+                break
+            text = decoded
+    if "<" in text:
+        text = _TAG.sub(lambda m: " " if (m.group(2) or "").lower() in _BLOCK_TAGS else "", text)
+    if "](" in text:
+        text = _MD_LINK.sub(r"\1", text)
+    return text
+
+
+def fold(text: str) -> str:
+    """The normalised text (steps 1-4 of the module docstring), before splitting into words."""
+    text = _strip_markup(text)
+    if text.isascii():
+        # Same result as the general path, faster: ASCII is NFKD-invariant, has no marks,
+        # casefold is lower (tests check the equality on random ASCII).
+        table, delete = _ascii_table()
+        text = text.encode("ascii").translate(table, delete).decode("ascii").lower()
+        if "-" in text:
+            text = _ASCII_INTRAWORD_DASH.sub("", text)
+        return text
+    return _fold_unicode(text)
+
+
+def fold_general(text: str) -> str:
+    """``fold`` without the ASCII fast path (the reference the fast path is tested against)."""
+    return _fold_unicode(_strip_markup(text))
+
+
+def _fold_unicode(text: str) -> str:
+    text = _INVISIBLE.sub("", text)
+    text = unicodedata.normalize("NFKD", text).casefold()
+    text = unicodedata.normalize("NFKD", text)  # casefold can produce decomposable sequences
+    text = _INVISIBLE.sub("", _MARKS.sub("", text))
+    text = text.translate(_DELETE_APOSTROPHES).translate(_MD_MARKS).translate(_symbol_letters())
+    return _INTRAWORD_DASH.sub("", text)
+
+
+def tokens(text: str) -> list[str]:
+    """The readable word tokens of ``text`` (what reports show)."""
+    folded = fold(text)
+    if folded.isascii():
+        return _ASCII_TOKEN.findall(folded)
+    return _TOKEN.findall(folded)
+
+
+def normalise(text: str) -> str:
+    """The normalised text: its tokens joined by single spaces."""
+    return " ".join(tokens(text))
+
+
+@lru_cache(maxsize=1 << 20)
+def skeleton(token: str) -> str:
+    """The UTS #39 skeleton of one word token, case-folded, marks removed (what is hashed)."""
+    skel = _icu_skeleton(token)
+    if skel.isascii():
+        return skel.lower()
+    return _MARKS.sub("", unicodedata.normalize("NFKD", unicodedata.normalize("NFKD", skel).casefold()))
+
+
+_LETTERS: dict[str, str] = {}  # token -> letters of its skeleton (a plain dict: the hot path)
+
+
+def _letters_of(token: str) -> str:
+    skel = skeleton(token)
+    return skel if skel.isalpha() else "".join(ch for ch in skel if ch.isalpha())
+
+
+def letters(toks: list[str]) -> str:
+    """The letter view of a token list: skeletons with every non-letter removed, concatenated."""
+    try:
+        return "".join(map(_LETTERS.__getitem__, toks))
+    except KeyError:
+        for tok in toks:
+            if tok not in _LETTERS:
+                _LETTERS[tok] = _letters_of(tok)
+        return "".join(map(_LETTERS.__getitem__, toks))
