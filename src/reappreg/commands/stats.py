@@ -1,4 +1,4 @@
-"""`reappreg stats run`: win-rates with iid and vignette-cluster intervals, forest plot, claims."""
+"""`reappreg stats run`: contest-level win-rates with iid and cluster intervals, forest plot, claims."""
 
 from __future__ import annotations
 
@@ -17,39 +17,54 @@ def run(
     plot: Path = typer.Option(..., help="Forest plot PNG to write"),
     plot_data: Path = typer.Option(..., help="Forest plot rows CSV to write (dvc plots)"),
     claims: Path = typer.Option(..., help="Machine-readable claims to write"),
+    models: Path = typer.Option(Path("registry/models.yaml"), help="Registry declarations (reference_bar:)"),
     params: Path = typer.Option(Path("params.yaml"), help="params.yaml"),
 ) -> None:
-    """Compute every table and claim; an untrusted judge is flagged, never silently dropped."""
+    """Compute every table and claim; an untrusted or position-biased judge is flagged, never dropped."""
     import mlflow
     from rich.console import Console
 
     from reappreg.settings import load_params
-    from reappreg.stats import analyze, load_calibration, load_judgments, mlflow_metrics, write_outputs
+    from reappreg.stats import (
+        TrustPolicy, analyze, load_calibration, load_judgments, load_reference_bar, mlflow_metrics, write_outputs,
+    )
     from reappreg.tracking import stage_run
 
     p = load_params(params)
-    settings = p.stats.model_dump()
+    reference = load_reference_bar(models)
+    trust_policy = TrustPolicy(max_position_bias=p.stats.max_position_bias,
+                               max_unparseable_rate=p.stats.max_unparseable_rate,
+                               min_agreement_floor=p.judge.min_agreement,
+                               min_pairs_floor=p.judge.calibration_min_pairs)
     console = Console()
-    inputs = {"judgments": judgments, "calibration": calibration}
-    with stage_run("stats", tracking=p.tracking, params=settings, inputs=inputs):
+    inputs = {"judgments": judgments, "calibration": calibration, "models": models}
+    with stage_run("stats", tracking=p.tracking, params=p.stats.model_dump(), inputs=inputs):
         frame = load_judgments(judgments)
         calib = load_calibration(calibration)
         with console.status(f"stats: intervals for {len(frame)} judged orders"):
-            report = analyze(frame, calib, **settings)
+            report = analyze(frame, calib, settings=p.stats, reference=reference, trust_policy=trust_policy)
             write_outputs(report, metrics_path=metrics, plot_path=plot, plot_data_path=plot_data,
                           claims_path=claims)
         mlflow.set_tag("judge_trusted", str(report["judge"]["trusted"]).lower())
+        mlflow.set_tag("judge_position_biased", str(report["judge"]["position_biased"]).lower())
         mlflow.log_metrics(mlflow_metrics(report["metrics"]))
         for path in (metrics, plot, plot_data, claims):
             mlflow.log_artifact(str(path), artifact_path="eval")
 
-    heading = "stats: claims" + ("" if report["judge"]["trusted"] else " [UNTRUSTED JUDGE: none supported]")
-    console.print(heading, style=None if report["judge"]["trusted"] else "bold red", highlight=False)
+    judge = report["judge"]
+    ok = judge["trusted"] and not judge["position_biased"]
+    heading = "stats: claims" + ("" if ok else " [JUDGE NOT USABLE: none supported]")
+    console.print(heading, style=None if ok else "bold red", highlight=False)
+    if not judge["trusted"]:
+        console.print(f"  untrusted judge: {judge['trust_reason']}", highlight=False, markup=False)
+    if judge["position_biased"]:
+        console.print(f"  position-biased judgments: {judge['position_bias_reason']}", highlight=False, markup=False)
     for claim in report["claims"]:
         ev = claim["evidence"]
         ci = "-" if ev["cluster_low"] is None else f"[{ev['cluster_low']:.3f}, {ev['cluster_high']:.3f}]"
         rate = "-" if ev["win_rate"] is None else f"{ev['win_rate']:.3f}"
         n_eff = "-" if ev["n_eff"] is None else f"{ev['n_eff']:.1f}"
+        flags = ", ".join(claim["flags"]) or "none"
         console.print(f"  {claim['status']:<12} supported={str(claim['supported']):<5} {claim['claim_id']}\n"
-                      f"      win-rate {rate}  cluster CI {ci}  n {ev['n']}  n_eff {n_eff}",
-                      highlight=False, markup=False)
+                      f"      win-rate {rate}  worst-case cluster CI {ci}  n {ev['n']} contests  n_eff {n_eff}"
+                      f"  flags: {flags}", highlight=False, markup=False)

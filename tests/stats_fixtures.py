@@ -1,0 +1,86 @@
+"""Planted judgments and calibrations written from the input contracts (not from the judge's code)."""
+
+from __future__ import annotations
+
+import numpy as np
+
+from reappreg.settings.stats import StatsSettings
+from reappreg.stats import ReferenceBar, TrustPolicy
+
+REFERENCE = ReferenceBar(bar=0.608, opponent="gpt-4-0314", source="reference model card")
+JUDGE, FINGERPRINT = "fake-judge", "sha256:judge-files"
+TRUSTED = {
+    "judge_model": JUDGE, "judge_fingerprint": FINGERPRINT, "n_pairs": 240, "agreement": 0.9,
+    "agreement_low": 0.87, "agreement_high": 0.93, "position_bias_A": 0.04, "position_bias_B": 0.03,
+    "order_consistency": 0.93, "unparseable_rate": 0.0, "min_agreement": 0.65, "min_pairs": 200, "trusted": True,
+}
+POLICY = TrustPolicy(max_position_bias=0.2, max_unparseable_rate=0.05, min_agreement_floor=0.65, min_pairs_floor=None)
+FAST = StatsSettings(bootstrap_iterations=500, lc_bootstrap_iterations=60, seed=3)
+ORDERS = ("policy_first", "policy_second")
+
+
+def verdict_for(order: str, score: float | None) -> str:
+    if score is None:
+        return "unparseable"
+    if score == 0.5:
+        return "tie"
+    mine = "A" if order == "policy_first" else "B"
+    return mine if score == 1.0 else ("B" if mine == "A" else "A")
+
+
+def order_row(*, contest: str, generation: str, vignette: str, answer: str, order: str, score: float | None,
+              opponent: str = "gpt-4-0314", selection: str = "none", eval_k: int = 0, seed: int = 0,
+              policy_chars: int = 120, opponent_chars: int = 120, probs: tuple | None = None,
+              verdict: str | None = None) -> dict:
+    verdict = verdict or verdict_for(order, score)
+    if verdict in ("A", "B", "tie") and score is None:
+        mine = "A" if order == "policy_first" else "B"
+        score = 0.5 if verdict == "tie" else float(verdict == mine)
+    p_a, p_b, p_tie = probs if probs is not None else (None, None, None)
+    return {
+        "contest_id": contest, "generation_id": generation, "vignette_id": vignette, "eval_k": eval_k,
+        "opponent_source": opponent, "opponent_answer_id": answer, "order": order,
+        "raw_output": verdict, "verdict": verdict, "policy_score": score, "judge_model": JUDGE,
+        "selection": selection, "p_a": p_a, "p_b": p_b, "p_tie": p_tie,
+        "verdict_method": "logprob" if probs is not None else "guided", "judge_fingerprint": FINGERPRINT,
+        "sampling_seed": seed, "policy_chars": policy_chars, "opponent_chars": opponent_chars,
+    }
+
+
+def planted(rates: dict[str, float] | list[float], *, generations: int = 20, answers: int = 2, seed: int = 0,
+            selection: str = "none", opponent: str = "gpt-4-0314", split_share: float = 0.0,
+            seed_offset: int = 0, id_prefix: str = "") -> list[dict]:
+    """Both orders of generations x answers contests per vignette.
+
+    In each vignette a share ``rate`` of the contests is won in both orders (spread evenly over
+    generations, deterministically), a share ``split_share`` of the rest splits its orders.
+    """
+    if isinstance(rates, list):
+        rates = {f"v{g}": r for g, r in enumerate(rates)}
+    rng = np.random.default_rng(seed)
+    rows = []
+    for vi, (vignette, rate) in enumerate(rates.items()):
+        n = generations * answers
+        wins = round(rate * n)
+        order = rng.permutation(n)
+        outcome = np.where(order < wins, 1.0, 0.0)
+        losers = np.flatnonzero(outcome == 0.0)
+        n_split = round(split_share * len(losers))
+        for j in range(n):
+            g, a = divmod(j, answers)
+            gen = f"{id_prefix}{selection}-{vignette}-g{g}"
+            contest = f"{id_prefix}{selection}-{opponent}-{vignette}-{j}"
+            answer = f"{opponent}-{vignette}-a{(g + a) % 10}"
+            sampling_seed = seed_offset + 1000 * vi + g
+            for order_name in ORDERS:
+                score = float(outcome[j])
+                if j in losers[:n_split] and order_name == "policy_first":
+                    score = 1.0
+                rows.append(order_row(contest=contest, generation=gen, vignette=vignette, answer=answer,
+                                      order=order_name, score=score, opponent=opponent, selection=selection,
+                                      eval_k=g % 3, seed=sampling_seed))
+    return rows
+
+
+def claim(report: dict, claim_id: str) -> dict:
+    return next(c for c in report["claims"] if c["claim_id"] == claim_id)
