@@ -37,9 +37,7 @@ import yaml
 from reappreg.errors import InputError, ReappregError
 from reappreg.hashing import dvc_md5
 from reappreg.io import read_json
-
-# Claim flags that can never back a printed claim (see reappreg.stats.FLAGS).
-BLOCKING_FLAGS = ("untrusted_judge", "below_min_n", "single_cluster", "selection_pool", "missing_opponent")
+from reappreg.stats.claims import BLOCKING_FLAGS  # claim flags that can never back a printed claim
 CLAIM_KEYS = ("claim_id", "statement", "metric_refs", "supported", "status", "reason", "flags")
 # Per-comparison stats shown in the evaluation table, in column order.
 EVAL_COLUMNS = ("win_rate", "n", "iid_low", "cluster_low", "n_eff", "n_clusters")
@@ -263,11 +261,27 @@ def _same(a: Any, b: Any) -> bool:
     return math.isclose(float(a), float(b), rel_tol=1e-9, abs_tol=1e-12)
 
 
+def _trust_recomputed(calibration: Mapping[str, Any], eval_metrics: Mapping[str, Any]) -> bool:
+    """Trust re-derived from the calibration's numbers under the thresholds eval.json says the stats
+    stage applied (``judge/*``); the calibration's ``trusted`` is a cache and must agree, and so must
+    eval.json's ``judge/trusted``. Missing thresholds: not trusted."""
+    from reappreg.stats.trust import TrustPolicy, recompute_trust
+
+    keys = ("judge/max_position_bias", "judge/max_unparseable_rate", "judge/min_agreement_applied",
+            "judge/min_pairs_applied")
+    if any(eval_metrics.get(k) is None for k in keys):
+        return False
+    policy = TrustPolicy(max_position_bias=float(eval_metrics[keys[0]]), max_unparseable_rate=float(eval_metrics[keys[1]]),
+                         min_agreement_floor=float(eval_metrics[keys[2]]), min_pairs_floor=int(eval_metrics[keys[3]]))
+    trust = recompute_trust(calibration, policy, judge_model=None, judge_fingerprint=None)
+    return trust.trusted and eval_metrics.get("judge/trusted") in (1, True)
+
+
 def lint_claims(claims: Sequence[Mapping[str, Any]], eval_metrics: Mapping[str, Any], calibration: Mapping[str, Any],
                 *, min_n_confirm: int) -> list[LintProblem]:
     """Problems with claims that would be printed as supported, re-derived from the metrics."""
     problems: list[LintProblem] = []
-    trusted = bool(calibration.get("trusted"))
+    trusted = _trust_recomputed(calibration, eval_metrics)
     for claim in claims:
         cid = str(claim.get("claim_id"))
         if claim.get("judge_trusted") and not trusted:
