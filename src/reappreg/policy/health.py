@@ -17,6 +17,8 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass, field
 
+from reappreg.settings.policy import PolicyHealthSettings
+
 # Names the health metrics are logged under (MLflow), from the TRL log keys they come from.
 HEALTH_METRICS: dict[str, str] = {
     "health/reward_mean": "reward",
@@ -29,14 +31,6 @@ HEALTH_METRICS: dict[str, str] = {
 
 
 @dataclass(frozen=True)
-class HealthThresholds:
-    min_reward_std: float = 1e-3
-    patience: int = 2
-    max_kl: float = 1.0
-    stop_on_unhealthy: bool = False
-
-
-@dataclass(frozen=True)
 class HealthVerdict:
     step: int
     healthy: bool
@@ -45,7 +39,7 @@ class HealthVerdict:
 
 @dataclass
 class HealthMonitor:
-    thresholds: HealthThresholds
+    thresholds: PolicyHealthSettings  # policy.health
     low_std_streak: int = 0
     first_unhealthy: HealthVerdict | None = None
     history: list[HealthVerdict] = field(default_factory=list)

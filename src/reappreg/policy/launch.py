@@ -1,15 +1,26 @@
-"""Multi-GPU launch: accelerate + DeepSpeed ZeRO-2 config files and the launch command.
+"""Multi-process launch: accelerate config files, the DeepSpeed json, and the launch command.
 
-The full profile trains with
+``reappreg policy train`` starts the workers itself when ``policy.launcher.kind`` is
+``accelerate`` (it writes the spec, owns the MLflow run and publishes the final
+checkpoint; the workers train). The accelerate config file says how:
 
-    accelerate launch --config_file pipelines/accelerate/zero2.yaml --num_processes 4 \\
-        -m reappreg policy train-worker --spec work/policy_train/spec.json
+- ``distributed_type: DEEPSPEED`` (full profile, 4 GPUs)::
 
-which `reappreg policy train` runs itself when ``policy.launcher.kind`` is ``accelerate``
-(it writes the spec, owns the MLflow run and publishes the final checkpoint; the workers
-train). The accelerate file names the DeepSpeed json (``deepspeed_config_file``), which
-holds precision, ZeRO stage and the batch geometry; nothing here imports deepspeed, so the
-configs can be checked on any machine.
+      accelerate launch --config_file pipelines/accelerate/zero2.yaml --num_processes 4 \\
+          -m reappreg policy train-worker --spec work/policy_train/spec.json
+
+  The file names the DeepSpeed json (``deepspeed_config_file``), which holds precision,
+  ZeRO stage and the batch geometry.
+- ``distributed_type: MULTI_CPU`` (rehearsal profile, 2 CPU processes, gloo)::
+
+      python -m torch.distributed.run --standalone --nproc_per_node 2 \\
+          -m reappreg policy train-worker --spec work/policy_train/spec.json
+
+  ``accelerate launch`` runs a MULTI_CPU config as a single process unless mpirun is
+  installed, so the launcher uses torchrun, the launcher accelerate itself wraps for
+  multi-GPU. The trainer checks the world size it sees either way.
+
+Nothing here imports deepspeed or torch, so the configs can be checked on any machine.
 """
 
 from __future__ import annotations
@@ -102,18 +113,41 @@ def check_launch_configs(
     geometry: BatchGeometry,
     n_prompts: int | None = None,
 ) -> dict[str, Any]:
-    """Check the accelerate file and the DeepSpeed json it names against the training params.
+    """Check the accelerate file (and the DeepSpeed json it names) against the training params.
 
-    Returns the parsed DeepSpeed json. Raises InputError naming the file and key that disagree.
+    Returns ``{"distributed_type": ..., "deepspeed": <parsed json or None>}``. Raises
+    InputError naming the file and key that disagree.
     """
     acc_path = Path(accelerate_config_path)
     acc = load_accelerate_config(acc_path)
-    if acc.get("distributed_type") != "DEEPSPEED":
-        raise InputError(f"{acc_path}: distributed_type must be DEEPSPEED (got {acc.get('distributed_type')!r})")
+    kind = acc.get("distributed_type")
+    if kind not in LAUNCHERS:
+        raise InputError(f"{acc_path}: distributed_type must be one of {', '.join(LAUNCHERS)} (got {kind!r})")
     if acc.get("num_processes") != num_processes:
         raise InputError(
             f"{acc_path}: num_processes is {acc.get('num_processes')!r} but policy.launcher.num_processes is {num_processes}"
         )
+    if geometry.world_size != num_processes:
+        raise InputError(f"batch geometry world size {geometry.world_size} != num_processes {num_processes}")
+    ds = _check_deepspeed(acc_path, acc, precision, geometry) if kind == "DEEPSPEED" else _check_multi_cpu(acc_path, acc, precision)
+    geometry.check(n_prompts)
+    return {"distributed_type": kind, "deepspeed": ds}
+
+
+def _check_multi_cpu(acc_path: Path, acc: dict[str, Any], precision: str) -> None:
+    if acc.get("use_cpu") is not True:
+        raise InputError(f"{acc_path}: a MULTI_CPU config must set use_cpu: true")
+    if acc.get("deepspeed_config"):
+        raise InputError(f"{acc_path}: deepspeed_config is set but distributed_type is MULTI_CPU (DeepSpeed needs CUDA)")
+    want = {"float32": "no", "bfloat16": "bf16", "float16": "fp16"}[precision]
+    if acc.get("mixed_precision", "no") != want:
+        raise InputError(
+            f"{acc_path}: mixed_precision is {acc.get('mixed_precision')!r} but policy.train.precision "
+            f"'{precision}' needs {want!r}"
+        )
+
+
+def _check_deepspeed(acc_path: Path, acc: dict[str, Any], precision: str, geometry: BatchGeometry) -> dict[str, Any]:
     ds_section = acc.get("deepspeed_config") or {}
     ds_file = ds_section.get("deepspeed_config_file")
     if not ds_file:
@@ -137,14 +171,24 @@ def check_launch_configs(
     ):
         if ds.get(key) != want:
             raise InputError(f"{ds_file}: {key} is {ds.get(key)!r} but the training params give {want}")
-    for mode, flag in (("bf16", precision == "bf16"), ("fp16", precision == "fp16")):
+    for mode, flag in (("bf16", precision == "bfloat16"), ("fp16", precision == "float16")):
         enabled = bool((ds.get(mode) or {}).get("enabled", False))
         if enabled != flag:
             raise InputError(f"{ds_file}: {mode}.enabled is {enabled} but policy.train.precision is '{precision}'")
-    if geometry.world_size != num_processes:
-        raise InputError(f"batch geometry world size {geometry.world_size} != num_processes {num_processes}")
-    geometry.check(n_prompts)
     return ds
+
+
+LAUNCHERS = ("DEEPSPEED", "MULTI_CPU")
+
+
+def launch_command(
+    distributed_type: str, config_file: str | os.PathLike, num_processes: int, spec_path: str | os.PathLike
+) -> list[str]:
+    """The worker launch for a checked accelerate config (same interpreter)."""
+    worker = ["-m", "reappreg", "policy", "train-worker", "--spec", str(spec_path)]
+    if distributed_type == "MULTI_CPU":
+        return [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node", str(num_processes), *worker]
+    return accelerate_command(config_file, num_processes, spec_path)
 
 
 def accelerate_command(config_file: str | os.PathLike, num_processes: int, spec_path: str | os.PathLike) -> list[str]:

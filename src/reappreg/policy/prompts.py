@@ -1,13 +1,18 @@
 """The GRPO prompt: loading the single prompt file and rendering it for a tokenizer.
 
-`pipelines/prompts/grpo_prompt.yaml` is the only place the system prompt and user-turn
-template live. Training (`reappreg policy prompts`) and generation both render through
+A prompt file (``policy.prompt.file``) is the only place a system prompt and user-turn
+template live: ``pipelines/prompts/grpo_prompt.yaml`` (the CPU profile's restatement) or
+``pipelines/prompts/grpo_prompt_reference.yaml`` (the reference card's verbatim text, the
+full profile's). Training (`reappreg policy prompts`) and generation both render through
 :func:`render_prompt`, so the text a policy is trained on and the text it is evaluated
-on are produced by the same code from the same file.
+on are produced by the same code from the same file. :meth:`PromptTemplate.identity` is
+what a trained policy records about the prompt it was trained with.
 """
 
 from __future__ import annotations
 
+import hashlib
+import json
 import os
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
@@ -29,6 +34,16 @@ class PromptTemplate:
     def user_turn(self, scenario: str) -> str:
         # str.replace, not str.format: scenarios may contain braces.
         return self.user_template.replace(SCENARIO_PLACEHOLDER, scenario)
+
+    @property
+    def sha256(self) -> str:
+        """Hash of the wording (system + user template), whatever the file's comments say."""
+        payload = json.dumps({"system": self.system, "user_template": self.user_template}, sort_keys=True)
+        return hashlib.sha256(payload.encode("utf-8")).hexdigest()
+
+    def identity(self) -> dict[str, Any]:
+        """``{file, version, sha256}``: which prompt a policy was trained with."""
+        return {"file": self.source, "version": self.version, "sha256": self.sha256}
 
     def messages(self, scenario: str) -> list[dict[str, str]]:
         """Chat messages (system + user) for one scenario."""
@@ -144,3 +159,16 @@ def render_prompt_records(
     if not records:
         raise InputError(f"{source}: no vignettes to render prompts for")
     return records
+
+
+def check_rendered_with(template: PromptTemplate, rows: Iterable[Mapping[str, str]], *, source: str) -> None:
+    """Refuse training prompts that were not rendered from ``template`` (rows carry the
+    rendered ``prompt`` and its ``scenario``): the system prompt and the user turn must
+    appear in each, verbatim."""
+    for number, row in enumerate(rows, start=1):
+        prompt = row["prompt"]
+        if template.system not in prompt or template.user_turn(row["scenario"]) not in prompt:
+            raise InputError(
+                f"{source}: line {number} ({row.get('prompt_id', '?')}) was not rendered from {template.source} "
+                "(policy.prompt.file): its system prompt or user turn is not in the prompt; re-run `reappreg policy prompts`"
+            )

@@ -16,26 +16,13 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Any, Literal
+from typing import Any
 
 import numpy as np
 
 from reappreg.errors import InputError
 from reappreg.policy.thinking import split_thinking
-
-
-@dataclass(frozen=True)
-class RewardShaping:
-    thinking: bool = False
-    missing_close_tag: Literal["penalize", "score_whole"] = "penalize"
-    # None: the ensemble's own format_penalty (an unfinished reasoning is a format failure).
-    missing_close_tag_reward: float | None = None
-
-    def __post_init__(self) -> None:
-        if self.missing_close_tag not in ("penalize", "score_whole"):
-            raise InputError(
-                f"policy.reward.missing_close_tag: '{self.missing_close_tag}' is not 'penalize' or 'score_whole'"
-            )
+from reappreg.settings.policy import PolicyRewardSettings
 
 
 @dataclass(frozen=True)
@@ -60,7 +47,7 @@ class EnsembleReward:
 
     __name__ = "rm_ensemble"  # TRL names the reward's metrics after this
 
-    def __init__(self, ensemble: Any, shaping: RewardShaping):
+    def __init__(self, ensemble: Any, shaping: PolicyRewardSettings):
         for attribute in ("score", "gate"):
             if not callable(getattr(ensemble, attribute, None)):
                 raise InputError(f"reward: the ensemble object has no {attribute}(...) method")

