@@ -40,11 +40,12 @@ from reappreg.settings import load_params
 REPO = Path(__file__).resolve().parents[1]
 VIGNETTES = [f"v{i}" for i in range(1, 7)]
 OPPONENTS = ["gpt-4-0314", "claude-3-opus"]
+JUDGE, JUDGE_FINGERPRINT = "judge-test-model", "fingerprint-of-the-test-judge"
 
 # --------------------------------------------------------------------------- fixture builder
 
 
-def synthetic_judgments(win_prob: float, *, generations: int = 5, answers: int = 4, seed: int = 0) -> list[dict]:
+def synthetic_judgments(win_prob: float, *, generations: int = 10, answers: int = 4, seed: int = 0) -> list[dict]:
     """Judged orders for every vignette x generation x opponent answer x order."""
     rng = random.Random(seed)
     rows = []
@@ -61,7 +62,10 @@ def synthetic_judgments(win_prob: float, *, generations: int = 5, answers: int =
                             "contest_id": contest, "generation_id": f"{vid}-g{g}", "vignette_id": vid, "eval_k": 0,
                             "opponent_source": opponent, "opponent_answer_id": f"{opponent}-{vid}-{a}",
                             "order": order, "verdict": policy_pos if won else other,
-                            "policy_score": 1.0 if won else 0.0, "judge_model": "judge-test-model", "selection": "none",
+                            "policy_score": 1.0 if won else 0.0, "judge_model": JUDGE, "selection": "none",
+                            "p_a": None, "p_b": None, "p_tie": None, "verdict_method": "free_text",
+                            "judge_fingerprint": JUDGE_FINGERPRINT, "sampling_seed": 1000 * VIGNETTES.index(vid) + g,
+                            "policy_chars": 80, "opponent_chars": 80,
                         })
     return rows
 
@@ -100,6 +104,7 @@ def write_pipeline(root: Path, *, win_prob: float = 0.9, trusted: bool = True, h
     # Effective params, dumped whole, so every hyperparameter on the card is in params.yaml.
     params = load_params(REPO / "params.yaml").model_dump(by_alias=True)
     params["stats"]["bootstrap_iterations"] = 200
+    params["stats"]["lc_bootstrap_iterations"] = 50
     (root / "params.yaml").write_text(yaml.safe_dump(params, sort_keys=True), encoding="utf-8")
     shutil.copytree(REPO / "registry", root / "registry", ignore=shutil.ignore_patterns("mlflow.db", "mlartifacts", "mlruns"))
     (root / "pipelines/prompts").mkdir(parents=True)
@@ -136,14 +141,21 @@ def write_pipeline(root: Path, *, win_prob: float = 0.9, trusted: bool = True, h
         "model_md5": dvc_md5(root / "models/policy/grpo"),
     })
 
-    calibration = {"n_pairs": 40, "agreement": 0.775 if trusted else 0.55, "position_bias_rate_A": 0.1,
-                   "order_consistency": 0.85, "unparseable_rate": 0.0125, "min_agreement": 0.65, "trusted": trusted}
+    settings = load_params(root / "params.yaml")
+    calibration = {"judge_model": JUDGE, "judge_fingerprint": JUDGE_FINGERPRINT, "n_pairs": 40,
+                   "agreement": 0.775 if trusted else 0.55, "agreement_low": 0.62 if trusted else 0.39,
+                   "agreement_high": 0.88 if trusted else 0.70, "position_bias_A": 0.1, "position_bias_B": 0.05,
+                   "order_consistency": 0.85, "unparseable_rate": 0.0125, "min_agreement": settings.judge.min_agreement,
+                   "min_pairs": settings.judge.calibration_min_pairs, "trusted": trusted}
     write_json(root / "metrics/judge_calibration.json", calibration)
-    st = params["stats"]
+    # As the stats stage runs it (reappreg.commands.stats).
+    trust_policy = stats.TrustPolicy(max_position_bias=settings.stats.max_position_bias,
+                                     max_unparseable_rate=settings.stats.max_unparseable_rate,
+                                     min_agreement_floor=settings.judge.min_agreement,
+                                     min_pairs_floor=settings.judge.calibration_min_pairs)
     frame = stats.validate_judgments(synthetic_judgments(win_prob))
-    report = stats.analyze(frame, calibration, confidence=st["confidence"], bar=st["bar"], bar_opponent=st["bar_opponent"],
-                           parity=st["parity"], min_n_confirm=st["min_n_confirm"], claim_interval=st["claim_interval"],
-                           bootstrap_iterations=st["bootstrap_iterations"], bootstrap_method=st["bootstrap_method"], seed=st["seed"])
+    report = stats.analyze(frame, calibration, settings=settings.stats,
+                           reference=stats.load_reference_bar(root / "registry/models.yaml"), trust_policy=trust_policy)
     write_json(root / "metrics/eval.json", report["metrics"])
     write_json(root / "reports/claims.json", report["claims"])
     return root
@@ -169,8 +181,9 @@ def build_card(root: Path, name: str, evidence=None) -> str:
     decl = load_declarations(root / "registry/models.yaml")
     evidence = evidence or evidence_of(root)
     inputs = card_inputs_for(name, decl, params=params.model_dump(by_alias=True), evidence=evidence, root=root,
-                             revision={"git.commit": "0f3c9e2ab41d5e6f7a8b9c0d1e2f3a4b5c6d7e8f", "git.dirty": "false"},
-                             min_n_confirm=params.stats.min_n_confirm, decimals=params.registry.card_decimals)
+                             revision={"commit": "0f3c9e2ab41d5e6f7a8b9c0d1e2f3a4b5c6d7e8f", "dirty": "false", "dirty_paths": []},
+                             min_n_confirm=params.stats.min_n_confirm, decimals=params.registry.card_decimals,
+                             health=params.card.health)
     template = root / "registry/card_template.md"
     return render_card(template.read_text(encoding="utf-8"), str(template), inputs, evidence)
 
@@ -239,7 +252,10 @@ def test_number_check_catches_a_hand_typed_number(pipeline):
 def test_policy_card_front_matter_and_sections(pipeline):
     card = build_card(pipeline, "reappraisal-policy-grpo")
     meta, body = parse_card(card)
-    assert set(meta) == {"license", "language", "base_model", "pipeline_tag", "tags", "library_name"}
+    assert set(meta) == {"license", "language", "base_model", "pipeline_tag", "tags", "library_name", "model_name",
+                         "datasets", "model-index", "reappreg"}
+    assert meta["model_name"] == "reappraisal-policy-grpo"
+    assert meta["datasets"] == ["data/guarded/prompts.jsonl", "data/guarded/vignettes.jsonl"]
     params = load_params(pipeline / "params.yaml")
     assert meta["base_model"] == params.policy.base.model_name
     assert meta["pipeline_tag"] == "text-generation"
@@ -256,7 +272,8 @@ def test_policy_card_front_matter_and_sections(pipeline):
     assert f"| `data/prompts/grpo.jsonl` | `{prompts['md5']}` | `data/guarded/prompts.jsonl` | `{prompts['guarded_md5']}` |" in body
     assert f"Held-out set `data/heldout/answers.jsonl` (md5 `{certificate['heldout']['md5']}`)" in body
     assert "Guard certificate `data/guard/certificate.json`" in body and "**pass**" in body
-    assert "0f3c9e2ab41d5e6f7a8b9c0d1e2f3a4b5c6d7e8f" in body and "dvc repro register" in body
+    assert "git checkout 0f3c9e2ab41d5e6f7a8b9c0d1e2f3a4b5c6d7e8f\n" in body and "dvc repro register" in body
+    assert "Built at commit `0f3c9e2ab41d5e6f7a8b9c0d1e2f3a4b5c6d7e8f` (no uncommitted changes" in body
     # The system prompt is printed from the prompt file, not retyped.
     prompt = yaml.safe_load((pipeline / "pipelines/prompts/grpo_prompt.yaml").read_text())
     assert prompt["system"] in body
@@ -280,10 +297,14 @@ def test_supported_claims_are_printed_and_unsupported_ones_explained(pipeline):
 def test_rm_card_shows_rm_metrics_not_policy_eval(pipeline):
     meta, body = parse_card(build_card(pipeline, "reappraisal-rm-ensemble"))
     assert meta["base_model"] == "sentence-transformers/all-MiniLM-L6-v2"  # via known_models
-    assert "| ensemble.holdout.reward.pairwise_accuracy | 0.673 |" in body
-    assert "| ensemble.holdout.members.seed_2.pairwise_accuracy | 0.660 |" in body
+    assert "| Pairwise accuracy (held-out) | 0.673 | `ensemble.holdout.reward.pairwise_accuracy` |" in body
+    assert "| Pairwise accuracy (held-out, seed 2) | 0.660 | `ensemble.holdout.members.seed_2.pairwise_accuracy` |" in body
+    assert "| Pairwise accuracy (held-out, mean of the seeds) | 0.669 |" in body
     assert "per_vignette" not in body and "multidim_seed_0" not in body  # not among the declared card_metrics
     assert "| policy | gpt-4-0314 |" not in body
+    # Sections only for evidence this model has: no judge, prompt or policy training here.
+    for absent in ("judge", "Judge", "## Prompting", "## Training health", "win-rate"):
+        assert absent not in body, absent
 
 
 def test_untrusted_judge_card_says_so_and_supports_nothing(tmp_path):
@@ -387,3 +408,154 @@ def test_cli_card_build_and_lint(pipeline, tmp_path, monkeypatch):
 def test_numbers_in_ignores_hashes_and_model_names():
     text = "SmolLM2-135M md5 `3f2a9c0e1b` v2 Qwen3-4B n = 240, win-rate 0.612; 1.0e-05 and -1.5."
     assert numbers_in(text) == ["240", "0.612", "1.0e-05", "-1.5"]
+
+
+# --------------------------------------------------------------------------- Hugging Face metadata, health, revision
+
+
+@pytest.mark.parametrize("name", ["reappraisal-policy-grpo", "reappraisal-rm-ensemble"])
+def test_card_parses_as_a_hugging_face_model_card_with_model_index(pipeline, name):
+    from huggingface_hub import ModelCard, ModelCardData
+
+    text = build_card(pipeline, name)
+    card = ModelCard(text, ignore_metadata_errors=False)
+    assert card.data.model_name == name
+    results = card.data.eval_results
+    assert results, "model-index has eval results"
+    # The same metadata round-trips through ModelCardData, model-index included.
+    again = ModelCardData(**card.data.to_dict())
+    assert [(r.metric_type, r.metric_value) for r in again.eval_results] == [(r.metric_type, r.metric_value) for r in results]
+    if name == "reappraisal-policy-grpo":
+        metrics = json.loads((pipeline / "metrics/eval.json").read_text())
+        for r in results:
+            opponent = r.dataset_name.split(" by ", 1)[1].split(" (", 1)[0]
+            assert r.metric_value == metrics[f"{r.dataset_config}/{opponent}/{r.metric_type}"]
+        assert {r.metric_type for r in results} == {"win_rate", "cluster_low", "iid_low", "n"}
+    else:
+        flat = {k: v for k, v in inputs_of(pipeline, name).metrics}
+        assert {r.metric_value for r in results} <= set(flat.values())
+        assert all(r.dataset_split in ("holdout", "leave-one-vignette-out") for r in results)
+        assert "Ensemble penalty" not in str([r.metric_name for r in results])  # a setting is not an eval result
+
+
+def inputs_of(root: Path, name: str, **revision):
+    params = load_params(root / "params.yaml")
+    return card_inputs_for(name, load_declarations(root / "registry/models.yaml"), params=params.model_dump(by_alias=True),
+                           evidence=evidence_of(root), root=root,
+                           revision={"commit": "abc123", "dirty": "false", "dirty_paths": [], **revision},
+                           min_n_confirm=params.stats.min_n_confirm, decimals=params.registry.card_decimals,
+                           health=params.card.health)
+
+
+def test_validate_card_refuses_broken_metadata():
+    from reappreg.card_meta import validate_card
+
+    validate_card("---\nlicense: mit\n---\n# ok\n", "ok")
+    with pytest.raises(InputError, match="not a valid Hugging Face model card"):
+        validate_card("---\nmodel-index:\n- results:\n  - task: {}\n---\n# x\n", "broken.md")
+
+
+def test_card_body_drops_the_front_matter_and_starts_at_the_title(pipeline):
+    from reappreg.card import card_body
+
+    text = build_card(pipeline, "reappraisal-policy-grpo")
+    body = card_body(text)
+    assert body.startswith("# reappraisal-policy-grpo\n")
+    assert "license:" not in body and "model-index" not in body and "---\n" not in body.split("\n## ")[0]
+    with pytest.raises(InputError, match="no YAML front matter"):
+        card_body("# no front matter\n")
+
+
+def test_dirty_build_is_recorded_in_text_and_front_matter(pipeline):
+    from reappreg.card import card_revision
+
+    evidence = evidence_of(pipeline)
+    template = pipeline / "registry/card_template.md"
+    for allowed in (False, True):
+        inputs = inputs_of(pipeline, "reappraisal-policy-grpo", dirty="true", dirty_paths=["src/reappreg/card.py"],
+                           dirty_allowed=allowed)
+        text = render_card(template.read_text(encoding="utf-8"), str(template), inputs, evidence)
+        assert card_revision(text) == {"git_commit": "abc123", "git_dirty": "true", "dirty_paths": ["src/reappreg/card.py"],
+                                       "dirty_allowed": allowed}
+        body = parse_card(text)[1]
+        assert ("Built at commit `abc123` **with uncommitted changes** to `src/reappreg/card.py` (built "
+                f"{'with' if allowed else 'without'} `--allow-dirty`)") in body
+    with pytest.raises(InputError, match="no reappreg.revision"):
+        card_revision("---\nlicense: mit\n---\n# old card\n")
+
+
+def test_source_revision_ignores_the_pipelines_own_outputs(tmp_path):
+    import subprocess
+
+    from reappreg.card import source_revision
+
+    def git(*args):
+        subprocess.run(["git", *args], cwd=tmp_path, check=True, capture_output=True)
+
+    git("init", "-q")
+    for rel in ("src/a.py", "metrics/eval.json", "dvc.lock", "reports/cards/x.md"):
+        (tmp_path / rel).parent.mkdir(parents=True, exist_ok=True)
+        (tmp_path / rel).write_text("v1\n")
+    git("add", ".")
+    git("-c", "user.name=t", "-c", "user.email=t@t", "commit", "-q", "-m", "init")
+    head = subprocess.run(["git", "rev-parse", "HEAD"], cwd=tmp_path, capture_output=True, text=True).stdout.strip()
+    assert source_revision(tmp_path) == {"commit": head, "dirty": "false", "dirty_paths": []}
+    for rel in ("metrics/eval.json", "dvc.lock", "reports/cards/x.md"):
+        (tmp_path / rel).write_text("v2 from dvc repro\n")
+    assert source_revision(tmp_path)["dirty"] == "false"
+    (tmp_path / "src/a.py").write_text("edited\n")
+    git("mv", "src/a.py", "src/b.py")
+    assert source_revision(tmp_path) == {"commit": head, "dirty": "true", "dirty_paths": ["src/b.py"]}
+    assert source_revision(tmp_path / "not-a-repo-child")["commit"] == "none"
+
+
+def _health(final: dict, *, healthy: bool = True, max_completion_length: int | None = 48, **thresholds):
+    from reappreg.card import training_health
+    from reappreg.settings.card import CardHealthSettings
+
+    flat = {"train.healthy": healthy, **{f"train.final.health/{k}": v for k, v in final.items()}}
+    return training_health(flat, CardHealthSettings(**thresholds), max_completion_length)
+
+
+def test_training_health_is_unhealthy_when_most_completions_hit_the_format_gate():
+    # The seeds' run: the monitor said healthy, 75% hit the format gate, every completion hit the limit.
+    health = _health({"format_gate_hit_rate": 0.75, "completion_length": 48.0})
+    assert health.verdict == "unhealthy"
+    gate, truncation = health.gates
+    assert (gate.value, gate.passed, gate.source) == (0.75, False, "train.final.health/format_gate_hit_rate")
+    assert truncation.value == 1.0 and truncation.passed is False and "every completion was cut" in truncation.source
+
+
+def test_training_health_thresholds_are_params_and_unknown_is_not_healthy():
+    assert _health({"format_gate_hit_rate": 0.2, "truncation_rate": 0.1}).verdict == "healthy"
+    assert _health({"format_gate_hit_rate": 0.2, "truncation_rate": 0.1}, max_truncation_rate=0.05).verdict == "unhealthy"
+    assert _health({"format_gate_hit_rate": 0.3, "truncation_rate": 0.1}, max_format_gate_hit_rate=0.3).verdict == "healthy"
+    # A mean length under the limit says nothing about the truncation rate: not checked, not healthy.
+    unknown = _health({"format_gate_hit_rate": 0.2, "completion_length": 40.0})
+    assert unknown.verdict == "not established" and unknown.gates[1].passed is None
+    assert _health({"format_gate_hit_rate": 0.2, "truncation_rate": 0.0}, healthy=False).verdict == "unhealthy"
+    assert _health({}).verdict == "not established"
+
+
+def test_policy_card_prints_the_health_gates(tmp_path):
+    root = write_pipeline(tmp_path / "p")
+    metrics = read_json(root / "metrics/policy/train.json")
+    metrics["final"].update({"health/format_gate_hit_rate": 0.75, "health/completion_length": 48.0})
+    write_json(root / "metrics/policy/train.json", metrics)
+    body = parse_card(build_card(root, "reappraisal-policy-grpo"))[1]
+    params = load_params(root / "params.yaml")
+    assert "| Training health | **UNHEALTHY** (see Training health) |" in body
+    assert (f"| Format-gate hit rate | 0.750 | {fmt(params.card.health.max_format_gate_hit_rate)} | **FAIL** | "
+            "train.final.health/format_gate_hit_rate |") in body
+    assert f"| Truncation rate | 1.000 | {fmt(params.card.health.max_truncation_rate)} | **FAIL** |" in body
+    assert "| Format-gate hit rate (last logged step) | 0.750 | `train.final.health/format_gate_hit_rate` |" in body
+
+
+def test_metric_labels_are_readable():
+    from reappreg.card import metric_label
+
+    assert metric_label("ensemble.lovo.reward.spearman_within_vignette") == \
+        "Spearman correlation within vignettes (leave-one-vignette-out)"
+    assert metric_label("train.final.health/kl") == "KL divergence to the base model (last logged step)"
+    assert metric_label("train.global_step") == "Optimizer steps"
+    assert metric_label("x.some_new_metric") == "Some new metric"

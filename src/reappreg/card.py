@@ -34,6 +34,10 @@ from typing import Any
 
 import yaml
 
+from reappreg.card_health import TrainingHealth, training_health
+from reappreg.card_labels import calibration_rows, metric_label
+from reappreg.card_meta import (card_body, card_metadata, card_revision, numbers_in, parse_card, source_revision,
+                                validate_card)
 from reappreg.errors import InputError, ReappregError
 from reappreg.hashing import dvc_md5
 from reappreg.io import read_json
@@ -356,8 +360,10 @@ class CardInputs:
     other_inputs: dict[str, str]        # path -> md5
     hyperparameters: dict[str, Any]     # flattened params shown in the card
     method: dict[str, Any]              # base model, method, rm used (strings from params/declarations)
-    metrics: list[tuple[str, Any]]      # training metrics shown (key, value)
-    revision: dict[str, Any]            # git commit, dirty flag, reproduce commands
+    metrics: list[tuple[str, Any]]      # metrics shown (key, value)
+    revision: dict[str, Any]            # commit, dirty ("true"/"false"), dirty_paths, dirty_allowed, commands
+    datasets: list[str]                 # training data paths, for the front matter's `datasets`
+    health: TrainingHealth | None       # policies only
     paths: dict[str, str]               # evidence source name -> path as shown on the card
     min_n_confirm: int
     decimals: int = 3
@@ -386,9 +392,8 @@ def select_metrics(flat: Mapping[str, Any], patterns: Sequence[str]) -> list[tup
             if (isinstance(v, (int, float, bool)) or v is None) and any(c.match(k) for c in compiled)]
 
 
-def reproduce_commands(stage: str) -> list[str]:
-    return ["git checkout <revision above>", "dvc pull            # tracked inputs from the DVC remote",
-            f"dvc repro {stage}"]
+def reproduce_commands(stage: str, commit: str) -> list[str]:
+    return [f"git checkout {commit}", "dvc pull            # tracked inputs from the DVC remote", f"dvc repro {stage}"]
 
 
 def display_path(path: str | os.PathLike, root: str | os.PathLike = ".") -> str:
@@ -408,6 +413,13 @@ def group_params(flat: Mapping[str, Any]) -> list[tuple[str, list[tuple[str, Any
     return list(groups.items())
 
 
+def _max_completion_length(params: Mapping[str, Any]) -> int | None:
+    try:
+        return int(_dotted(params, "policy.train.max_completion_length", "params"))
+    except (InputError, TypeError, ValueError):
+        return None
+
+
 def card_inputs_for(
     name: str,
     decl: Any,
@@ -418,9 +430,15 @@ def card_inputs_for(
     revision: Mapping[str, str],
     min_n_confirm: int,
     decimals: int,
+    health: Any,
     stage: str = "register",
 ) -> CardInputs:
-    """The facts of model ``name`` (declared in ``decl``, a RegistryDecl) for its card."""
+    """The facts of model ``name`` (declared in ``decl``, a RegistryDecl) for its card.
+
+    ``revision`` is :func:`source_revision`'s (``commit``, ``dirty``, ``dirty_paths``) plus
+    ``dirty_allowed`` (the card was built with ``--allow-dirty``); ``health`` is the
+    CardHealthSettings the policy's training health is judged by.
+    """
     model = decl.models[name]
     root = Path(root)
     source = f"registry declaration of {name}"
@@ -454,8 +472,13 @@ def card_inputs_for(
         hyperparameters=hyper,
         method=method,
         metrics=select_metrics(metrics, model.card_metrics),
-        revision={"commit": revision.get("git.commit", "none"), "dirty": revision.get("git.dirty", "unknown"),
-                  "commands": reproduce_commands(stage)},
+        revision={"commit": revision.get("commit", "none"), "dirty": revision.get("dirty", "unknown"),
+                  "dirty_paths": list(revision.get("dirty_paths", [])),
+                  "dirty_allowed": bool(revision.get("dirty_allowed", False)),
+                  "commands": reproduce_commands(stage, revision.get("commit", "none"))},
+        datasets=[*model.training_inputs, *[p for p in model.other_inputs if p.startswith("data/")]],
+        health=(training_health(evidence.policy_metrics, health, _max_completion_length(params))
+                if model.kind == "policy" else None),
         paths={name: display_path(path, root) for name, path in evidence.sources.items()},
         min_n_confirm=min_n_confirm,
         decimals=decimals,
@@ -475,13 +498,13 @@ def render_card(template_text: str, template_source: str, inputs: CardInputs, ev
                              autoescape=False)
     env.filters["num"] = lambda v: fmt(v, inputs.decimals)
     env.filters["cell"] = lambda v: str(v).replace("|", "\\|").replace("\n", " ")
-    front = yaml.safe_dump(inputs.front_matter, sort_keys=False, allow_unicode=True).strip()
+    front = yaml.safe_dump(card_metadata(inputs, evidence), sort_keys=False, allow_unicode=True).strip()
     supported = [c for c in evidence.claims if c.get("supported")]
     unsupported = [c for c in evidence.claims if not c.get("supported")]
     judge = {
         "model": evidence.judge_model,
         "trusted": evidence.judge_trusted,
-        "calibration": {k: v for k, v in evidence.calibration.items() if k != "trusted" and not isinstance(v, (dict, list))},
+        "calibration": calibration_rows(evidence.calibration),
     }
     cert = evidence.certificate
     template = env.from_string(template_text)
@@ -496,30 +519,15 @@ def render_card(template_text: str, template_source: str, inputs: CardInputs, ev
         certificate=cert,
         hyperparameters=group_params(inputs.hyperparameters),
         prompt=evidence.prompt,
-        healthy=evidence.training_healthy,
+        health=inputs.health,
+        metrics=[{"key": k, "label": metric_label(k), "value": v} for k, v in inputs.metrics],
     )
-    return re.sub(r"\n{3,}", "\n\n", text).rstrip() + "\n"
+    text = re.sub(r"\n{3,}", "\n\n", text).rstrip() + "\n"
+    validate_card(text, f"card of {inputs.name}")
+    return text
 
 
-# --------------------------------------------------------------------------- reading a card back
-
-_FRONT = re.compile(r"\A---\n(.*?)\n---\n", re.S)
-
-
-def parse_card(text: str) -> tuple[dict[str, Any], str]:
-    """(front matter, body) of a card."""
-    match = _FRONT.match(text)
-    if not match:
-        raise InputError("card: no YAML front matter (a card starts with '---')")
-    meta = yaml.safe_load(match.group(1)) or {}
-    if not isinstance(meta, dict):
-        raise InputError("card: front matter must be a mapping")
-    return meta, text[match.end():]
-
-
-# Numbers as a reader sees them: not part of a word, identifier or hash.
-NUMBER = re.compile(r"(?<![\w.\-/])-?\d+(?:\.\d+)?(?:[eE][-+]?\d+)?(?![\w.]*\w)")
-
-
-def numbers_in(text: str) -> list[str]:
-    return NUMBER.findall(text)
+__all__ = ["CardInputs", "Certificate", "ClaimRejected", "Evidence", "LintProblem", "TrainingHealth", "card_body",
+           "card_inputs_for", "card_revision", "check_template", "flatten", "fmt", "lint_claims", "load_evidence",
+           "metric_label", "numbers_in", "parse_card", "read_certificate", "render_card", "source_revision",
+           "training_health"]

@@ -45,6 +45,3 @@ def dvc_md5(path: str | os.PathLike) -> str:
         return hashlib.md5(listing).hexdigest() + ".dir"
     raise InputError(f"{path}: cannot hash, no such file or folder")
 
-
-def text_sha256(text: str) -> str:
-    return hashlib.sha256(text.encode("utf-8")).hexdigest()

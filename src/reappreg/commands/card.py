@@ -9,7 +9,7 @@ from rich.console import Console
 
 app = typer.Typer(no_args_is_help=True, help="Model cards generated from tracked metrics, with a claims linter.")
 
-PARAMS = typer.Option("params.yaml", "--params", help="params file")
+PARAMS = typer.Option("params.yaml", "--params", help="Params file.")
 MODELS = typer.Option("registry/models.yaml", "--models", help="registry declarations")
 CERT = typer.Option("data/guard/certificate.json", "--certificate", help="guard certificate")
 EVAL = typer.Option("metrics/eval.json", "--eval", help="eval metrics (reappreg stats)")
@@ -41,16 +41,23 @@ def build(
     policy_metrics: Path = POLICY_METRICS,
     prompt: Path = PROMPT,
     out_dir: Path = typer.Option("reports/cards", "--out-dir", help="one <model>.md per declared model"),
+    allow_dirty: bool = typer.Option(False, "--allow-dirty",
+                                     help="record on the card that it was knowingly built from uncommitted changes"),
 ) -> None:
-    """Lint the claims and write a Hugging Face style README card for every declared model."""
+    """Lint the claims and write a Hugging Face style README card for every declared model.
+
+    Each card records the commit it was built at and whether tracked files other than the
+    pipeline's own outputs had uncommitted changes (and whether --allow-dirty was given);
+    registration reads that back.
+    """
     import mlflow
 
-    from reappreg.card import card_inputs_for, render_card
+    from reappreg.card import card_inputs_for, render_card, source_revision
     from reappreg.errors import InputError
     from reappreg.io import write_text
     from reappreg.registry import load_declarations
     from reappreg.settings import load_params
-    from reappreg.tracking import git_state, stage_run
+    from reappreg.tracking import stage_run
 
     settings = load_params(params)
     decl = load_declarations(models)
@@ -60,11 +67,14 @@ def build(
     evidence = evidence_from(certificate, eval_metrics, judge_calibration, claims, rm_metrics, policy_metrics, prompt)
     params_dict = settings.model_dump(by_alias=True)
     inputs = {"models": models, "template": template, **{k: v for k, v in evidence.sources.items()}}
-    with stage_run("card", tracking=settings.tracking, params=settings.registry.model_dump(), inputs=inputs):
+    revision = {**source_revision(), "dirty_allowed": allow_dirty}
+    with stage_run("card", tracking=settings.tracking, params={**settings.registry.model_dump(),
+                                                               "card": settings.card.model_dump()}, inputs=inputs):
         for name in decl.models:
-            card_inputs = card_inputs_for(name, decl, params=params_dict, evidence=evidence, revision=git_state(),
+            card_inputs = card_inputs_for(name, decl, params=params_dict, evidence=evidence, revision=revision,
                                           min_n_confirm=settings.stats.min_n_confirm,
-                                          decimals=settings.registry.card_decimals, stage="register")
+                                          decimals=settings.registry.card_decimals, health=settings.card.health,
+                                          stage="register")
             text = render_card(template_text, str(template), card_inputs, evidence)
             out = out_dir / f"{name}.md"
             write_text(out, text)

@@ -17,6 +17,7 @@ from pydantic import Field, ValidationError
 
 from reappreg.errors import InputError
 from reappreg.settings.base import Section
+from reappreg.settings.card import CardSettings
 from reappreg.settings.data import DataSettings
 from reappreg.settings.generate import GenerateSettings
 from reappreg.settings.guard import GuardSettings
@@ -44,12 +45,11 @@ class Params(Section):
     judge: JudgeSettings = JudgeSettings()
     stats: StatsSettings = StatsSettings()
     registry: RegistrySettings = RegistrySettings()
+    card: CardSettings = CardSettings()
     leakscan: LeakscanSettings = LeakscanSettings()
     tracking: TrackingSettings = TrackingSettings()
 
     model_config = Section.model_config | {"populate_by_name": True}
-
-SECTIONS = ("data", "validate", "split", "guard", "rm", "policy", "generate", "judge", "stats", "registry", "leakscan", "tracking")
 
 
 def deep_merge(base: dict, overlay: dict) -> dict:
@@ -115,4 +115,4 @@ def load_params(path: str | Path = "params.yaml") -> Params:
     return parse_params(raw, str(path))
 
 
-__all__ = ["Params", "SECTIONS", "Section", "deep_merge", "load_params", "parse_params", "resolve_profile"]
+__all__ = ["Params", "Section", "deep_merge", "load_params", "parse_params", "resolve_profile"]
