@@ -124,7 +124,7 @@ def test_help_is_plain_and_consistent(path, command, capsys):
     assert out.startswith(f"Usage: {' '.join(['reappreg', *path])}")
     for markup in ("``", "╭", "[bold", ":func:", ":class:", "::\n"):
         assert markup not in out, (markup, out)
-    summary = (command.help or "").strip().splitlines()[0] if command.help else ""
+    summary = " ".join((command.help or "").strip().split("\n\n")[0].split())  # the first paragraph
     assert summary[:1].isupper() and summary.endswith("."), f"help summary of {' '.join(path)!r}: {summary!r}"
 
 

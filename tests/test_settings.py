@@ -11,25 +11,65 @@ from reappreg.settings import load_params, parse_params
 REPO = Path(__file__).resolve().parents[1]
 
 
-def test_repo_params_load_and_defaults_match_the_file():
+def _plain(value):
+    """YAML's view of a dumped value: tuples are lists."""
+    if isinstance(value, dict):
+        return {k: _plain(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [_plain(v) for v in value]
+    return value
+
+
+def assert_same_values(written, parsed, where: str) -> None:
+    """Every key written in params.yaml is in the parsed settings with the same value, at every depth."""
+    if isinstance(written, dict):
+        assert isinstance(parsed, dict), f"{where}: params.yaml has a mapping, the settings have {parsed!r}"
+        for key, value in written.items():
+            assert key in parsed, f"{where}.{key}: in params.yaml but not in the parsed settings"
+            assert_same_values(value, parsed[key], f"{where}.{key}")
+    else:
+        assert _plain(parsed) == _plain(written), f"{where}: params.yaml says {written!r}, the settings {parsed!r}"
+
+
+def test_repo_params_load_and_every_value_matches_the_file():
     params = load_params(REPO / "params.yaml")
     raw = yaml.safe_load((REPO / "params.yaml").read_text())
     assert params.profile == "cpu"
-    # every section present in params.yaml equals the schema's view of it (no silently ignored keys)
+    dumped = params.model_dump(by_alias=True)
     for section, values in raw.items():
         if section in {"profile", "profiles"}:
             continue
-        model = getattr(params, "validate_" if section == "validate" else section)
-        dumped = model.model_dump()
-        for key, value in (values or {}).items():
-            assert dumped[key] == value or (isinstance(value, dict)), (section, key)
+        assert_same_values(values, dumped[section], section)
 
 
-def test_full_profile_overlays_the_cpu_values():
+def test_assert_same_values_sees_a_difference_deep_inside_a_section():
+    with pytest.raises(AssertionError, match="guard.detectors.ngram.n"):
+        assert_same_values({"detectors": {"ngram": {"n": 5}}}, {"detectors": {"ngram": {"n": 6}}}, "guard")
+    with pytest.raises(AssertionError, match="not in the parsed settings"):
+        assert_same_values({"a": {"b": 1}}, {"a": {}}, "x")
+
+
+@pytest.mark.parametrize("profile", sorted((yaml.safe_load((REPO / "params.yaml").read_text()).get("profiles") or {})))
+def test_each_profile_overlays_its_values_and_keeps_the_rest(profile):
     raw = yaml.safe_load((REPO / "params.yaml").read_text())
-    raw["profile"] = "full"
-    full = parse_params(raw)
-    assert full.profile == "full"
+    overlay = raw["profiles"][profile] or {}
+    base = parse_params(raw).model_dump(by_alias=True)
+    chosen = parse_params({**raw, "profile": profile}).model_dump(by_alias=True)
+    assert chosen["profile"] == profile
+    for section, values in overlay.items():
+        assert_same_values(values, chosen[section], f"profiles.{profile}.{section}")
+
+    def untouched(base_node, chosen_node, overlay_node, where):
+        for key, value in base_node.items():
+            if isinstance(overlay_node, dict) and key in overlay_node:
+                if isinstance(value, dict) and isinstance(overlay_node[key], dict):
+                    untouched(value, chosen_node[key], overlay_node[key], f"{where}.{key}")
+                continue
+            assert _plain(chosen_node[key]) == _plain(value), f"{where}.{key} changed without being in the overlay"
+
+    for section, values in base.items():
+        if section != "profile" and isinstance(values, dict):
+            untouched(values, chosen[section], overlay.get(section), section)
 
 
 def test_unknown_key_is_named():
