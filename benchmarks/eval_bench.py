@@ -2,11 +2,15 @@
 
     python benchmarks/eval_bench.py                          # models/policy/base on CPU
     python benchmarks/eval_bench.py --model PATH --device cuda
+    python benchmarks/eval_bench.py --stats-only             # statistics only (no model)
 
 Generation runs the transformers backend exactly as the generate stage does (per-row
 seeded sampling) at two batch sizes, on the GRPO prompt for the sample vignettes; the
 judge runs the transformers judge (no cache) on both orders of synthetic contests. Model
-loading is timed separately. Prints a table; nothing is asserted.
+loading is timed separately. The statistics part times ``reappreg.stats.analyze`` on planted
+judgments of growing size and the claim rule's vectorised simulation against a per-dataset
+loop (the ratio is what keeps the >= 500-dataset calibration test fast). Prints tables;
+nothing is asserted.
 """
 
 from __future__ import annotations
@@ -32,12 +36,22 @@ def main() -> None:
     parser.add_argument("--batch-sizes", default="1,12")
     parser.add_argument("--judge-prompts", type=int, default=16)
     parser.add_argument("--judge-max-new-tokens", type=int, default=16)
+    parser.add_argument("--stats-only", action="store_true", help="only the statistics benchmark")
+    parser.add_argument("--stats-sizes", default="240,720,2160", help="contests per planted judgments file")
+    parser.add_argument("--stats-datasets", type=int, default=2000, help="simulated datasets for the claim rule")
     args = parser.parse_args()
+    if args.stats_only:
+        stats_bench(args)
+        return
 
     import torch
 
     from reappreg import vignettes as bank
-    from reappreg.generate import GenerationConfig, TransformersGenerator, generate_evaluations
+    from reappreg.generate import (
+        GenerationConfig,
+        TransformersGenerator,
+        generate_evaluations,
+    )
     from reappreg.judge import JudgeSampling, TransformersJudge, build_judge_messages
 
     if not (Path(args.model) / "config.json").exists():
@@ -78,6 +92,81 @@ def main() -> None:
     print(f"{'what':<22}{'items':>7}{'seconds':>10}{'items/s':>10}{'tokens/s':>10}{'load s':>9}")
     for name, n, seconds, rate, tps, load_s in rows_out:
         print(f"{name:<22}{n:>7}{seconds:>10.1f}{rate:>10.2f}{tps:>10.1f}{load_s:>9.1f}")
+
+
+def _planted(n_contests: int, rng) -> list[dict]:
+    """Both orders of n_contests contests over 6 vignettes, 2 opponent answers per generation."""
+    rows = []
+    lengths = rng.integers(80, 300, size=n_contests)
+    for c in range(n_contests):
+        v, g = c % 6, c // 12     # each generation meets 2 opponent answers
+        won = rng.random() < 0.75
+        for order in ("policy_first", "policy_second"):
+            mine = "A" if order == "policy_first" else "B"
+            verdict = mine if won else ("B" if mine == "A" else "A")
+            p_mine = 0.8 if won else 0.2
+            p_a = p_mine if mine == "A" else 1 - p_mine
+            rows.append({
+                "contest_id": f"c{c}", "generation_id": f"v{v}-g{g}", "vignette_id": f"v{v}", "eval_k": g % 3,
+                "opponent_source": "gpt-4-0314", "opponent_answer_id": f"a{v}-{c % 12 // 6}-{g}", "order": order,
+                "verdict": verdict, "policy_score": float(won), "judge_model": "bench", "selection": "none",
+                "p_a": p_a, "p_b": 1 - p_a, "p_tie": 0.0, "verdict_method": "logprob", "judge_fingerprint": "bench",
+                "sampling_seed": 10 * g + v, "policy_chars": int(lengths[g]), "opponent_chars": 200,
+            })
+    return rows
+
+
+def stats_bench(args) -> None:
+    import numpy as np
+
+    from reappreg.settings.stats import StatsSettings
+    from reappreg.stats import (
+        Design,
+        ReferenceBar,
+        TrustPolicy,
+        analyze,
+        design_bounds,
+        validate_judgments,
+    )
+
+    settings = StatsSettings()
+    reference = ReferenceBar(bar=0.608, opponent="gpt-4-0314", source="benchmark")
+    policy = TrustPolicy(max_position_bias=0.2, max_unparseable_rate=0.05, min_agreement_floor=0.65,
+                         min_pairs_floor=16)
+    calibration = {"judge_model": "bench", "judge_fingerprint": "bench", "n_pairs": 240, "agreement": 0.9,
+                   "agreement_low": 0.86, "agreement_high": 0.93, "position_bias_A": 0.03, "position_bias_B": 0.03,
+                   "order_consistency": 0.94, "unparseable_rate": 0.0, "min_agreement": 0.65, "min_pairs": 16,
+                   "trusted": True}
+    rng = np.random.default_rng(0)
+    print(f"stats.analyze (bootstrap {settings.bootstrap_iterations}, LC bootstrap {settings.lc_bootstrap_iterations})")
+    print(f"{'contests':>9}{'orders':>8}{'validate s':>12}{'analyze s':>11}{'contests/s':>12}")
+    for n in (int(x) for x in args.stats_sizes.split(",")):
+        rows = _planted(n, rng)
+        started = time.perf_counter()
+        frame = validate_judgments(rows)
+        validate_s = time.perf_counter() - started
+        started = time.perf_counter()
+        analyze(frame, calibration, settings=settings, reference=reference, trust_policy=policy)
+        seconds = time.perf_counter() - started
+        print(f"{n:>9}{2 * n:>8}{validate_s:>12.2f}{seconds:>11.2f}{n / seconds:>12.0f}")
+
+    d = args.stats_datasets
+    vig = np.repeat(np.arange(6), 40)
+    gen = np.repeat(np.arange(120), 2)
+    design = Design.of(vig, gen)
+    y = (rng.random((d, len(vig))) < 0.608).astype(float)
+    started = time.perf_counter()
+    design_bounds(y, design, 0.95)
+    vectorised = time.perf_counter() - started
+    loop_n = min(d, 200)
+    started = time.perf_counter()
+    for row in y[:loop_n]:
+        design_bounds(row[None, :], design, 0.95)
+    loop = (time.perf_counter() - started) * d / loop_n
+    print(f"\nclaim rule on {d} simulated datasets of 240 contests")
+    print(f"{'how':<26}{'seconds':>10}{'datasets/s':>12}{'ratio':>8}")
+    print(f"{'per-dataset loop (est.)':<26}{loop:>10.2f}{d / loop:>12.0f}{1.0:>8.1f}")
+    print(f"{'vectorised':<26}{vectorised:>10.2f}{d / vectorised:>12.0f}{loop / vectorised:>8.1f}")
 
 
 if __name__ == "__main__":

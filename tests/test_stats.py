@@ -10,7 +10,12 @@ from stats_fixtures import FAST, POLICY, REFERENCE, TRUSTED, claim, planted
 
 from reappreg.errors import InputError
 from reappreg.stats import (
-    CLAIMS_SCHEMA_VERSION, analyze, load_calibration, load_judgments, load_reference_bar, validate_judgments,
+    CLAIMS_SCHEMA_VERSION,
+    analyze,
+    load_calibration,
+    load_judgments,
+    load_reference_bar,
+    validate_judgments,
     write_outputs,
 )
 

@@ -12,7 +12,12 @@ import pytest
 from stats_fixtures import FAST, POLICY, REFERENCE, TRUSTED, claim, order_row, planted
 
 from reappreg.errors import InputError
-from reappreg.stats import BLOCKING_FLAGS, analyze, validate_calibration, validate_judgments
+from reappreg.stats import (
+    BLOCKING_FLAGS,
+    analyze,
+    validate_calibration,
+    validate_judgments,
+)
 
 BAR = "bar/policy/gpt-4-0314"
 

@@ -8,7 +8,13 @@ import numpy as np
 import pytest
 from scipy import stats as sps
 
-from reappreg.stats import Design, design_bounds, information, vignette_bootstrap, wilson_interval
+from reappreg.stats import (
+    Design,
+    design_bounds,
+    information,
+    vignette_bootstrap,
+    wilson_interval,
+)
 
 BAR = 0.608
 

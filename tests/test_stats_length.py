@@ -34,7 +34,7 @@ def test_lc_win_rate_matches_a_hand_computed_glm():
     term = np.tanh(diffs / diffs.std())
     x = np.column_stack([np.ones(24), term, vignettes == "v1", vignettes == "v2"]).astype(float)
     beta = _newton_logit(x, scores)
-    expit = lambda z: 1 / (1 + math.exp(-z))  # noqa: E731
+    expit = lambda z: 1 / (1 + math.exp(-z))
     by_hand = np.mean([expit(beta[0]), expit(beta[0] + beta[2]), expit(beta[0] + beta[3])])
     assert fit["length_coef"] == pytest.approx(beta[1], rel=1e-6)
     assert fit["lc_win_rate"] == pytest.approx(by_hand, rel=1e-6)

@@ -99,25 +99,82 @@ with fewer than 2 generations, selection-pool rows, or a fresh pool without its 
 
 from reappreg.stats.analysis import SUMMARY_METRICS, analyze, summarize_contests
 from reappreg.stats.claims import (
-    BLOCKING_FLAGS, CLAIMS_SCHEMA_VERSION, CONDITION_LABELS, FLAGS, STATUSES, ClaimContext, assess, build_claim,
+    BLOCKING_FLAGS,
+    CLAIMS_SCHEMA_VERSION,
+    CONDITION_LABELS,
+    FLAGS,
+    STATUSES,
+    ClaimContext,
+    assess,
+    build_claim,
 )
 from reappreg.stats.contests import contest_table, order_figures, position_biased
 from reappreg.stats.inputs import (
-    CALIBRATION_KEYS, CONDITION_OF_SELECTION, JUDGMENT_KEYS, ORDERS, SELECTIONS, load_calibration, load_judgments,
-    validate_calibration, validate_judgments,
+    CALIBRATION_KEYS,
+    CONDITION_OF_SELECTION,
+    JUDGMENT_KEYS,
+    ORDERS,
+    SELECTIONS,
+    load_calibration,
+    load_judgments,
+    validate_calibration,
+    validate_judgments,
 )
-from reappreg.stats.intervals import Design, design_bounds, information, vignette_bootstrap, wilson_interval
+from reappreg.stats.intervals import (
+    Design,
+    design_bounds,
+    information,
+    vignette_bootstrap,
+    wilson_interval,
+)
 from reappreg.stats.length import lc_fit, length_controlled
-from reappreg.stats.outputs import mlflow_metrics, write_forest_csv, write_forest_plot, write_outputs
+from reappreg.stats.outputs import (
+    mlflow_metrics,
+    write_forest_csv,
+    write_forest_plot,
+    write_outputs,
+)
 from reappreg.stats.reference import ReferenceBar, load_reference_bar
 from reappreg.stats.trust import Trust, TrustPolicy, recompute_trust
 
 __all__ = [
-    "BLOCKING_FLAGS", "CALIBRATION_KEYS", "CLAIMS_SCHEMA_VERSION", "CONDITION_LABELS", "CONDITION_OF_SELECTION",
-    "ClaimContext", "Design", "FLAGS", "JUDGMENT_KEYS", "ORDERS", "ReferenceBar", "SELECTIONS", "STATUSES",
-    "SUMMARY_METRICS", "Trust", "TrustPolicy", "analyze", "assess", "build_claim", "contest_table", "design_bounds",
-    "information", "lc_fit", "length_controlled", "load_calibration", "load_judgments", "load_reference_bar",
-    "mlflow_metrics", "order_figures", "position_biased", "recompute_trust", "summarize_contests",
-    "validate_calibration", "validate_judgments", "vignette_bootstrap", "wilson_interval", "write_forest_csv",
-    "write_forest_plot", "write_outputs",
+    "BLOCKING_FLAGS",
+    "CALIBRATION_KEYS",
+    "CLAIMS_SCHEMA_VERSION",
+    "CONDITION_LABELS",
+    "CONDITION_OF_SELECTION",
+    "FLAGS",
+    "JUDGMENT_KEYS",
+    "ORDERS",
+    "SELECTIONS",
+    "STATUSES",
+    "SUMMARY_METRICS",
+    "ClaimContext",
+    "Design",
+    "ReferenceBar",
+    "Trust",
+    "TrustPolicy",
+    "analyze",
+    "assess",
+    "build_claim",
+    "contest_table",
+    "design_bounds",
+    "information",
+    "lc_fit",
+    "length_controlled",
+    "load_calibration",
+    "load_judgments",
+    "load_reference_bar",
+    "mlflow_metrics",
+    "order_figures",
+    "position_biased",
+    "recompute_trust",
+    "summarize_contests",
+    "validate_calibration",
+    "validate_judgments",
+    "vignette_bootstrap",
+    "wilson_interval",
+    "write_forest_csv",
+    "write_forest_plot",
+    "write_outputs",
 ]

@@ -11,10 +11,23 @@ import pandas as pd
 from reappreg.errors import InputError
 from reappreg.settings.stats import StatsSettings
 from reappreg.stats.claims import (
-    CONDITION_LABELS, CONDITIONS, FRESH_POOL, POLICY, SELECTION_POOL, ClaimContext, build_claim,
+    CONDITION_LABELS,
+    CONDITIONS,
+    FRESH_POOL,
+    POLICY,
+    SELECTION_POOL,
+    ClaimContext,
+    build_claim,
 )
 from reappreg.stats.contests import contest_table, order_figures, position_biased
-from reappreg.stats.intervals import Design, design_bounds, finite, information, vignette_bootstrap, wilson_interval
+from reappreg.stats.intervals import (
+    Design,
+    design_bounds,
+    finite,
+    information,
+    vignette_bootstrap,
+    wilson_interval,
+)
 from reappreg.stats.length import length_controlled
 from reappreg.stats.reference import ReferenceBar
 from reappreg.stats.trust import TrustPolicy, recompute_trust
@@ -55,7 +68,7 @@ def _bounds(scores: np.ndarray, design: Design, settings: StatsSettings) -> dict
 
 def summarize_contests(contests: pd.DataFrame, settings: StatsSettings) -> dict[str, Any]:
     """The estimand, its observed and worst/best-case cluster intervals, and the order-level figures."""
-    summary: dict[str, Any] = {"n": int(len(contests)), **order_figures(contests)}
+    summary: dict[str, Any] = {"n": len(contests), **order_figures(contests)}
     design = Design.of(contests["vignette_id"], contests["generation_id"])
     sizes = design.vignette_sizes()
     summary.update(n_clusters=design.n_vignettes, n_generations=design.n_generations,
@@ -88,7 +101,7 @@ def summarize_contests(contests: pd.DataFrame, settings: StatsSettings) -> dict[
         summary["order_iid_low"], summary["order_iid_high"] = wilson_interval(
             float(order_scores.sum()), len(order_scores), settings.confidence)
     weighted = contests["weighted"].dropna()
-    summary["n_weighted"] = int(len(weighted))
+    summary["n_weighted"] = len(weighted)
     summary["weighted_win_rate"] = float(weighted.mean()) if len(weighted) else None
     summary.update(length_controlled(contests, confidence=settings.confidence,
                                      iterations=settings.lc_bootstrap_iterations, seed=settings.seed))
@@ -134,7 +147,7 @@ def analyze(judgments: pd.DataFrame, calibration: Mapping[str, Any], *, settings
         "judge/model_matches": int(bool(trust.model_matches)),
         "judge/fingerprint_matches": int(bool(trust.fingerprint_matches)),
         "reference_bar/bar": reference.bar, "reference_bar/opponent": reference.opponent,
-        "judgments/n_rows": int(len(judgments)), "judgments/n_contests": int(len(contests)),
+        "judgments/n_rows": len(judgments), "judgments/n_contests": len(contests),
         "judgments/position_biased": int(biased),
     })
     for key in ("n_orders_scored", "n_unparseable", "n_missing_orders", "unparseable_rate", "n_complete_contests",
@@ -217,7 +230,7 @@ def _vignette_entry(rows: pd.DataFrame, settings: StatsSettings) -> dict[str, An
     high = np.fmax(best["generation_high"], best["generation_wilson_high"])[0]
     n_obs = len(observed)
     iid = wilson_interval(float(observed.sum()), n_obs, settings.confidence) if n_obs else (None, None)
-    return {"vignette_id": str(rows["vignette_id"].iloc[0]), "n": int(len(rows)),
+    return {"vignette_id": str(rows["vignette_id"].iloc[0]), "n": len(rows),
             "n_unparseable": int(2 * len(rows) - rows["n_scored"].sum()),
             "win_rate": float(observed.mean()) if n_obs else None, "iid_low": iid[0], "iid_high": iid[1],
             "cluster_low": finite(low) if design.n_generations >= 2 else None,

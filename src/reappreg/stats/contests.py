@@ -63,12 +63,12 @@ def order_figures(contests: pd.DataFrame) -> dict[str, Any]:
     gives 1.0, a content-driven one about 0. ``order_disagreement_rate``: share of those
     contests whose two orders give the policy different scores.
     """
-    n = int(len(contests))
+    n = len(contests)
     expected_orders = 2 * n
     n_scored = int(contests["n_scored"].sum()) if n else 0
     n_present = int(contests["n_orders"].sum()) if n else 0
     both = contests[contests["n_scored"] == 2]
-    n_both = int(len(both))
+    n_both = len(both)
     same_a = int(((both["first_verdict"] == "A") & (both["second_verdict"] == "A")).sum())
     same_b = int(((both["first_verdict"] == "B") & (both["second_verdict"] == "B")).sum())
     disagree = int((both["first"] != both["second"]).sum())

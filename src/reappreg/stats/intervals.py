@@ -72,7 +72,7 @@ class Design:
 
     @property
     def n(self) -> int:
-        return int(len(self.vignette))
+        return len(self.vignette)
 
     @property
     def n_vignettes(self) -> int:
@@ -80,7 +80,7 @@ class Design:
 
     @property
     def n_generations(self) -> int:
-        return int(len(self.gen_vignette))
+        return len(self.gen_vignette)
 
     def vignette_sizes(self) -> np.ndarray:
         return np.bincount(self.vignette, minlength=self.n_vignettes)
