@@ -21,14 +21,15 @@ from reappreg.generate import (
     select_vignettes,
     summarise_generations,
 )
-from reappreg.io import read_jsonl
+from reappreg.io import read_json, read_jsonl
 
 REPO = Path(__file__).resolve().parents[1]
 PROMPT_FILE = REPO / "pipelines" / "prompts" / "grpo_prompt.yaml"
+JUDGE_PROMPT_FILE = REPO / "pipelines" / "prompts" / "judge_prompt.yaml"
 VIGNETTES = [{"vignette_id": f"v{i}", "scenario": f"Scenario number {i}: something upsetting happened."}
              for i in range(1, 4)]
 GENERATION_FIELDS = {
-    "generation_id", "vignette_id", "scenario", "eval_k", "sample_index", "candidate_index", "seed", "raw_text", "thinking", "answer", "has_close_tag", "n_tokens",
+    "generation_id", "vignette_id", "scenario", "eval_k", "sample_index", "candidate_index", "seed", "sampling_seed", "raw_text", "thinking", "answer", "has_close_tag", "n_tokens",
     "hit_max_new_tokens", "selection", "selected", "best_of_n", "pool_id", "selection_pool", "rm_score",
     "backend", "model", "prompt_sha256", "max_new_tokens", "temperature", "top_p",
 }
@@ -175,7 +176,7 @@ def test_best_of_n_without_an_rm_and_bad_settings_are_refused():
         select_vignettes(VIGNETTES, ["v9"])
     with pytest.raises(InputError, match="row 2 repeats vignette_id"):
         select_vignettes([VIGNETTES[0], VIGNETTES[0]], None)
-    with pytest.raises(InputError, match="no config.json"):
+    with pytest.raises(InputError, match="'/nonexistent/policy' not found"):
         build_generator("transformers", "/nonexistent/policy", GenerationConfig())
 
 
@@ -240,7 +241,7 @@ def test_generate_and_judge_cli_end_to_end(tiny_lm, split_data, tmp_path, tracki
     params.write_text(
         "generate:\n  evals: 2\n  samples_per_vignette: 1\n  max_new_tokens: 8\n  vignettes: [v1, v2]\n"
         f"judge:\n  model: {tiny_lm}\n  opponents: [gpt-4-0314, claude-3-opus]\n  max_new_tokens: 4\n"
-        f"  calibration_pairs: 4\n  cache_dir: {tmp_path / 'cache'}\n",
+        f"  calibration_pairs: 4\n  calibration_min_pairs: 4\n  cache_dir: {tmp_path / 'cache'}\n",
         encoding="utf-8",
     )
     gens, judgments = tmp_path / "generations.jsonl", tmp_path / "judgments.jsonl"
@@ -252,13 +253,22 @@ def test_generate_and_judge_cli_end_to_end(tiny_lm, split_data, tmp_path, tracki
     assert result.exit_code == 0, result.output
     rows = read_jsonl(gens)
     assert len(rows) == 2 * 2 and {r["eval_k"] for r in rows} == {0, 1}
+    assert all(isinstance(r["sampling_seed"], int) and r["sampling_seed"] == r["seed"] for r in rows)
     result = runner.invoke(app, ["judge", "calibrate", "--train", str(train_dir), "--out", str(calib),
-                                 "--rows", str(calib_rows), "--params", str(params)])
+                                 "--rows", str(calib_rows), "--prompt-file", str(JUDGE_PROMPT_FILE),
+                                 "--params", str(params)])
     assert result.exit_code == 0, result.output
+    calibration = read_json(calib)
+    assert calibration["n_pairs"] == 4 and calibration["unparseable_rate"] == 0.0
+    assert calibration["judge_fingerprint"].startswith("md5:")
     result = runner.invoke(app, ["judge", "run", "--generations", str(gens), "--answers", str(heldout), "--out",
-                                 str(judgments), "--calibration", str(calib), "--params", str(params)])
+                                 str(judgments), "--calibration", str(calib), "--prompt-file",
+                                 str(JUDGE_PROMPT_FILE), "--params", str(params)])
     assert result.exit_code == 0, result.output
     judged = read_jsonl(judgments)
     assert len(judged) == 4 * 2 * 2  # 4 generations x 2 opponents x 2 orders
     assert {r["opponent_source"] for r in judged} == {"gpt-4-0314", "claude-3-opus"}
-    assert all((r["policy_score"] is None) == (r["verdict"] == "unparseable") for r in judged)
+    assert all(r["verdict"] != "unparseable" and r["verdict_method"] == "logprob" for r in judged)
+    assert {r["judge_fingerprint"] for r in judged} == {calibration["judge_fingerprint"]}
+    seeds = {r["generation_id"]: r["sampling_seed"] for r in rows}
+    assert all(r["sampling_seed"] == seeds[r["generation_id"]] for r in judged)

@@ -32,7 +32,8 @@ Plain samples (``selection: none``) are always generated as well.
 - ``eval_k``: 0..K-1, the independent eval this row belongs to
 - ``sample_index``: the sample within (eval, vignette); ``candidate_index``: the candidate
   within a best-of-N pool (0 for plain samples)
-- ``seed``: the row's own sampling seed
+- ``seed``, ``sampling_seed``: the row's own sampling seed (the same value; ``sampling_seed``
+  is the name the judgments carry it under)
 - ``raw_text``: the full completion; ``thinking``, ``answer``, ``has_close_tag``: the
   ``</think>`` split (no tag: ``has_close_tag`` false and the whole text is the answer --
   except for a thinking model under ``missing_close_tag: penalize``, whose unfinished
@@ -53,12 +54,12 @@ import hashlib
 import os
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Any, Protocol
 
 import numpy as np
 
 from reappreg.errors import InputError
+from reappreg.lm import load_causal_lm, load_tokenizer, resolve_model, torch_dtype  # noqa: F401 (re-export)
 
 POOLS = {
     # selection label -> (id prefix, spawn-key code); codes keep the three seed streams apart
@@ -170,18 +171,6 @@ def plan_samples(vignette_ids: Sequence[str], config: GenerationConfig) -> list[
 # ----------------------------------------------------------------------------- backends
 
 
-def torch_dtype(precision: str, what: str = "generate"):
-    """The torch dtype for a precision param (``auto`` passes through to transformers)."""
-    import torch
-
-    table = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
-    if precision == "auto":
-        return "auto"
-    if precision not in table:
-        raise InputError(f"{what} precision must be auto, float32, bfloat16 or float16, got {precision!r}")
-    return table[precision]
-
-
 def seeded_sampling_processor(seeds: Sequence[int], temperature: float, top_p: float, device: Any):
     """A transformers LogitsProcessor that samples row i from its own generator seeded ``seeds[i]``.
 
@@ -219,10 +208,8 @@ class TransformersGenerator:
 
     def __init__(self, model_path: str | os.PathLike, config: GenerationConfig, *, precision: str = "float32",
                  batch_size: int = 16, device: str | None = None):
-        os.environ.setdefault("HF_HUB_OFFLINE", "1")
-        self.path = Path(model_path)
-        if not (self.path / "config.json").exists():
-            raise InputError(f"{self.path}: policy folder has no config.json (train or materialise the policy first)")
+        self.location = resolve_model(model_path, "generate: policy")
+        self.path = self.location.path
         self.model = str(model_path)
         self.config = config
         self.precision = precision
@@ -234,21 +221,13 @@ class TransformersGenerator:
     @property
     def tokenizer(self):
         if self._tokenizer is None:
-            from transformers import AutoTokenizer
-
-            self._tokenizer = AutoTokenizer.from_pretrained(self.path, local_files_only=True)
+            self._tokenizer = load_tokenizer(self.location)
         return self._tokenizer
 
     def _load_model(self):
         if self._model is None:
-            import torch
-            from transformers import AutoModelForCausalLM
-
-            self.device = self.device or ("cuda" if torch.cuda.is_available() else "cpu")
-            self._model = AutoModelForCausalLM.from_pretrained(
-                self.path, local_files_only=True, dtype=torch_dtype(self.precision)
-            ).to(self.device)
-            self._model.eval()
+            self._model, self.device = load_causal_lm(self.location, precision=self.precision, device=self.device,
+                                                      what="generate")
         return self._model
 
     def generate(self, prompts: Sequence[str], samples: Sequence[Sample], progress: ProgressFn | None = None
@@ -259,14 +238,11 @@ class TransformersGenerator:
         if len(prompts) != len(samples):
             raise ValueError("one prompt per sample")
         model = self._load_model()
-        tok = self.tokenizer
-        tok.padding_side = "left"  # decoder-only batching: pad on the left
+        tok = self.tokenizer  # left-padded, with a pad token (reappreg.lm.load_tokenizer)
         eos_ids = model.generation_config.eos_token_id
         eos_ids = set(eos_ids if isinstance(eos_ids, list) else [eos_ids]) | {tok.eos_token_id}
         eos_ids.discard(None)
-        pad_id = tok.pad_token_id if tok.pad_token_id is not None else tok.eos_token_id
-        if tok.pad_token_id is None:
-            tok.pad_token = tok.eos_token  # batching needs a pad token; the attention mask hides it
+        pad_id = tok.pad_token_id
         out: list[Completion] = []
         for start in range(0, len(samples), self.batch_size):
             chunk = samples[start : start + self.batch_size]
@@ -300,9 +276,7 @@ class VllmGenerator:
     def __init__(self, model_path: str | os.PathLike, config: GenerationConfig, *, precision: str = "auto",
                  tensor_parallel_size: int = 1, gpu_memory_utilization: float = 0.9):
         os.environ.setdefault("HF_HUB_OFFLINE", "1")
-        self.path = Path(model_path)
-        if not (self.path / "config.json").exists():
-            raise InputError(f"{self.path}: policy folder has no config.json (train or materialise the policy first)")
+        self.path = resolve_model(model_path, "generate: policy").path
         self.model = str(model_path)
         self.config = config
         self.precision = precision
@@ -414,6 +388,7 @@ def generate_evaluations(vignettes: Sequence[dict], generator: Any, config: Gene
             "sample_index": sample.sample_index,
             "candidate_index": sample.candidate_index,
             "seed": sample.seed,
+            "sampling_seed": sample.seed,
             "raw_text": comp.text,
             "thinking": thoughts,
             "answer": answer,
