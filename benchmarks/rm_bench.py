@@ -1,18 +1,24 @@
-"""Benchmark of the reward models: examples/s for encoding, training and scoring.
+"""Benchmark of the reward-model stages: every objective and the ensemble against every
+trivial ranker, on the same pairs, with the CPU time of each stage; in one run.
 
 On the seeded sample data (``reappreg.sample.generate_sample``, default 6 x 100 human
-reappraisals, 3 raters each) with the default ``RmSettings`` (= params.yaml), it measures:
+reappraisals, 3 raters each) it runs the library functions of the DVC stages exactly as
+``dvc repro`` does, with the settings of a params file (default ``params.yaml``): one
+``train_member`` per (objective, seed) of ``rm.trained()`` -- each encodes the pool itself,
+as its stage does -- then ``build_ensemble`` + ``evaluate_ensemble``. It prints:
 
-* encoding: (scenario, answer) pairs/s through the frozen encoder (the per-stage cache);
-* head training per objective: examples x epochs / s on the cached features (one run of
-  the stage; a stage does 1 holdout + 6 leave-one-vignette-out + 1 final run);
-* fine-tuning the top ``--finetune-layers`` encoder layers: examples/s of one epoch on a
-  ``--finetune-examples`` subset (the optional, slow path);
-* ensemble scoring: answers/s of ``RewardEnsemble.score`` (encoder + 3 heads + format gate),
-  which is what GRPO calls on every batch of completions.
+* per model: held-out and leave-one-vignette-out (LOVO) pairwise accuracy with the
+  vignette-cluster interval, and (model - stronger length ranker) with its cluster interval;
+* per trivial ranker (length chars/words, random, scenario-answer cosine, length regression)
+  the same accuracies on the same pairs, and the length-controlled accuracy (pairs where
+  the longer text is the worse one);
+* the CPU seconds of each stage (``time.process_time``: all threads of this process, so the
+  figure does not depend on how busy the shared machine is) and their sum against the
+  6-minute budget, plus the wall time for reference.
 
-    python benchmarks/rm_bench.py
-    python benchmarks/rm_bench.py --per-vignette 30 --finetune-layers 0   # quicker
+    python benchmarks/rm_bench.py                       # the params.yaml recipe
+    python benchmarks/rm_bench.py --set train.epochs=20 --set encoder.finetune_layers=1
+    python benchmarks/rm_bench.py --per-vignette 30     # quicker
 """
 
 from __future__ import annotations
@@ -24,133 +30,131 @@ import time
 from pathlib import Path
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
+CPU_BUDGET_S = 360.0
+
+
+def _override(settings_dict: dict, assignment: str) -> None:
+    import yaml  # values as YAML: 20, 1.0e-3, [0, 1], true
+
+    key, _, value = assignment.partition("=")
+    node = settings_dict
+    parts = key.split(".")
+    for part in parts[:-1]:
+        node = node.setdefault(part, {})
+    node[parts[-1]] = yaml.safe_load(value)
+
+
+def _fmt(value) -> str:
+    return "  n/a" if value is None else f"{value:.3f}"
+
+
+def _interval(fig: dict) -> str:
+    return f"[{_fmt(fig.get('cluster_low'))}, {_fmt(fig.get('cluster_high'))}]"
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--params", type=Path, default=Path("params.yaml"))
+    parser.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
+                        help="override an rm.* setting (dotted, relative to rm), e.g. train.epochs=20")
     parser.add_argument("--per-vignette", type=int, default=100, help="human reappraisals per vignette")
-    parser.add_argument("--seed", type=int, default=13)
-    parser.add_argument("--finetune-layers", type=int, default=1, help="0 skips the fine-tuning measurement")
-    parser.add_argument("--finetune-examples", type=int, default=96)
-    parser.add_argument("--score-answers", type=int, default=256)
+    parser.add_argument("--seed", type=int, default=13, help="sample-data seed")
     args = parser.parse_args()
 
-    import numpy as np
-    import torch
-
+    from reappreg.data import write_canonical
+    from reappreg.guard.stage import CERTIFICATE_SCHEMA
+    from reappreg.hashing import dvc_md5
+    from reappreg.io import write_json
+    from reappreg.rm.ensemble import build_ensemble, evaluate_ensemble
+    from reappreg.rm.member import train_member
     from reappreg.sample import generate_sample
-    from reappreg.rm.dataset import load_pool
-    from reappreg.rm.encoder import TextEncoder, resolve_encoder
-    from reappreg.rm.ensemble import build_ensemble, load_ensemble
-    from reappreg.rm.model import MemberTrainer, make_head, output_dim
     from reappreg.settings.rm import RmSettings
-    from reappreg.split import split, write_split
+    from reappreg.split import split
 
-    settings = RmSettings()
-    rows: list[tuple[str, str, float, str]] = []
+    import yaml
+
+    # The rm section of the CPU profile (the top level of params.yaml), validated by its schema.
+    rm = (yaml.safe_load(args.params.read_text(encoding="utf-8")) or {}).get("rm", {})
+    for assignment in args.set:
+        _override(rm, assignment)
+    settings = RmSettings.model_validate(rm)
+
+    results: dict[str, dict] = {}
+    cpu: dict[str, float] = {}
+    wall: dict[str, float] = {}
     with tempfile.TemporaryDirectory() as tmp:
         root = Path(tmp)
-        train, answers = split(generate_sample(seed=args.seed, reappraisals_per_vignette=args.per_vignette), ["human"])
-        write_split(train, answers, root / "train", root / "heldout.jsonl")
-        pool = load_pool(root / "train" / "vignettes.jsonl", root / "train" / "reappraisals.jsonl", root / "train" / "ratings.jsonl")
-        n = len(pool.items)
-        enc = settings.encoder
-        t0 = time.perf_counter()
-        encoder = TextEncoder(resolve_encoder(enc.path), enc.pooling, enc.max_length, enc.device)
-        rows.append(("load encoder", "-", time.perf_counter() - t0, "s"))
+        train, _ = split(generate_sample(seed=args.seed, reappraisals_per_vignette=args.per_vignette), ["human"])
+        write_canonical(train, root / "train")
+        texts = {n: root / "train" / f"{n}.jsonl" for n in ("vignettes", "reappraisals")}
+        md5s = {n: dvc_md5(p) for n, p in texts.items()}
+        # The guard has nothing to check here (no held-out answers are involved): a passing
+        # certificate for exactly these texts, in the form the training stages read.
+        write_json(root / "certificate.json", {
+            "schema": CERTIFICATE_SCHEMA, "result": "pass",
+            "training": [{"path": str(p), "md5": md5s[n], "guarded_path": str(p), "guarded_md5": md5s[n]}
+                         for n, p in texts.items()],
+        })
+        for objective, seed in settings.trained():
+            stage = f"{objective}/seed_{seed}"
+            c0, w0 = time.process_time(), time.perf_counter()
+            result = train_member(
+                objective=objective, seed=seed, settings=settings, vignettes=texts["vignettes"],
+                reappraisals=texts["reappraisals"], ratings=root / "train" / "ratings.jsonl",
+                certificate=root / "certificate.json", out_dir=root / "models" / objective / f"seed_{seed}",
+                metrics_path=root / "metrics" / f"{objective}_seed_{seed}.json", plots_dir=root / "plots" / stage,
+                work_dir=root / "work" / stage, meta=root / "train" / "meta.json",
+            )
+            cpu[stage], wall[stage] = time.process_time() - c0, time.perf_counter() - w0
+            results[stage] = result.metrics
+            print(f"  {stage}: {cpu[stage]:.1f} s CPU", flush=True)
+        objective = settings.ensemble.objective
+        members = [root / "models" / objective / f"seed_{s}" for s in settings.seeds]
+        c0, w0 = time.process_time(), time.perf_counter()
+        build_ensemble(members, root / "ensemble", k=settings.ensemble.k, max_sentences=settings.ensemble.max_sentences,
+                       format_penalty=settings.ensemble.format_penalty)
+        ensemble, _ = evaluate_ensemble(members, k=settings.ensemble.k, pair_margin=settings.evaluation.pair_margin,
+                                        bins=settings.evaluation.calibration_bins, plots_dir=root / "plots" / "ensemble",
+                                        objective=objective, format_penalty=settings.ensemble.format_penalty)
+        cpu["ensemble"], wall["ensemble"] = time.process_time() - c0, time.perf_counter() - w0
+        results[f"{objective}/ensemble"] = {s: ensemble[s]["reward"] for s in ("holdout", "lovo") if s in ensemble}
 
-        t0 = time.perf_counter()
-        features = encoder.embed(pool.scenarios, pool.texts, enc.batch_size)
-        elapsed = time.perf_counter() - t0
-        rows.append(("encode pool (frozen)", f"{n} pairs", n / elapsed, f"pairs/s ({elapsed:.1f} s)"))
+    splits = [s for s in ("holdout", "lovo") if s in next(iter(results.values()))]
+    print(f"\nreward models vs trivial rankers: sample seed {args.seed}, {args.per_vignette} texts per vignette, "
+          f"margin {settings.evaluation.pair_margin}, threads {settings.threads}, load average {os.getloadavg()[0]:.1f}")
+    print("accuracy [vignette-cluster 95% CI]; diff = model - stronger length ranker on the same pairs\n")
+    header = f"{'model':<24}" + "".join(f"  {s + ' acc':>9} {'CI':<16} {'diff':>6} {'diff CI':<16}" for s in splits)
+    print(header)
+    print("-" * len(header))
+    for name, metrics in results.items():
+        line = f"{name:<24}"
+        for split in splits:
+            m = metrics[split]
+            vs = m["trivial_baselines"]["vs_length"]
+            model = m["trivial_baselines"]["model"]
+            line += f"  {_fmt(model['accuracy']):>9} {_interval(model):<16} {_fmt(vs['difference']):>6} {_interval(vs):<16}"
+        print(line)
+    reference = next(iter(results.values()))
+    for name in reference[splits[0]]["trivial_baselines"]["rankers"]:
+        line = f"{'baseline: ' + name:<24}"
+        for split in splits:
+            fig = reference[split]["trivial_baselines"]["rankers"][name]
+            line += f"  {_fmt(fig['accuracy']):>9} {_interval(fig):<16} {'':>6} {'':<16}"
+        print(line)
 
-        class Cached:  # the trainer's frozen-encoder path with the features computed above
-            trainable_names: list = []
-            dim = encoder.dim
-            device = encoder.device
-
-            def delta_state(self):
-                return {}
-
-            def load_delta(self, state):
-                pass
-
-            def embed(self, *a, **k):
-                return features
-
-        members = []
-        for objective in ("bt", "regression", "multidim"):
-            trainer = MemberTrainer(pool=pool, encoder=Cached(), objective=objective, seed=0, train=settings.train,
-                                    encoder_batch_size=enc.batch_size, bt_margin=settings.bt.pair_margin,
-                                    bt_batch_size=settings.bt.pair_batch_size, weights=settings.multidim.weights)
-            t0 = time.perf_counter()
-            fitted = trainer.fit("bench", pool.ratings, root / "work" / objective, "bench")
-            elapsed = time.perf_counter() - t0
-            total = fitted.n_train_examples * fitted.epochs
-            unit = "pairs" if objective == "bt" else "texts"
-            rows.append((f"train head: {objective}", f"{fitted.n_train_examples} {unit} x {fitted.epochs} ep",
-                         total / elapsed, f"{unit}/s ({elapsed:.1f} s per run)"))
-
-        # Three multidim members for the ensemble (heads only; same encoder).
-        from reappreg.io import write_json
-        from reappreg.hashing import dvc_md5
-        from safetensors.torch import save_file
-
-        for seed in (0, 1, 2):
-            trainer = MemberTrainer(pool=pool, encoder=Cached(), objective="multidim", seed=seed, train=settings.train,
-                                    encoder_batch_size=enc.batch_size, bt_margin=settings.bt.pair_margin,
-                                    bt_batch_size=settings.bt.pair_batch_size, weights=settings.multidim.weights)
-            fitted = trainer.fit("bench", pool.ratings, root / "work" / f"m{seed}", "bench")
-            folder = root / "members" / f"seed_{seed}"
-            folder.mkdir(parents=True)
-            save_file(fitted.head_state, str(folder / "head.safetensors"))
-            write_json(folder / "rm_config.json", {
-                "format": "reappreg-rm-member/1", "objective": "multidim", "seed": seed, "score_units": "bench",
-                "encoder": {"spec": enc.path, "pooling": enc.pooling, "max_length": enc.max_length,
-                            "md5": dvc_md5(resolve_encoder(enc.path).path), "dim": encoder.dim, "dtype": enc.dtype},
-                "head": {"hidden": settings.train.hidden, "dropout": settings.train.dropout, "out": output_dim("multidim")},
-                "score_map": fitted.score_map.to_json(),
-            })
-            members.append(folder)
-        build_ensemble(members, root / "ensemble", k=0.5, max_sentences=2, format_penalty=-1.0)
-        ensemble = load_ensemble(root / "ensemble")
-        take = np.resize(np.arange(n), args.score_answers)
-        scenarios = [pool.scenarios[i] for i in take]
-        # Policy answers are one or two sentences: score the first two sentences of each text.
-        texts = [" ".join(pool.texts[i].split(". ")[:2]) for i in take]
-        ensemble.score(scenarios[:8], texts[:8])  # warm-up
-        t0 = time.perf_counter()
-        ensemble.score(scenarios, texts)
-        elapsed = time.perf_counter() - t0
-        rows.append(("ensemble.score (3 seeds + gate)", f"{len(texts)} answers", len(texts) / elapsed,
-                     f"answers/s ({elapsed:.1f} s)"))
-
-        if args.finetune_layers:
-            tuned = TextEncoder(resolve_encoder(enc.path), enc.pooling, enc.max_length, enc.device,
-                                finetune_layers=args.finetune_layers)
-            head = make_head(tuned.dim, settings.train.hidden, 4, settings.train.dropout)
-            optimizer = torch.optim.AdamW([*head.parameters(), *tuned.trainable_parameters()], lr=1e-5)
-            subset = list(range(min(args.finetune_examples, n)))
-            t0 = time.perf_counter()
-            for start in range(0, len(subset), settings.train.batch_size):
-                batch = subset[start : start + settings.train.batch_size]
-                out = head(tuned.features([pool.scenarios[i] for i in batch], [pool.texts[i] for i in batch]))
-                loss = out.pow(2).mean()
-                optimizer.zero_grad()
-                loss.backward()
-                optimizer.step()
-            elapsed = time.perf_counter() - t0
-            per_epoch = n * 0.8 / (len(subset) / elapsed)
-            rows.append((f"fine-tune top {args.finetune_layers} layer(s)", f"{len(subset)} texts", len(subset) / elapsed,
-                         f"texts/s (~{per_epoch:.0f} s per epoch of the holdout run)"))
-
-    print(f"\nreward-model benchmark: {n} rated reappraisals, torch threads {torch.get_num_threads()}, "
-          f"load average {os.getloadavg()[0]:.1f}\n")
-    width = max(len(r[0]) for r in rows)
-    print(f"{'measure':<{width}}  {'size':<26}  {'rate':>10}  unit")
-    print(f"{'-' * width}  {'-' * 26}  {'-' * 10}  {'-' * 30}")
-    for name, size, rate, unit in rows:
-        print(f"{name:<{width}}  {size:<26}  {rate:>10.1f}  {unit}")
+    print("\nlength-controlled (LOVO): accuracy on pairs where the longer text is the worse one")
+    for name, metrics in results.items():
+        lw = metrics[splits[-1]]["trivial_baselines"]["longer_is_worse"]
+        print(f"  {name:<24} {_fmt(lw['model']['accuracy'])} {_interval(lw['model'])}  "
+              f"(length_chars {_fmt(lw['length_chars']['accuracy'])}; {lw['model']['n_pairs']} pairs, "
+              f"{lw['model']['n_vignettes']} vignettes)")
+    gate = ensemble["beats_length_baseline"]
+    print(f"\nbeats_length_baseline (ensemble, LOVO): {'PASS' if gate['passed'] else 'FAIL'} -- "
+          f"diff {_fmt(gate.get('difference'))} vs {gate.get('ranker')}, cluster low {_fmt(gate.get('cluster_low'))}")
+    total = sum(cpu.values())
+    print(f"\nCPU seconds per stage: " + ", ".join(f"{k} {v:.1f}" for k, v in cpu.items()))
+    print(f"all RM stages: {total:.1f} s CPU ({total / CPU_BUDGET_S:.2f} of the {CPU_BUDGET_S:.0f} s budget), "
+          f"{sum(wall.values()):.1f} s wall")
 
 
 if __name__ == "__main__":

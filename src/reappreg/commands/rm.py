@@ -19,6 +19,24 @@ def _section(params) -> dict:
     return params.rm.model_dump(mode="json")
 
 
+def _fmt(value) -> str:
+    return "n/a" if value is None else f"{value:.3f}"
+
+
+def _accuracy_line(metrics: dict) -> str:
+    """Pairwise accuracy per split next to the stronger length ranker on the same pairs."""
+    parts = []
+    for split in ("holdout", "lovo"):
+        if split not in metrics:
+            continue
+        m = metrics[split]
+        vs = m["trivial_baselines"]["vs_length"]
+        length = m["trivial_baselines"]["rankers"][vs["ranker"]]["accuracy"]
+        parts.append(f"{split} accuracy {_fmt(m['pairwise_accuracy'])} vs {vs['ranker']} {_fmt(length)} "
+                     f"({m['n_pairs']} pairs; difference cluster CI {_fmt(vs['cluster_low'])}..{_fmt(vs['cluster_high'])})")
+    return "; ".join(parts)
+
+
 @app.command()
 def train(
     objective: str = typer.Option(..., help="bt | regression | multidim"),
@@ -27,6 +45,7 @@ def train(
     vignettes: Path = typer.Option(Path("data/guarded/vignettes.jsonl"), help="guarded vignettes (scenario text)"),
     reappraisals: Path = typer.Option(Path("data/guarded/reappraisals.jsonl"), help="guarded reappraisals"),
     ratings: Path = typer.Option(Path("data/train/ratings.jsonl"), help="training ratings"),
+    meta: Path = typer.Option(Path("data/train/meta.json"), help="the ratings' meta.json (dimensions, rating scale)"),
     certificate: Path = typer.Option(Path("data/guard/certificate.json"), help="separation-guard certificate"),
     out: Path = typer.Option(..., help="member folder, e.g. models/rm/<objective>/seed_<s>"),
     metrics: Path = typer.Option(..., help="metrics JSON, e.g. metrics/rm/<objective>_seed_<s>.json"),
@@ -56,7 +75,8 @@ def train(
         stage = f"rm_train@{seed}"
     else:
         stage = f"rm_baseline@{objective}-{seed}"
-    inputs = {"vignettes": vignettes, "reappraisals": reappraisals, "ratings": ratings, "certificate": certificate}
+    inputs = {"vignettes": vignettes, "reappraisals": reappraisals, "ratings": ratings, "meta": meta,
+              "certificate": certificate}
     for name, path in inputs.items():
         if not path.exists():
             raise InputError(f"{path}: {name} file not found")
@@ -66,7 +86,7 @@ def train(
             result = train_member(
                 objective=objective, seed=seed, settings=params.rm, vignettes=vignettes, reappraisals=reappraisals,
                 ratings=ratings, certificate=certificate, out_dir=out, metrics_path=metrics, plots_dir=plots,
-                work_dir=work, progress=progress,
+                work_dir=work, meta=meta, progress=progress,
             )
         mlflow.log_metrics(flat_metrics(result.metrics))
         mlflow.set_tag("rm.resumed_runs", ",".join(f"{k}@{v}" for k, v in sorted(result.resumed.items())) or "none")
@@ -76,11 +96,7 @@ def train(
         mlflow.log_artifacts(str(out), "model")
     # The stage succeeded: its resumable state is no longer needed.
     shutil.rmtree(work, ignore_errors=True)
-    holdout = result.metrics["holdout"]
-    typer.echo(
-        f"{stage}: held-out pairwise accuracy {holdout['pairwise_accuracy']:.3f} ({holdout['n_pairs']} pairs), "
-        f"Spearman within vignette {holdout['spearman_within_vignette']:.3f}; {result.timings['total_s']:.1f} s"
-    )
+    typer.echo(f"{stage}: " + _accuracy_line(result.metrics) + f"; {result.timings['cpu_s']:.1f} s CPU")
 
 
 @app.command()
@@ -121,6 +137,7 @@ def ensemble(
         result, table = evaluate_ensemble(
             member_dirs, k=cfg.k, pair_margin=params.rm.evaluation.pair_margin,
             bins=params.rm.evaluation.calibration_bins, plots_dir=plots, objective=cfg.objective,
+            format_penalty=cfg.format_penalty,
         )
         write_json(metrics, result)
         mlflow.log_metrics(flat_metrics(result))
@@ -144,10 +161,12 @@ def ensemble(
             "artifact_path": "reward_ensemble",
             "experiment": params.tracking.experiment,
         })
-    holdout = result.get("holdout", {}).get("reward", {})
+    gate = result["beats_length_baseline"]
     typer.echo(
-        f"rm_ensemble ({cfg.objective}, seeds {params.rm.seeds}, k={cfg.k:g}): held-out pairwise accuracy "
-        f"{holdout.get('pairwise_accuracy')}, logged as {info.model_uri}"
+        f"rm_ensemble ({cfg.objective}, seeds {params.rm.seeds}, k={cfg.k:g}, ungated score): "
+        + _accuracy_line({s: result[s]["reward"] for s in ("holdout", "lovo") if s in result})
+        + f"; beats_length_baseline {'PASS' if gate['passed'] else 'FAIL'} (cluster low {_fmt(gate.get('cluster_low'))}); "
+        f"logged as {info.model_uri}"
     )
 
 

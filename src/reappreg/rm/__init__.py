@@ -18,7 +18,11 @@ What the default (CPU) recipe is, stated plainly:
   encoder layers is a param; on the 2-core CPU it costs a full encoder forward pass per
   batch and epoch (see ``benchmarks/rm_bench.py``), so it is off by default.
 - Objectives: ``bt`` (Bradley-Terry on within-vignette pairs), ``regression`` (mean
-  effectiveness), ``multidim`` (four mean ratings, weighted score); see ``rm.model``.
+  effectiveness), ``multidim`` (the mean ratings of the dimensions the data has, weighted
+  score); one class per module in ``rm.objectives``.
+- Baselines (``rm.baselines``): every evaluation also scores the same pairs with length in
+  characters and words, a random ranker, scenario-answer encoder cosine and a regression on
+  length features, plus length-controlled accuracy; ``beats_length_baseline`` is the gate.
 - DVC layout: ``rm_train`` is a matrix over ``rm.seeds`` of the ensemble objective (default
   multidim x 3 seeds), ``rm_baseline`` a matrix over ``rm.baselines`` x ``rm.baseline_seeds``
   (default bt and regression, one seed each; ``baseline_seeds: [0, 1, 2]`` gives the full
@@ -35,14 +39,11 @@ What the default (CPU) recipe is, stated plainly:
 Importing this package is cheap; torch and transformers load when a model does.
 """
 
-from reappreg.rm.ensemble import RewardEnsemble, apply_gate, combine, load_ensemble
+from reappreg.rm.ensemble import RewardEnsemble, combine, load_ensemble
 from reappreg.rm.gate import count_sentences, format_gate_ok, split_sentences
-from reappreg.rm.model import OBJECTIVES
 
 __all__ = [
-    "OBJECTIVES",
     "RewardEnsemble",
-    "apply_gate",
     "combine",
     "count_sentences",
     "format_gate_ok",

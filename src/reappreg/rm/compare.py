@@ -1,42 +1,73 @@
-"""The cross-objective comparison: every trained seed and the ensemble, one row each."""
+"""The cross-objective comparison: every trained seed, the ensemble and the trivial rankers,
+one row each, on the same pairs (held out and leave one vignette out)."""
 
 from __future__ import annotations
 
 from pathlib import Path
 
+import numpy as np
 import pandas as pd
 
 from reappreg.errors import InputError
 from reappreg.io import read_json
 
 SPLITS = ("holdout", "lovo")
-MEASURES = ("pairwise_accuracy", "spearman_within_vignette", "spearman", "n_pairs")
-COLUMNS = ["model", "objective", "seed", *(f"{split}_{m}" for split in SPLITS for m in MEASURES)]
+FIGURES = ("pairwise_accuracy", "wilson_low", "wilson_high", "cluster_low", "cluster_high", "n_pairs", "n_vignettes",
+           "minus_length", "minus_length_cluster_low", "minus_length_cluster_high", "spearman_within_vignette")
+COLUMNS = ["model", "kind", "objective", "seed", *(f"{split}_{m}" for split in SPLITS for m in FIGURES)]
 
 
-def _row(model: str, objective: str, seed, by_split: dict[str, dict]) -> dict:
-    row = {"model": model, "objective": objective, "seed": seed}
-    for split in SPLITS:
-        for measure in MEASURES:
-            row[f"{split}_{measure}"] = by_split.get(split, {}).get(measure)
+def _model_row(model: str, objective: str, seed, by_split: dict[str, dict]) -> dict:
+    row = {"model": model, "kind": "reward model", "objective": objective, "seed": seed}
+    for split, m in by_split.items():
+        fig = m["trivial_baselines"]["model"]
+        vs = m["trivial_baselines"]["vs_length"]
+        row.update({
+            f"{split}_pairwise_accuracy": fig["accuracy"],
+            **{f"{split}_{k}": fig[k] for k in ("wilson_low", "wilson_high", "cluster_low", "cluster_high", "n_pairs",
+                                                "n_vignettes")},
+            f"{split}_minus_length": vs["difference"],
+            f"{split}_minus_length_cluster_low": vs["cluster_low"],
+            f"{split}_minus_length_cluster_high": vs["cluster_high"],
+            f"{split}_spearman_within_vignette": m.get("spearman_within_vignette"),
+        })
     return row
 
 
+def _ranker_rows(by_split: dict[str, dict]) -> list[dict]:
+    rows: dict[str, dict] = {}
+    for split, m in by_split.items():
+        for name, fig in m["trivial_baselines"]["rankers"].items():
+            row = rows.setdefault(name, {"model": f"baseline: {name}", "kind": "trivial ranker", "objective": name,
+                                         "seed": "-"})
+            row[f"{split}_pairwise_accuracy"] = fig["accuracy"]
+            row.update({f"{split}_{k}": fig[k] for k in ("wilson_low", "wilson_high", "cluster_low", "cluster_high",
+                                                          "n_pairs", "n_vignettes")})
+    return list(rows.values())
+
+
 def comparison_table(metrics_dir: str | Path, trained: list[tuple[str, int]]) -> pd.DataFrame:
-    """``trained``: the (objective, seed) pairs to include (``RmSettings.trained()``)."""
+    """``trained``: the (objective, seed) pairs to include (``RmSettings.trained()``).
+
+    The trivial rankers are scored on the ensemble's pairs (every model of one split is
+    evaluated on the same texts: the split seed is fixed), or on the first model's."""
     metrics_dir = Path(metrics_dir)
-    rows = []
+    rows, ranker_source = [], None
     for objective, seed in trained:
         path = metrics_dir / f"{objective}_seed_{seed}.json"
         if not path.exists():
             raise InputError(f"{path}: metrics of {objective} seed {seed} not found (run its training stage)")
         m = read_json(path)
-        rows.append(_row(f"{objective}/seed_{seed}", objective, str(seed), {s: m[s] for s in SPLITS if s in m}))
+        by_split = {s: m[s] for s in SPLITS if s in m}
+        rows.append(_model_row(f"{objective}/seed_{seed}", objective, str(seed), by_split))
+        ranker_source = ranker_source or by_split
     ensemble_path = metrics_dir / "ensemble.json"
     if ensemble_path.exists():
         m = read_json(ensemble_path)
-        rows.append(_row(f"{m['objective']}/ensemble", m["objective"], "ensemble",
-                         {s: m[s]["reward"] for s in SPLITS if s in m}))
+        by_split = {s: m[s]["reward"] for s in SPLITS if s in m}
+        rows.append(_model_row(f"{m['objective']}/ensemble", m["objective"], "ensemble", by_split))
+        ranker_source = by_split
+    rows.extend(_ranker_rows(ranker_source or {}))
     return pd.DataFrame(rows, columns=COLUMNS)
 
 
@@ -49,13 +80,26 @@ def plot_comparison(table: pd.DataFrame, path: str | Path) -> None:
     from reappreg.io import atomic_path
 
     splits = [s for s in SPLITS if table[f"{s}_pairwise_accuracy"].notna().any()]
-    fig, axes = plt.subplots(1, len(splits), figsize=(5 * len(splits), 0.35 * len(table) + 1.5), squeeze=False,
+    fig, axes = plt.subplots(1, len(splits), figsize=(6 * len(splits), 0.4 * len(table) + 1.8), squeeze=False,
                              sharey=True)
+    y = np.arange(len(table))
+    colours = np.where(table["kind"] == "reward model", "tab:blue", "tab:grey")
     for ax, split in zip(axes[0], splits):
-        ax.barh(table["model"], table[f"{split}_pairwise_accuracy"].astype(float))
+        acc = table[f"{split}_pairwise_accuracy"].astype(float).to_numpy()
+        low = table[f"{split}_cluster_low"].astype(float).to_numpy()
+        high = table[f"{split}_cluster_high"].astype(float).to_numpy()
+        err = np.nan_to_num(np.vstack([acc - low, high - acc]))
+        ax.barh(y, acc, color=colours, alpha=0.35)
+        ax.errorbar(acc, y, xerr=err, fmt="o", color="black", capsize=3, markersize=4)
+        for yi, a, n in zip(y, acc, table[f"{split}_n_pairs"]):
+            if np.isfinite(a):
+                ax.annotate(f"{a:.3f} (n={int(n)})", (a, yi), textcoords="offset points", xytext=(6, -3), fontsize=7)
         ax.axvline(0.5, color="grey", linestyle="--", linewidth=1)
-        ax.set_xlim(0.4, 1.0)
-        ax.set_title(f"pairwise accuracy ({'held out' if split == 'holdout' else 'leave one vignette out'})")
+        ax.set_xlim(0.3, 1.05)
+        ax.set_xlabel("pairwise accuracy (95% vignette-cluster bootstrap CI)")
+        ax.set_title("held out" if split == "holdout" else "leave one vignette out")
+    axes[0][0].set_yticks(y)
+    axes[0][0].set_yticklabels(table["model"])
     axes[0][0].invert_yaxis()  # shared y axis: first model on top
     with atomic_path(path) as tmp:
         fig.savefig(tmp, format="png", dpi=110, bbox_inches="tight")

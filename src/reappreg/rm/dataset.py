@@ -4,33 +4,41 @@ Inputs are the guarded training texts (``data/guarded/{vignettes,reappraisals}.j
 the training ratings (``data/train/ratings.jsonl``). A rating whose reappraisal is not in
 the guarded pool (the guard quarantined it) is dropped and counted; so is a guarded
 reappraisal nobody rated. Both counts are reported as metrics, never hidden.
+
+Rating dimensions: ``effectiveness`` is in every dataset; any other dimension of
+``RATING_DIMENSIONS`` is present when every rating row has it and absent when no row has
+the key (a dataset that did not rate it). A dimension on some rows only is an error. When
+the data's ``meta.json`` declares ``dimensions``, they must be exactly the present ones;
+its ``rating_scale`` ({min, max, kind: integer|continuous}) bounds the values.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 import numpy as np
 import pandas as pd
 
 from reappreg.errors import InputError
-from reappreg.io import read_jsonl
+from reappreg.io import read_json, read_jsonl
 from reappreg.settings.rm import RATING_DIMENSIONS
 
 VIGNETTE_KEYS = ("vignette_id", "scenario")
 REAPPRAISAL_KEYS = ("reappraisal_id", "vignette_id", "text")
-RATING_KEYS = ("reappraisal_id", "rater_id", *RATING_DIMENSIONS)
+RATING_KEYS = ("reappraisal_id", "rater_id", "effectiveness")
 
 
 @dataclass
 class RatedPool:
     """One row per rated reappraisal (sorted by id) and the ratings of those rows."""
 
-    items: pd.DataFrame  # reappraisal_id, vignette_id, scenario, text
+    items: pd.DataFrame  # reappraisal_id, vignette_id, source, scenario, text
     ratings: pd.DataFrame  # reappraisal_id, vignette_id, rater_id, <dimensions>
     dropped_ratings: int
     unrated_reappraisals: int
+    dimensions: list[str] = field(default_factory=lambda: ["effectiveness"])  # present, RATING_DIMENSIONS order
+    rating_scale: dict | None = None  # from meta.json, when it declares one
 
     @property
     def scenarios(self) -> list[str]:
@@ -56,10 +64,58 @@ def _records(path: str | Path, keys: tuple[str, ...]) -> list[dict]:
     return rows
 
 
-def load_pool(vignettes_path: str | Path, reappraisals_path: str | Path, ratings_path: str | Path) -> RatedPool:
+def _examples(items: list, limit: int = 3) -> str:
+    return ", ".join(str(i) for i in items[:limit]) + (" ..." if len(items) > limit else "")
+
+
+def present_dimensions(ratings: list[dict], ratings_path: str | Path) -> list[str]:
+    """The rating dimensions every row has (absent ones: no row has the key)."""
+    present = []
+    for dim in RATING_DIMENSIONS:
+        lacking = [lineno for lineno, row in enumerate(ratings, start=1) if dim not in row]
+        if not lacking:
+            present.append(dim)
+        elif len(lacking) < len(ratings):
+            raise InputError(
+                f"{ratings_path}: dimension '{dim}' is on {len(ratings) - len(lacking)} of {len(ratings)} rating rows but "
+                f"absent from {len(lacking)} (records {_examples(lacking)}); a dimension is either rated on every row "
+                "or absent from all of them"
+            )
+    return present
+
+
+def _check_meta(meta_path: str | Path, dimensions: list[str], ratings: list[dict], ratings_path) -> dict | None:
+    meta = read_json(meta_path)
+    declared = meta.get("dimensions")
+    if declared is not None and sorted(declared) != sorted(dimensions):
+        raise InputError(
+            f"{meta_path}: declares dimensions {sorted(declared)} but {ratings_path} has {sorted(dimensions)}"
+        )
+    scale = meta.get("rating_scale")
+    if scale is None:
+        return None
+    try:
+        low, high, kind = float(scale["min"]), float(scale["max"]), str(scale["kind"])
+    except (KeyError, TypeError, ValueError) as exc:
+        raise InputError(f"{meta_path}: rating_scale must be {{min, max, kind: integer|continuous}} ({exc})") from exc
+    if kind not in ("integer", "continuous") or not low < high:
+        raise InputError(f"{meta_path}: rating_scale {scale} needs min < max and kind integer or continuous")
+    bad = [(lineno, dim, row[dim]) for lineno, row in enumerate(ratings, start=1) for dim in dimensions
+           if not low <= row[dim] <= high or (kind == "integer" and float(row[dim]) != round(row[dim]))]
+    if bad:
+        raise InputError(
+            f"{ratings_path}: {len(bad)} rating value(s) not on the {kind} scale {low:g}-{high:g} of {meta_path} "
+            f"(record, dimension, value: {_examples(bad)})"
+        )
+    return {"min": low, "max": high, "kind": kind}
+
+
+def load_pool(vignettes_path: str | Path, reappraisals_path: str | Path, ratings_path: str | Path,
+              meta_path: str | Path | None = None) -> RatedPool:
     vignettes = {r["vignette_id"]: r["scenario"] for r in _records(vignettes_path, VIGNETTE_KEYS)}
     reappraisals = _records(reappraisals_path, REAPPRAISAL_KEYS)
     ratings = _records(ratings_path, RATING_KEYS)
+    dimensions = present_dimensions(ratings, ratings_path)
 
     items = []
     for lineno, row in enumerate(reappraisals, start=1):
@@ -70,18 +126,23 @@ def load_pool(vignettes_path: str | Path, reappraisals_path: str | Path, ratings
             )
         if not isinstance(row["text"], str) or not row["text"].strip():
             raise InputError(f"{reappraisals_path}: record {lineno} ({row['reappraisal_id']}) has an empty text")
-        items.append({**{k: row[k] for k in REAPPRAISAL_KEYS}, "scenario": vignettes[row["vignette_id"]]})
+        # source is reported (format-gate rates per source), never used for training.
+        items.append({**{k: row[k] for k in REAPPRAISAL_KEYS}, "source": str(row.get("source", "(no source given)")),
+                      "scenario": vignettes[row["vignette_id"]]})
     items_frame = pd.DataFrame(items)
     duplicated = items_frame["reappraisal_id"].duplicated()
     if duplicated.any():
         raise InputError(f"{reappraisals_path}: duplicate reappraisal_id {items_frame['reappraisal_id'][duplicated].iloc[0]}")
 
-    for lineno, row in enumerate(ratings, start=1):
-        for dim in RATING_DIMENSIONS:
-            value = row[dim]
-            if isinstance(value, bool) or not isinstance(value, (int, float)) or not np.isfinite(value):
-                raise InputError(f"{ratings_path}: record {lineno} has a non-numeric {dim} ({value!r})")
-    ratings_frame = pd.DataFrame(ratings)[list(RATING_KEYS)]
+    bad = [(lineno, dim, row[dim]) for lineno, row in enumerate(ratings, start=1) for dim in dimensions
+           if isinstance(row[dim], bool) or not isinstance(row[dim], (int, float)) or not np.isfinite(row[dim])]
+    if bad:
+        raise InputError(
+            f"{ratings_path}: {len(bad)} non-numeric rating value(s) (record, dimension, value: {_examples(bad)})"
+        )
+    scale = _check_meta(meta_path, dimensions, ratings, ratings_path) if meta_path is not None else None
+    ratings_frame = pd.DataFrame(ratings)[["reappraisal_id", "rater_id", *dimensions]]
+    ratings_frame[dimensions] = ratings_frame[dimensions].astype(np.float64)
     known = ratings_frame["reappraisal_id"].isin(set(items_frame["reappraisal_id"]))
     dropped = int((~known).sum())
     ratings_frame = ratings_frame[known].copy()
@@ -92,7 +153,8 @@ def load_pool(vignettes_path: str | Path, reappraisals_path: str | Path, ratings
     vid_of = dict(zip(items_frame["reappraisal_id"], items_frame["vignette_id"]))
     ratings_frame["vignette_id"] = ratings_frame["reappraisal_id"].map(vid_of)
     ratings_frame = ratings_frame.sort_values(["reappraisal_id", "rater_id"]).reset_index(drop=True)
-    return RatedPool(items=items_frame, ratings=ratings_frame, dropped_ratings=dropped, unrated_reappraisals=int((~rated).sum()))
+    return RatedPool(items=items_frame, ratings=ratings_frame, dropped_ratings=dropped,
+                     unrated_reappraisals=int((~rated).sum()), dimensions=dimensions, rating_scale=scale)
 
 
 def mean_targets(pool: RatedPool, ratings: pd.DataFrame) -> pd.DataFrame:
@@ -102,7 +164,7 @@ def mean_targets(pool: RatedPool, ratings: pd.DataFrame) -> pd.DataFrame:
     and ``n_raters``, sorted by row.
     """
     grouped = ratings.groupby("reappraisal_id")
-    means = grouped[list(RATING_DIMENSIONS)].mean()
+    means = grouped[list(pool.dimensions)].mean()
     means["n_raters"] = grouped.size()
     row_of = pd.Series(np.arange(len(pool.items)), index=pool.items["reappraisal_id"])
     means["row"] = row_of.loc[means.index].to_numpy()

@@ -130,15 +130,58 @@ class TextEncoder:
 
     # ------------------------------------------------------------------ tokenising
 
+    def _offsets(self, texts: list[str]) -> list[list[tuple[int, int]]]:
+        """Character span of every token of each text (no special tokens)."""
+        try:
+            return self.tokenizer(texts, add_special_tokens=False, return_offsets_mapping=True)["offset_mapping"]
+        except Exception as exc:  # a tokenizer's own error type (tokenizers, sentencepiece) is not the user's
+            raise InputError(f"rm: the encoder's tokenizer failed on a batch of {len(texts)} text(s): {exc}") from exc
+
+    def _budget(self, n_scenario: int, n_answer: int) -> tuple[int, int]:
+        """Tokens kept of (scenario, answer): the scenario is cut first, then the answer."""
+        pair = self.pooling != "last"
+        room = self.max_length - self.tokenizer.num_special_tokens_to_add(pair=pair) - (0 if pair else 1)
+        keep_scenario = max(0, min(n_scenario, room - n_answer))
+        keep_answer = max(0, min(n_answer, room - keep_scenario))
+        return keep_scenario, keep_answer
+
+    def _cut(self, scenarios: list[str], answers: list[str]) -> tuple[list[str], list[str], dict[str, int]]:
+        """Scenario and answer texts cut at token boundaries so that the pair fits."""
+        s_off, a_off = self._offsets(scenarios), self._offsets(answers)
+        cut_s, cut_a = [], []
+        counts = {"pairs": len(answers), "max_length": self.max_length, "scenario_truncated": 0, "answer_truncated": 0}
+        for scenario, answer, so, ao in zip(scenarios, answers, s_off, a_off):
+            keep_s, keep_a = self._budget(len(so), len(ao))
+            if keep_s < len(so):
+                counts["scenario_truncated"] += 1
+                scenario = scenario[: so[keep_s - 1][1]] if keep_s else ""
+            if keep_a < len(ao):
+                counts["answer_truncated"] += 1
+                answer = answer[: ao[keep_a - 1][1]] if keep_a else ""
+            cut_s.append(scenario)
+            cut_a.append(answer)
+        return cut_s, cut_a, counts
+
+    def truncation_counts(self, scenarios: list[str], answers: list[str]) -> dict[str, int]:
+        """How many (scenario, answer) pairs exceed ``max_length`` and which part is cut."""
+        return self._cut(scenarios, answers)[2]
+
     def tokenize(self, scenarios: list[str], answers: list[str]):
-        if self.pooling == "last":
-            texts = [f"{s}\n\n{a}" for s, a in zip(scenarios, answers)]
-            batch = self.tokenizer(texts, padding=True, truncation=True, max_length=self.max_length, return_tensors="pt")
-            return batch, None
-        # Truncate the scenario, never the answer being scored.
-        batch = self.tokenizer(
-            scenarios, answers, padding=True, truncation="only_first", max_length=self.max_length, return_tensors="pt"
-        )
+        """Batch of (scenario, answer) within ``max_length``: the scenario's tail is cut first,
+        then the answer's (the answer being scored keeps as much as fits), and an answer mask
+        marks the answer's tokens (``answer_mean`` pooling). Texts are cut at token
+        boundaries; re-tokenising a cut text can, rarely, give a token more, which the
+        tokenizer's own longest-first truncation then removes (it cannot fail)."""
+        scenarios, answers, _ = self._cut(scenarios, answers)
+        try:
+            if self.pooling == "last":
+                texts = [f"{s}\n\n{a}" for s, a in zip(scenarios, answers)]
+                return self.tokenizer(texts, padding=True, truncation=True, max_length=self.max_length,
+                                      return_tensors="pt"), None
+            batch = self.tokenizer(scenarios, answers, padding=True, truncation="longest_first",
+                                   max_length=self.max_length, return_tensors="pt")
+        except Exception as exc:
+            raise InputError(f"rm: the encoder's tokenizer failed on a batch of {len(answers)} pair(s): {exc}") from exc
         answer_mask = None
         if self.pooling == "answer_mean":
             answer_mask = self._torch.tensor(
@@ -147,7 +190,7 @@ class TextEncoder:
             empty = (answer_mask.sum(dim=1) == 0).nonzero().flatten().tolist()
             if empty:
                 raise InputError(
-                    f"rm: answer {empty[0]} of the batch ({answers[empty[0]]!r}) has no tokens after tokenisation; "
+                    f"rm: answer {empty[0]} of the batch ({answers[empty[0]][:80]!r}) has no tokens after tokenisation; "
                     "nothing to score (score() gives such answers the format penalty)"
                 )
         return batch, answer_mask
@@ -189,6 +232,24 @@ class TextEncoder:
         features = torch.empty((len(answers), chunks[0].shape[1]), dtype=chunks[0].dtype)
         features[torch.as_tensor(order)] = torch.cat(chunks)
         return features
+
+    def embed_texts(self, texts: list[str], batch_size: int):
+        """Mean-pooled features of single texts (no pairing), e.g. for scenario-answer cosine."""
+        torch = self._torch
+        chunks = []
+        with torch.inference_mode():
+            for start in range(0, len(texts), batch_size):
+                chunk = texts[start : start + batch_size]
+                try:
+                    batch = self.tokenizer(chunk, padding=True, truncation=True, max_length=self.max_length,
+                                           return_tensors="pt")
+                except Exception as exc:
+                    raise InputError(f"rm: the encoder's tokenizer failed on {len(chunk)} text(s): {exc}") from exc
+                batch = {k: v.to(self.device) for k, v in batch.items()}
+                hidden = self.model(**batch).last_hidden_state
+                mask = batch["attention_mask"].to(hidden.dtype).unsqueeze(-1)
+                chunks.append(((hidden * mask).sum(dim=1) / mask.sum(dim=1)).float().cpu())
+        return torch.cat(chunks) if chunks else torch.zeros((0, self.dim))
 
     # ------------------------------------------------------------------ fine-tuned weights
 

@@ -26,19 +26,22 @@ from reappreg.errors import InputError
 from reappreg.hashing import dvc_md5
 from reappreg.io import atomic_dir, read_json, write_json
 from reappreg.rm.encoder import EncoderLocation, TextEncoder
+from reappreg.rm.dataset import preference_pairs
 from reappreg.rm.evaluate import (
     calibration_error,
     calibration_table,
-    calibration_target,
     disagreement_table,
     evaluate_scores,
     plot_calibration,
     plot_disagreement,
     within_vignette_rank_error,
     write_csv,
+    write_per_vignette,
 )
 from reappreg.rm.gate import format_gate_ok
 from reappreg.rm.member import load_member, member_encoder_location, read_eval_predictions
+from reappreg.rm.objectives import ScoreMap, objective_class
+from reappreg.rm.trivial import RANKERS, beats_length_gate, compare_with_rankers, difference, figure, outcomes
 
 FORMAT = "reappreg-rm-ensemble/1"
 
@@ -47,11 +50,6 @@ def combine(member_scores: np.ndarray, k: float) -> np.ndarray:
     """mean - k * std across members; ``member_scores`` has shape (n_answers, n_members)."""
     member_scores = np.asarray(member_scores, dtype=np.float64)
     return member_scores.mean(axis=1) - k * member_scores.std(axis=1, ddof=0)
-
-
-def apply_gate(rewards: np.ndarray, answers: list[str], max_sentences: int, penalty: float) -> np.ndarray:
-    ok = np.array([format_gate_ok(a, max_sentences) for a in answers], dtype=bool)
-    return np.where(ok, rewards, penalty)
 
 
 class RewardEnsemble:
@@ -218,17 +216,41 @@ def _fold_matrix(member_dirs: list[Path], fold_filter) -> tuple[pd.DataFrame, np
     return base.drop(columns=["score"]).reset_index(), matrix
 
 
-def evaluate_ensemble(member_dirs: list[str | Path], *, k: float, pair_margin: float, bins: int, plots_dir: str | Path, objective: str) -> tuple[dict, pd.DataFrame]:
-    """Ensemble metrics from the members' held-out predictions, plus the per-seed table."""
+def _rankers(targets: pd.DataFrame) -> dict[str, np.ndarray]:
+    return {name: targets[f"ranker.{name}"].to_numpy(dtype=np.float64) for name in RANKERS}
+
+
+def format_gate_effect(reward: np.ndarray, targets: pd.DataFrame, penalty: float, margin: float) -> dict[str, Any]:
+    """What the format gate does, kept apart from the (ungated) RM metrics: the fraction of
+    evaluated texts it penalises per source, and the pairwise accuracy with and without it."""
+    ok = targets["format_gate_ok"].to_numpy(dtype=bool)
+    gated = np.where(ok, reward, penalty)
+    pairs = preference_pairs(targets, margin)
+    clusters = targets["vignette_id"].to_numpy()[pairs[:, 0]] if len(pairs) else np.array([])
+    ungated_outcomes = outcomes(reward, pairs) if len(pairs) else np.zeros(0)
+    gated_outcomes = outcomes(gated, pairs) if len(pairs) else np.zeros(0)
+    touched = ~(ok[pairs[:, 0]] & ok[pairs[:, 1]]) if len(pairs) else np.zeros(0, dtype=bool)
+    return {
+        "gated_fraction_by_source": {str(src): float((~ok[idx]).mean())
+                                     for src, idx in sorted(targets.groupby("source").indices.items())},
+        "ungated": figure(ungated_outcomes, clusters),
+        "gated": figure(gated_outcomes, clusters),
+        "gated_minus_ungated": difference(gated_outcomes, ungated_outcomes, clusters),
+        "pairs_with_a_gated_text": int(touched.sum()),
+        "note": "RM metrics use the ungated score; the policy's reward is gated (format_penalty where the gate fails)",
+    }
+
+
+def evaluate_ensemble(member_dirs: list[str | Path], *, k: float, pair_margin: float, bins: int, plots_dir: str | Path,
+                      objective: str, format_penalty: float) -> tuple[dict, pd.DataFrame]:
+    """Ensemble metrics from the members' held-out predictions (ungated), the trivial
+    rankers on the same pairs, the ``beats_length_baseline`` gate, the format gate's effect,
+    and the per-seed table."""
     member_dirs = [Path(d) for d in member_dirs]
     configs = [read_json(d / "rm_config.json") for d in member_dirs]
     seeds = [int(c["seed"]) for c in configs]
-    score_map = configs[0]["score_map"]
-    weights = None
-    if objective == "multidim":
-        from reappreg.rm.model import TARGET_COLUMNS
-
-        weights = dict(zip(TARGET_COLUMNS["multidim"], score_map["weights"]))
+    score_map = ScoreMap.from_json(configs[0]["score_map"])
+    scorer = objective_class(objective)(None, configs[0]["dimensions"])
     metrics: dict[str, Any] = {"objective": objective, "k": k, "seeds": seeds}
     table_rows: dict[str, dict] = {}  # model -> one row with <split>_<measure> columns
     plots_dir = Path(plots_dir)
@@ -243,13 +265,21 @@ def evaluate_ensemble(member_dirs: list[str | Path], *, k: float, pair_margin: f
             mean = matrix.mean(axis=1)
             std = matrix.std(axis=1, ddof=0)
             reward = mean - k * std
+            rankers = _rankers(targets)
+            reward_metrics = evaluate_scores(reward, targets, pair_margin)
+            reward_metrics["trivial_baselines"] = compare_with_rankers(reward, targets, rankers, pair_margin)
+
+            def versus_length(scores):
+                out = evaluate_scores(scores, targets, pair_margin)
+                out["vs_length"] = compare_with_rankers(scores, targets, rankers, pair_margin)["vs_length"]
+                return out
+
             fold_metrics = {
-                "reward": evaluate_scores(reward, targets, pair_margin),
-                "mean": evaluate_scores(mean, targets, pair_margin),
-                "members": {
-                    f"seed_{s}": evaluate_scores(matrix[:, i], targets, pair_margin) for i, s in enumerate(seeds)
-                },
+                "reward": reward_metrics,
+                "mean": versus_length(mean),
+                "members": {f"seed_{s}": versus_length(matrix[:, i]) for i, s in enumerate(seeds)},
                 "std_mean": float(std.mean()),
+                "format_gate": format_gate_effect(reward, targets, format_penalty, pair_margin),
             }
             error = within_vignette_rank_error(mean, targets["effectiveness"].to_numpy(float), targets["vignette_id"].to_numpy())
             from scipy.stats import spearmanr
@@ -266,17 +296,30 @@ def evaluate_ensemble(member_dirs: list[str | Path], *, k: float, pair_margin: f
                 row = table_rows.setdefault(label, {"model": label})
                 for measure in ("pairwise_accuracy", "spearman_within_vignette", "spearman", "n_pairs"):
                     row[f"{fold_name}_{measure}"] = m[measure]
+            for name, ranker in reward_metrics["trivial_baselines"]["rankers"].items():
+                row = table_rows.setdefault(f"baseline:{name}", {"model": f"baseline:{name}"})
+                row[f"{fold_name}_pairwise_accuracy"] = ranker["accuracy"]
+                row[f"{fold_name}_n_pairs"] = ranker["n_pairs"]
+            if fold_name == "lovo":
+                write_per_vignette(reward_metrics["trivial_baselines"], tmp, f"{objective} ensemble (k={k:g})")
             if fold_name == "holdout":
-                observed, observed_label = calibration_target(targets, objective, weights)
+                observed, observed_label = scorer.observed(targets, score_map)
                 cal = calibration_table(reward, observed, bins)
-                if objective != "bt":
+                if scorer.rating_scale:
                     fold_metrics["reward"]["calibration_error"] = calibration_error(cal)
                 write_csv(cal, tmp / "calibration.csv")
                 plot_calibration(cal, tmp / "calibration.png", f"{objective} ensemble (k={k:g}): held-out calibration",
-                                 objective != "bt", observed_label)
+                                 scorer.rating_scale, observed_label)
                 dis = disagreement_table(std, error, bins)
                 write_csv(dis, tmp / "disagreement.csv")
                 plot_disagreement(dis, tmp / "disagreement.png", f"{objective} ensemble: disagreement vs error (held out)")
         table = pd.DataFrame(list(table_rows.values()))
         write_csv(table, tmp / "members.csv")
+    if "lovo" in metrics:
+        metrics["beats_length_baseline"] = beats_length_gate(metrics["lovo"]["reward"]["trivial_baselines"])
+    else:
+        metrics["beats_length_baseline"] = {
+            "passed": False, "cluster_low": None,
+            "checked": "nothing: rm.evaluation.leave_one_vignette_out is off, so there are no unseen-vignette pairs",
+        }
     return metrics, table

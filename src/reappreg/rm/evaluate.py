@@ -70,16 +70,6 @@ def dimension_spearman(predicted: dict[str, np.ndarray], targets: pd.DataFrame) 
     return {dim: _spearman(values, targets[dim].to_numpy(dtype=np.float64)) for dim, values in predicted.items()}
 
 
-def calibration_target(targets: pd.DataFrame, objective: str, weights: dict[str, float] | None) -> tuple[np.ndarray, str]:
-    """What a score should match on the 1-7 scale: the observed version of the objective's
-    target (effectiveness; for multidim the same weighted mean of the four mean ratings)."""
-    if objective == "multidim" and weights:
-        total = sum(weights.values())
-        values = sum(w * targets[dim].to_numpy(dtype=np.float64) for dim, w in weights.items()) / total
-        return values, "observed weighted mean rating (multidim weights)"
-    return targets["effectiveness"].to_numpy(dtype=np.float64), "mean human effectiveness rating"
-
-
 def calibration_table(scores: np.ndarray, observed: np.ndarray, bins: int) -> pd.DataFrame:
     """Quantile bins of the score with the mean observed rating (and its standard error)."""
     frame = pd.DataFrame({"score": np.asarray(scores, float), "observed": np.asarray(observed, float)})
@@ -169,6 +159,55 @@ def plot_disagreement(table: pd.DataFrame, path: str | Path, title: str) -> None
     ax.set_ylabel("rank error of the ensemble mean (within vignette)")
     ax.set_title(title)
     _save_figure(fig, Path(path))
+
+
+def per_vignette_table(comparison: dict) -> pd.DataFrame:
+    """Per-vignette accuracy of the model and the length rankers (Wilson intervals), plus the
+    pooled row with the vignette-cluster interval, from ``compare_with_rankers`` output."""
+    rows = []
+    for vid, by_model in comparison["per_vignette"].items():
+        for name, fig in by_model.items():
+            rows.append({"vignette": vid, "model": name, "accuracy": fig["accuracy"], "low": fig["wilson_low"],
+                         "high": fig["wilson_high"], "interval": "wilson", "n_pairs": fig["n_pairs"]})
+    pooled = {"model": comparison["model"], **{n: comparison["rankers"][n] for n in ("length_chars", "length_words")}}
+    for name, fig in pooled.items():
+        rows.append({"vignette": "all (pooled)", "model": name, "accuracy": fig["accuracy"], "low": fig["cluster_low"],
+                     "high": fig["cluster_high"], "interval": "vignette-cluster bootstrap", "n_pairs": fig["n_pairs"]})
+    return pd.DataFrame(rows)
+
+
+def write_per_vignette(comparison: dict, folder: Path, title: str) -> None:
+    """``per_vignette.csv`` and ``per_vignette.png``: leave-one-vignette-out accuracy per
+    vignette, the model next to the length rankers, with intervals."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    table = per_vignette_table(comparison)
+    write_csv(table, Path(folder) / "per_vignette.csv")
+    vignettes = list(dict.fromkeys(table["vignette"]))
+    models = list(dict.fromkeys(table["model"]))
+    fig, ax = plt.subplots(figsize=(7, 0.55 * len(vignettes) * len(models) / 2 + 1.5))
+    for j, name in enumerate(models):
+        sub = table[table["model"] == name].set_index("vignette").reindex(vignettes)
+        y = np.arange(len(vignettes)) + (j - (len(models) - 1) / 2) * 0.25
+        acc = sub["accuracy"].astype(float).to_numpy()
+        err = np.vstack([acc - sub["low"].astype(float).to_numpy(), sub["high"].astype(float).to_numpy() - acc])
+        label = "reward model" if name == "model" else name.replace("_", " ")
+        ax.errorbar(acc, y, xerr=np.nan_to_num(err), fmt="o", capsize=3, label=label, zorder=3)
+        for xi, yi, n in zip(acc, y, sub["n_pairs"]):
+            if np.isfinite(xi):
+                ax.annotate(f"{xi:.2f}", (xi, yi), textcoords="offset points", xytext=(4, 4), fontsize=7)
+    ax.axvline(0.5, color="grey", linestyle="--", linewidth=1, label="chance")
+    ax.set_yticks(np.arange(len(vignettes)))
+    n_pairs = table.drop_duplicates("vignette").set_index("vignette")["n_pairs"]
+    ax.set_yticklabels([f"{v} (n={int(n_pairs[v])} pairs)" for v in vignettes])
+    ax.invert_yaxis()
+    ax.set_xlabel("pairwise accuracy on unseen vignettes (95% CI: Wilson per vignette, cluster bootstrap pooled)")
+    ax.set_title(f"{title}: leave-one-vignette-out accuracy vs length")
+    ax.legend(fontsize=8, loc="lower left")
+    _save_figure(fig, Path(folder) / "per_vignette.png")
 
 
 def write_csv(frame: pd.DataFrame, path: str | Path) -> None:

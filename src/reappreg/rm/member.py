@@ -37,22 +37,19 @@ from reappreg.rm.encoder import EncoderLocation, TextEncoder, resolve_encoder
 from reappreg.rm.evaluate import (
     calibration_error,
     calibration_table,
-    calibration_target,
     dimension_spearman,
     evaluate_scores,
     plot_calibration,
     write_csv,
 )
 from reappreg.rm.gate import format_gate_ok
-from reappreg.rm.model import MemberTrainer, ScoreMap, make_head, output_dim
-from reappreg.settings.rm import RATING_DIMENSIONS, RmSettings
+from reappreg.rm.model import MemberTrainer, deterministic_torch, make_head
+from reappreg.rm.objectives import ScoreMap, make_objective, objective_class
+from reappreg.rm.trivial import LengthRegression, compare_with_rankers, cosine, ranker_scores
+from reappreg.settings.rm import RmSettings
 
-FORMAT = "reappreg-rm-member/1"
-SCORE_UNITS = {
-    "bt": "Bradley-Terry logit (unit-free; only differences matter)",
-    "regression": "predicted mean effectiveness rating (1-7)",
-    "multidim": "weighted mean of the four predicted ratings (1-7)",
-}
+# /2: score maps name their rating columns; models may lack absent rating dimensions.
+FORMAT = "reappreg-rm-member/2"
 
 
 def check_certificate(certificate_path: str | Path, text_inputs: dict[str, str | Path]) -> dict:
@@ -100,16 +97,27 @@ def train_member(
     metrics_path: str | Path,
     plots_dir: str | Path,
     work_dir: str | Path,
+    meta: str | Path | None = None,
     progress=None,
 ) -> MemberResult:
-    started = time.perf_counter()
+    """Train, evaluate (held out, leave one vignette out, against the trivial rankers) and
+    save one objective x seed. ``meta``: the ratings' meta.json (dimensions, rating scale)."""
     if (objective, seed) not in settings.trained():
         raise InputError(
             f"rm: {objective} seed {seed} is neither an ensemble member (rm.ensemble.objective, rm.seeds) "
             "nor a baseline (rm.baselines, rm.baseline_seeds)"
         )
+    with deterministic_torch(settings.threads):
+        return _train_member(objective, seed, settings, vignettes, reappraisals, ratings, certificate, out_dir,
+                             metrics_path, plots_dir, work_dir, meta, progress)
+
+
+def _train_member(objective_name, seed, settings, vignettes, reappraisals, ratings, certificate, out_dir, metrics_path,
+                  plots_dir, work_dir, meta, progress) -> MemberResult:
+    started, cpu_started = time.perf_counter(), time.process_time()
     check_certificate(certificate, {"vignettes": vignettes, "reappraisals": reappraisals})
-    pool = load_pool(vignettes, reappraisals, ratings)
+    pool = load_pool(vignettes, reappraisals, ratings, meta)
+    objective = make_objective(objective_name, settings, pool.dimensions)
     enc = settings.encoder
     location = resolve_encoder(enc.path)
     encoder = TextEncoder(location, enc.pooling, enc.max_length, enc.device, enc.finetune_layers, enc.dtype)
@@ -117,21 +125,26 @@ def train_member(
     input_md5 = {"vignettes": dvc_md5(vignettes), "reappraisals": dvc_md5(reappraisals), "ratings": dvc_md5(ratings)}
     base_fingerprint = {
         "format": FORMAT,
-        "objective": objective,
+        "objective": objective.name,
         "seed": seed,
         "inputs": input_md5,
         "encoder_md5": encoder_md5,
-        "settings": settings.model_dump(include={"encoder", "train", "bt", "multidim", "evaluation"}),
+        "settings": settings.model_dump(exclude={"seeds", "baselines", "baseline_seeds", "ensemble"}),
     }
     t0 = time.perf_counter()
-    trainer = MemberTrainer(
-        pool=pool, encoder=encoder, objective=objective, seed=seed, train=settings.train,
-        encoder_batch_size=enc.batch_size, bt_margin=settings.bt.pair_margin,
-        bt_batch_size=settings.bt.pair_batch_size, weights=settings.multidim.weights, progress=progress,
-    )
+    truncation = encoder.truncation_counts(pool.scenarios, pool.texts)
+    trainer = MemberTrainer(pool=pool, encoder=encoder, objective=objective, seed=seed, settings=settings,
+                            progress=progress)
+    # The trivial rankers' inputs: scenario-answer cosine (frozen base encoder) and the format gate.
+    scenario_ids = sorted(set(pool.scenarios))
+    scenario_features = dict(zip(scenario_ids, encoder.embed_texts(scenario_ids, enc.batch_size).numpy()))
+    answer_features = encoder.embed_texts(pool.texts, enc.batch_size).numpy()
+    pool_cosine = cosine(np.stack([scenario_features[s] for s in pool.scenarios]), answer_features)
+    gate_ok = np.array([format_gate_ok(t, settings.ensemble.max_sentences) for t in pool.texts], dtype=bool)
     timings = {"load_s": t0 - started, "encode_s": time.perf_counter() - t0}
     work_dir = Path(work_dir)
     evaluation = settings.evaluation
+    texts = pool.texts
 
     resumed: dict[str, int] = {}
 
@@ -141,55 +154,64 @@ def train_member(
             resumed[run] = fitted.resumed_from_epoch
         return fitted
 
-    def predictions(fitted, test_ratings):
-        targets = mean_targets(pool, test_ratings)
-        outputs = trainer.predict_outputs(fitted, targets["row"].to_numpy())
-        scores = fitted.score_map.score(outputs)
-        return targets, outputs, scores
-
     prediction_rows: list[dict] = []
 
-    def record(targets, scores, fold: str) -> None:
-        for (_, row), score in zip(targets.iterrows(), scores):
+    def evaluate_fold(fold: str, fitted, train_ratings, test_ratings):
+        """Scores of the fold's unseen texts, its rankers' scores (length regression fitted on
+        the fold's training part), recorded for the ensemble stage."""
+        targets = mean_targets(pool, test_ratings)
+        rows = targets["row"].to_numpy()
+        outputs, scores = trainer.predict_scores(fitted, rows)
+        train_targets = mean_targets(pool, train_ratings)
+        regression = LengthRegression([texts[r] for r in train_targets["row"]], train_targets["effectiveness"].to_numpy())
+        rankers = ranker_scores([texts[r] for r in rows], pool_cosine[rows], regression, fold)
+        for i, row in enumerate(targets.itertuples(index=False)):
+            r = int(row.row)
             prediction_rows.append({
                 "fold": fold,
-                "reappraisal_id": pool.items["reappraisal_id"].iloc[int(row["row"])],
-                "vignette_id": row["vignette_id"],
-                "score": float(score),
-                "n_raters": int(row["n_raters"]),
-                **{dim: float(row[dim]) for dim in RATING_DIMENSIONS},
+                "reappraisal_id": pool.items["reappraisal_id"].iloc[r],
+                "vignette_id": row.vignette_id,
+                "source": pool.items["source"].iloc[r],
+                "score": float(scores[i]),
+                "n_raters": int(row.n_raters),
+                "format_gate_ok": bool(gate_ok[r]),
+                **{dim: float(getattr(row, dim)) for dim in pool.dimensions},
+                **{f"ranker.{name}": float(values[i]) for name, values in rankers.items()},
             })
+        return targets, outputs, scores, rankers
+
+    def evaluation_metrics(scores, targets, rankers) -> dict:
+        metrics = evaluate_scores(scores, targets, evaluation.pair_margin)
+        metrics["trivial_baselines"] = compare_with_rankers(scores, targets, rankers, evaluation.pair_margin)
+        return metrics
 
     t1 = time.perf_counter()
     train_ratings, test_ratings = holdout_split(pool, evaluation.holdout, evaluation.holdout_fraction, evaluation.split_seed)
     holdout_fit = fit("holdout", train_ratings)
-    targets, outputs, scores = predictions(holdout_fit, test_ratings)
-    record(targets, scores, "holdout")
-    holdout = evaluate_scores(scores, targets, evaluation.pair_margin)
+    targets, outputs, scores, rankers = evaluate_fold("holdout", holdout_fit, train_ratings, test_ratings)
+    holdout = evaluation_metrics(scores, targets, rankers)
     holdout["mode"] = evaluation.holdout
     holdout["n_train_examples"] = holdout_fit.n_train_examples
     predicted_ratings = holdout_fit.score_map.ratings(outputs)
     if predicted_ratings:
         holdout["dimension_spearman"] = dimension_spearman(predicted_ratings, targets)
-    observed, observed_label = calibration_target(targets, objective, settings.multidim.weights)
+    observed, observed_label = objective.observed(targets, holdout_fit.score_map)
     table = calibration_table(scores, observed, evaluation.calibration_bins)
-    rating_scale = objective != "bt"
-    if rating_scale:
+    if objective.rating_scale:
         holdout["calibration_error"] = calibration_error(table)
     timings["holdout_s"] = time.perf_counter() - t1
 
     lovo = None
     if evaluation.leave_one_vignette_out:
         t2 = time.perf_counter()
-        all_targets, all_scores = [], []
+        folds = []
         for vid in sorted(pool.items["vignette_id"].unique()):
-            fold_fit = fit(f"lovo_{vid}", pool.ratings[pool.ratings["vignette_id"] != vid])
-            fold_targets, _, fold_scores = predictions(fold_fit, pool.ratings[pool.ratings["vignette_id"] == vid])
-            record(fold_targets, fold_scores, f"lovo:{vid}")
-            all_targets.append(fold_targets)
-            all_scores.append(fold_scores)
-        lovo_targets = pd.concat(all_targets, ignore_index=True)
-        lovo = evaluate_scores(np.concatenate(all_scores), lovo_targets, evaluation.pair_margin)
+            fold_train = pool.ratings[pool.ratings["vignette_id"] != vid]
+            fold_fit = fit(f"lovo_{vid}", fold_train)
+            folds.append(evaluate_fold(f"lovo:{vid}", fold_fit, fold_train, pool.ratings[pool.ratings["vignette_id"] == vid]))
+        lovo_rankers = {name: np.concatenate([f[3][name] for f in folds]) for name in folds[0][3]}
+        lovo = evaluation_metrics(np.concatenate([f[2] for f in folds]),
+                                  pd.concat([f[0] for f in folds], ignore_index=True), lovo_rankers)
         timings["lovo_s"] = time.perf_counter() - t2
 
     t3 = time.perf_counter()
@@ -199,9 +221,11 @@ def train_member(
 
     config = {
         "format": FORMAT,
-        "objective": objective,
+        "objective": objective.name,
         "seed": seed,
-        "score_units": SCORE_UNITS[objective],
+        "score_units": objective.score_units,
+        "dimensions": pool.dimensions,
+        "rating_scale": pool.rating_scale,
         "encoder": {
             "spec": enc.path,
             "pooling": enc.pooling,
@@ -211,13 +235,14 @@ def train_member(
             "dtype": enc.dtype,
             "dim": encoder.dim,
         },
-        "head": {"hidden": settings.train.hidden, "dropout": settings.train.dropout, "out": output_dim(objective)},
+        "head": {"hidden": settings.train.hidden, "dropout": settings.train.dropout, "out": objective.output_dim()},
         "score_map": final.score_map.to_json(),
         "trained_on": {
             "inputs_md5": input_md5,
             "examples": final.n_train_examples,
             "refit_on_all": evaluation.refit_on_all,
             "epochs": final.epochs,
+            "threads": settings.threads,
         },
     }
     with atomic_dir(out_dir) as tmp:
@@ -228,7 +253,7 @@ def train_member(
         write_jsonl(tmp / "eval_predictions.jsonl", prediction_rows)
 
     metrics = {
-        "objective": objective,
+        "objective": objective.name,
         "seed": seed,
         "recipe": (
             f"{enc.path} features ({enc.pooling} pooling), "
@@ -237,28 +262,34 @@ def train_member(
         ),
         "shipped_model": "refit on the whole pool after evaluation" if evaluation.refit_on_all else "the holdout-split model",
         "encoder": {"finetune_layers": enc.finetune_layers, "pooling": enc.pooling},
+        "dimensions": {"present": pool.dimensions, "targets": objective.columns(),
+                       "weights": dict(zip(objective.columns(), objective.weights()))},
         "pool": {
             "reappraisals": int(len(pool.items)),
             "ratings": int(len(pool.ratings)),
             "dropped_ratings_not_in_guarded_pool": pool.dropped_ratings,
             "unrated_reappraisals": pool.unrated_reappraisals,
             # Human training texts are not held to the policy's format: this is how many of
-            # them the ensemble's gate would penalise (informational).
-            "format_gate_fail_rate": float(np.mean([not format_gate_ok(t, settings.ensemble.max_sentences) for t in pool.texts])),
+            # them the ensemble's gate would penalise (informational; RM metrics are ungated).
+            "format_gate_fail_rate": float(np.mean(~gate_ok)),
+            # (scenario, answer) pairs longer than rm.encoder.max_length: the scenario is cut
+            # first, then the answer.
+            "truncation": truncation,
         },
         "holdout": holdout,
     }
     if lovo is not None:
         metrics["lovo"] = lovo
     timings["total_s"] = time.perf_counter() - started
+    timings["cpu_s"] = time.process_time() - cpu_started
     metrics["timing"] = {k: round(v, 3) for k, v in timings.items()}
     write_json(metrics_path, metrics)
 
     plots_dir = Path(plots_dir)
     with atomic_dir(plots_dir) as tmp:
         write_csv(table, tmp / "calibration.csv")
-        plot_calibration(table, tmp / "calibration.png", f"{objective} seed {seed}: held-out calibration", rating_scale,
-                         observed_label)
+        plot_calibration(table, tmp / "calibration.png", f"{objective.name} seed {seed}: held-out calibration",
+                         objective.rating_scale, observed_label)
     return MemberResult(metrics, [plots_dir / "calibration.png", plots_dir / "calibration.csv"], timings, resumed)
 
 
@@ -286,7 +317,7 @@ class Member:
 
         with torch.no_grad():
             outputs = self.head(features.to(next(self.head.parameters()).device)).cpu().numpy()
-        return self.score_map.score(outputs)
+        return objective_class(self.objective).score(outputs, self.score_map)
 
 
 def load_member(folder: str | Path, device: str = "cpu") -> Member:

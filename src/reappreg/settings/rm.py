@@ -2,14 +2,28 @@
 
 from __future__ import annotations
 
-from typing import Literal
+from typing import Annotated, Literal
 
-from pydantic import Field, field_validator, model_validator
+from pydantic import AfterValidator, Field, field_validator, model_validator
 
 from reappreg.settings.base import Section
 
-Objective = Literal["bt", "regression", "multidim"]
+# The rating dimensions a dataset may have; ``effectiveness`` is always present, the others
+# may be absent (the data's meta.json lists which), and then are no target of any RM.
 RATING_DIMENSIONS = ("effectiveness", "empathy", "novelty", "specificity")
+
+
+def _known_objective(name: str) -> str:
+    # The objectives are the classes of reappreg.rm.objectives (imported here, at
+    # validation time, so loading the settings module stays cheap and acyclic).
+    from reappreg.rm.objectives import names
+
+    if name not in names():
+        raise ValueError(f"unknown objective '{name}' (known: {', '.join(names())})")
+    return name
+
+
+Objective = Annotated[str, AfterValidator(_known_objective)]
 
 
 class EncoderSettings(Section):
@@ -48,16 +62,20 @@ class BtSettings(Section):
 
 
 class MultidimSettings(Section):
-    # The score is the weighted mean of the four predicted ratings (1-7 scale).
+    # The score is the weighted mean of the predicted ratings (rating scale). Only the
+    # dimensions the data has are used, and their weights are renormalised to sum to 1.
     weights: dict[str, float] = {"effectiveness": 0.4, "empathy": 0.2, "novelty": 0.2, "specificity": 0.2}
 
     @field_validator("weights")
     @classmethod
-    def _four_dimensions(cls, weights: dict[str, float]) -> dict[str, float]:
-        if set(weights) != set(RATING_DIMENSIONS):
-            raise ValueError(f"weights must name exactly {', '.join(RATING_DIMENSIONS)}")
-        if any(w < 0 for w in weights.values()) or sum(weights.values()) <= 0:
-            raise ValueError("weights must be non-negative with a positive sum")
+    def _known_dimensions(cls, weights: dict[str, float]) -> dict[str, float]:
+        unknown = sorted(set(weights) - set(RATING_DIMENSIONS))
+        if unknown:
+            raise ValueError(f"weights name unknown dimension(s) {', '.join(unknown)} (known: {', '.join(RATING_DIMENSIONS)})")
+        if weights.get("effectiveness", 0) <= 0:
+            raise ValueError("weights must give effectiveness (present in every dataset) a positive weight")
+        if any(w < 0 for w in weights.values()):
+            raise ValueError("weights must be non-negative")
         return weights
 
 
@@ -94,6 +112,9 @@ class RmSettings(Section):
     # rm.baseline_seeds of every baseline objective (for comparison; a list, so the full
     # objective x seed matrix is one params change away).
     seeds: list[int] = [0, 1, 2]
+    # Intra-op threads of every RM stage: CPU float sums depend on the thread count, so it
+    # is fixed (with deterministic algorithms) for bit-for-bit identical models.
+    threads: int = Field(1, ge=1)
     baselines: list[Objective] = ["bt", "regression"]
     baseline_seeds: list[int] = [0]
     encoder: EncoderSettings = EncoderSettings()

@@ -1,0 +1,134 @@
+"""Trivial rankers, length-controlled accuracy and the ``beats_length_baseline`` gate
+(reappreg.rm.trivial), and the format gate's effect kept apart from the RM metrics."""
+
+from __future__ import annotations
+
+import numpy as np
+import pandas as pd
+import pytest
+
+from reappreg.rm.ensemble import format_gate_effect
+from reappreg.rm.trivial import (
+    LengthRegression,
+    beats_length_gate,
+    compare_with_rankers,
+    figure,
+    length_features,
+    ranker_scores,
+)
+
+
+def _pool(n_vignettes: int = 6, per_vignette: int = 30, seed: int = 0, length_effect: float = 0.0) -> pd.DataFrame:
+    """Texts whose quality is a hidden marker count and whose length is independent noise
+    (or, with ``length_effect``, partly quality)."""
+    rng = np.random.default_rng(seed)
+    rows = []
+    for v in range(n_vignettes):
+        for i in range(per_vignette):
+            quality = rng.normal()
+            words = max(1, int(20 + 8 * rng.normal() + length_effect * 8 * quality))
+            rows.append({"vignette_id": f"v{v}", "effectiveness": 4 + 1.2 * quality,
+                         "text": " ".join(["word"] * words), "quality": quality})
+    return pd.DataFrame(rows)
+
+
+def _rankers(frame: pd.DataFrame, fold: str = "lovo") -> dict[str, np.ndarray]:
+    regression = LengthRegression(frame["text"].tolist(), frame["effectiveness"].to_numpy())
+    return ranker_scores(frame["text"].tolist(), np.zeros(len(frame)), regression, fold)
+
+
+def test_length_rankers_and_length_controlled_accuracy_are_counted_on_the_same_pairs() -> None:
+    targets = pd.DataFrame({"vignette_id": ["a", "a", "a", "b", "b"], "effectiveness": [1.0, 3.0, 5.0, 5.0, 1.0],
+                            "text": ["x" * 50, "x" * 10, "x" * 30, "y" * 5, "y" * 40]})
+    # pairs (better, worse): a: (1,0) (2,0) (2,1); b: (3,4)
+    rankers = _rankers(targets)
+    model = np.array([0.0, 1.0, 2.0, 1.0, 0.0])  # orders every pair right
+    out = compare_with_rankers(model, targets, rankers, margin=1.0)
+    assert out["model"]["accuracy"] == 1.0 and out["model"]["n_pairs"] == 4 and out["model"]["n_vignettes"] == 2
+    # length in chars: (1,0) 10<50 wrong, (2,0) 30<50 wrong, (2,1) 30>10 right, (3,4) 5<40 wrong
+    assert out["rankers"]["length_chars"]["accuracy"] == pytest.approx(0.25)
+    assert out["model_minus_ranker"]["length_chars"]["difference"] == pytest.approx(0.75)
+    # the longer text is the worse one in 3 of 4 pairs; length gets all of those wrong
+    assert out["longer_is_worse"]["share_of_pairs"] == pytest.approx(0.75)
+    assert out["longer_is_worse"]["model"]["n_pairs"] == 3
+    assert out["longer_is_worse"]["length_chars"]["accuracy"] == 0.0
+    assert sum(b["model"]["n_pairs"] for b in out["by_length_difference"]) == 4
+    assert set(out["per_vignette"]) == {"a", "b"}
+    for fig in (out["model"], out["rankers"]["length_chars"]):
+        assert fig["wilson_low"] <= fig["accuracy"] <= fig["wilson_high"]
+
+
+def test_intervals_cover_their_point_and_the_cluster_interval_needs_two_vignettes() -> None:
+    rng = np.random.default_rng(1)
+    correct = (rng.random(400) < 0.7).astype(float)
+    clusters = np.repeat([f"v{i}" for i in range(6)], [100, 80, 60, 60, 50, 50])
+    fig = figure(correct, clusters)
+    assert fig["cluster_low"] < fig["accuracy"] < fig["cluster_high"]
+    assert fig["wilson_low"] < fig["accuracy"] < fig["wilson_high"]
+    assert fig["n_pairs"] == 400 and fig["n_vignettes"] == 6
+    one = figure(correct, np.array(["v1"] * 400))
+    assert one["cluster_low"] is None and one["wilson_low"] is not None
+
+
+def test_random_ranker_is_seeded_per_fold_and_near_chance() -> None:
+    frame = _pool(per_vignette=60)
+    a, b = _rankers(frame, "lovo:v1")["random"], _rankers(frame, "lovo:v1")["random"]
+    assert np.array_equal(a, b)
+    assert not np.array_equal(a, _rankers(frame, "lovo:v2")["random"])
+    accuracies = [compare_with_rankers(frame["quality"].to_numpy(), frame, _rankers(frame, f"fold{i}"), margin=1.0)
+                  ["rankers"]["random"]["accuracy"] for i in range(20)]
+    assert abs(np.mean(accuracies) - 0.5) < 0.03
+
+
+def test_length_regression_uses_length_features_only() -> None:
+    texts = ["a b", "a b c d", "a b c d e f g h"]
+    regression = LengthRegression(texts, np.array([1.0, 2.0, 3.0]))
+    same_length = ["x y", "x y z w", "x y z w v u t s"]  # other words, same lengths
+    assert np.allclose(regression.predict(texts), regression.predict(same_length))
+    assert length_features(["ab cd"]).tolist() == [[5.0, 2.0, np.log1p(5.0)]]
+
+
+def test_gate_passes_a_model_that_reads_quality_and_fails_length_in_disguise() -> None:
+    frame = _pool(length_effect=1.0)
+    rankers = _rankers(frame)
+    good = compare_with_rankers(frame["quality"].to_numpy(), frame, rankers, margin=1.0)
+    gate = beats_length_gate(good)
+    assert gate["passed"] and gate["cluster_low"] > 0 and gate["n_vignettes"] == 6
+
+    # Attacks: the length ranker itself, length plus noise, a monotone transform of word
+    # count, and a tiny "improvement" over length -- none may pass.
+    chars = rankers["length_chars"]
+    rng = np.random.default_rng(2)
+    attacks = {
+        "length": chars,
+        "length + noise": chars + rng.normal(0, 1, len(chars)),
+        "log words": np.log(rankers["length_words"]),
+        "length, 2% of pairs fixed": chars + 1e-3 * frame["quality"].to_numpy() * (rng.random(len(chars)) < 0.02),
+    }
+    for name, scores in attacks.items():
+        verdict = beats_length_gate(compare_with_rankers(scores, frame, rankers, margin=1.0))
+        assert not verdict["passed"], name
+    # The gate compares with the stronger length ranker: words, if words is stronger.
+    assert gate["ranker"] in ("length_chars", "length_words")
+    assert "not checked" in gate["checked"]
+
+
+def test_gate_fails_without_two_vignettes_to_resample() -> None:
+    frame = _pool(n_vignettes=1)
+    result = compare_with_rankers(frame["quality"].to_numpy(), frame, _rankers(frame), margin=1.0)
+    assert result["model"]["accuracy"] > 0.9
+    assert not beats_length_gate(result)["passed"]  # no cluster interval: no pass
+
+
+def test_format_gate_effect_is_reported_apart_per_source() -> None:
+    targets = pd.DataFrame({
+        "vignette_id": ["a"] * 4, "effectiveness": [5.0, 4.0, 2.0, 1.0],
+        "source": ["human", "human", "human", "model-x"], "format_gate_ok": [False, True, True, True],
+    })
+    reward = np.array([4.0, 3.0, 2.0, 1.0])  # ungated: every pair right
+    effect = format_gate_effect(reward, targets, penalty=-1.0, margin=1.0)
+    assert effect["ungated"]["accuracy"] == 1.0
+    # the best text is gated to -1: it now loses its 3 pairs
+    assert effect["gated"]["accuracy"] == pytest.approx(3 / 6)
+    assert effect["gated_fraction_by_source"] == {"human": pytest.approx(1 / 3), "model-x": 0.0}
+    assert effect["pairs_with_a_gated_text"] == 3
