@@ -137,6 +137,17 @@ def _label_of_token(token: str, labels: tuple[str, ...]) -> str | None:
     return None
 
 
+def _check_chat_shape(data: Any, redact: Redactor) -> None:
+    """A chat completion has choices[0].message as a mapping; anything else is a malformed response."""
+    try:
+        message = data["choices"][0]["message"]
+        if not isinstance(message, dict) or not isinstance(data["choices"][0], dict):
+            raise TypeError
+    except (KeyError, IndexError, TypeError):
+        keys = sorted(data) if isinstance(data, dict) else type(data).__name__
+        raise _Retryable(f"malformed response: no choices[0].message (keys: {redact(str(keys))[:200]})") from None
+
+
 class OpenAICompatibleJudge:
     """POST /chat/completions on an OpenAI-compatible server; GET /models identifies the model."""
 
@@ -200,10 +211,13 @@ class OpenAICompatibleJudge:
             raise _Retryable(self.redact(f"{type(exc).__name__}: {exc}")[:300]) from None
         if 200 <= status < 300:
             try:
-                return json.loads(bytes(body).decode("utf-8"))
+                data = json.loads(bytes(body).decode("utf-8"))
             except (UnicodeDecodeError, json.JSONDecodeError) as exc:
                 raise _Retryable(f"malformed response: HTTP {status} body is not JSON ({exc.__class__.__name__}: "
                                  f"{self.redact(str(exc))[:120]})") from None
+            if url.endswith("/chat/completions"):
+                _check_chat_shape(data, self.redact)
+            return data
         detail = f"HTTP {status}: {self._detail(bytes(body))}"
         if status in _RETRYABLE_STATUS:
             wait = parse_retry_after(retry_after)
@@ -287,13 +301,8 @@ class OpenAICompatibleJudge:
 
     def _read(self, data: Any, method: str) -> JudgeResult | None:
         """The verdict in a response; None when the server did not honour ``method``."""
-        try:
-            choice = data["choices"][0]
-            message = choice["message"]
-        except (KeyError, IndexError, TypeError):
-            keys = sorted(data) if isinstance(data, dict) else type(data).__name__
-            raise _Retryable(f"malformed response: no choices[0].message (keys: {self.redact(str(keys))[:200]})") \
-                from None
+        choice = data["choices"][0]  # shape checked by _check_chat_shape
+        message = choice["message"]
         content = self.redact(str(message.get("content") or ""))
         if method == "logprob":
             logprobs = choice.get("logprobs") if isinstance(choice, dict) else None
