@@ -322,6 +322,10 @@ def _pin_threads(cpu_threads: int | None) -> None:
     os.environ["OMP_NUM_THREADS"] = str(cpu_threads)
 
 
+def _plain(value: Any) -> Any:
+    return value if isinstance(value, (str, int, float, bool, type(None), list, dict)) else str(value)
+
+
 class WorldSizeMismatch(ReappregError):
     """The trainer does not see the number of processes the launcher was asked for."""
 
@@ -419,6 +423,8 @@ def train_grpo(spec: GrpoSpec, *, ensemble: Any = None, extra_callbacks: Sequenc
             "final": {k: v for k, v in last.items() if k != "step"},
             "world_size": seen,
             "distributed_type": str(trainer.accelerator.distributed_type).rsplit(".", 1)[-1],
+            # policy.train.trl as the trainer holds it: the pass-through, seen from inside.
+            "trl": {key: _plain(getattr(trainer.args, key)) for key in t.trl},
         }
         write_json(spec.outcome_path, outcome)
     trainer.accelerator.wait_for_everyone()
