@@ -7,7 +7,9 @@
 Generation runs the transformers backend exactly as the generate stage does (per-row
 seeded sampling) at two batch sizes, on the GRPO prompt for the sample vignettes; the
 judge runs the transformers judge (no cache) on both orders of synthetic contests. Model
-loading is timed separately. The statistics part times ``reappreg.stats.analyze`` on planted
+loading is timed separately. The judge's logprob verdict (one forward pass) is timed against
+free-text generation of --judge-max-new-tokens with the same model and prompts; the ratio
+comes from the one run. The statistics part times ``reappreg.stats.analyze`` on planted
 judgments of growing size and the claim rule's vectorised simulation against a per-dataset
 loop (the ratio is what keeps the >= 500-dataset calibration test fast). Prints tables;
 nothing is asserted.
@@ -52,10 +54,10 @@ def main() -> None:
         TransformersGenerator,
         generate_evaluations,
     )
-    from reappreg.judge import JudgeSampling, TransformersJudge, build_judge_messages
+    from reappreg.judge import TransformersJudge, load_judge_prompt, verdict_labels
+    from reappreg.lm import resolve_model
 
-    if not (Path(args.model) / "config.json").exists():
-        sys.exit(f"{args.model}: no model folder; run `dvc repro policy_base` or pass --model")
+    resolve_model(args.model, "--model")  # a folder, .gguf or pkg:<package>/<file>.gguf
     vignettes = [{"vignette_id": v["vignette_id"], "scenario": v["scenario"]} for v in bank.VIGNETTES]
     per_vignette = max(1, args.sequences // len(vignettes))
     config = GenerationConfig(evals=1, samples_per_vignette=per_vignette, max_new_tokens=args.max_new_tokens)
@@ -74,20 +76,42 @@ def main() -> None:
         rows_out.append((f"generate batch={batch_size}", len(rows), seconds, len(rows) / seconds,
                          tokens / seconds, load_s))
 
-    judge = TransformersJudge(args.model, JudgeSampling(max_new_tokens=args.judge_max_new_tokens),
-                              batch_size=8, device=args.device)
+    # The judge: a logprob verdict (one forward pass, the stage's method) against free-text
+    # generation of judge_max_new_tokens with the same loaded model, on the same prompts.
+    from reappreg.judge.parse import parse_verdict
+    from reappreg.settings.judge import JudgeSettings
+
+    prompt = load_judge_prompt(REPO / "pipelines" / "prompts" / "judge_prompt.yaml")
+    judge = TransformersJudge(JudgeSettings(model=args.model, batch_size=8, cache_dir=None), args.model,
+                              verdict_labels(True), device=args.device)
     started = time.perf_counter()
-    judge._load()
+    tokenizer, model, device, _ = judge._load()
     load_s = time.perf_counter() - started
     prompts = []
     for i in range(args.judge_prompts):
         v = bank.VIGNETTES[i % len(bank.VIGNETTES)]
         a, b = v["alternatives"][0], v["heldout_alternatives"][1]
-        prompts.append(build_judge_messages(v["scenario"], *((a, b) if i % 2 else (b, a))))
+        prompts.append(prompt.messages(v["scenario"], *((a, b) if i % 2 else (b, a)), judge.labels))
     started = time.perf_counter()
-    judge.complete(prompts)
-    seconds = time.perf_counter() - started
-    rows_out.append(("judge batch=8", len(prompts), seconds, len(prompts) / seconds, float("nan"), load_s))
+    results = judge.complete(prompts)
+    logprob_s = time.perf_counter() - started
+    unparseable = sum(r.verdict == "unparseable" for r in results)
+    rows_out.append((f"judge logprob (unp {unparseable})", len(prompts), logprob_s, len(prompts) / logprob_s,
+                     float("nan"), load_s))
+    started = time.perf_counter()
+    texts = []
+    for start in range(0, len(prompts), 8):
+        enc = tokenizer.apply_chat_template(prompts[start : start + 8], add_generation_prompt=True,
+                                            return_tensors="pt", padding=True, return_dict=True).to(device)
+        with torch.no_grad():
+            out = model.generate(**enc, max_new_tokens=args.judge_max_new_tokens, do_sample=False,
+                                 pad_token_id=tokenizer.pad_token_id)
+        texts += tokenizer.batch_decode(out[:, enc["input_ids"].shape[1]:], skip_special_tokens=True)
+    free_s = time.perf_counter() - started
+    unparseable = sum(parse_verdict(t) == "unparseable" for t in texts)
+    rows_out.append((f"judge free text (unp {unparseable})", len(prompts), free_s, len(prompts) / free_s,
+                     float("nan"), load_s))
+    print(f"judge: free-text / logprob time ratio {free_s / logprob_s:.2f} (measured in this run)")
 
     print(f"{'what':<22}{'items':>7}{'seconds':>10}{'items/s':>10}{'tokens/s':>10}{'load s':>9}")
     for name, n, seconds, rate, tps, load_s in rows_out:
