@@ -161,8 +161,14 @@ class Evidence:
         models = {c.get("judge_model") for c in self.claims if c.get("judge_model")}
         return ", ".join(sorted(models)) if models else self.calibration.get("model")
 
+    def training_health(self, health: Any, max_completion_length: int | None) -> TrainingHealth:
+        """The card's verdict (monitor AND format-gate AND truncation gates; ``health``: CardHealthSettings).
+        The registry's ``healthy_training`` gate should read ``.verdict == "healthy"`` of this."""
+        return training_health(self.policy_metrics, health, max_completion_length)
+
     @property
     def training_healthy(self) -> bool | None:
+        """The training monitor's flag alone (see :meth:`training_health` for the card's verdict)."""
         flags = [v for k, v in self.policy_metrics.items() if k.rsplit(".", 1)[-1] == "healthy"]
         if not flags:
             return None
@@ -477,8 +483,7 @@ def card_inputs_for(
                   "dirty_allowed": bool(revision.get("dirty_allowed", False)),
                   "commands": reproduce_commands(stage, revision.get("commit", "none"))},
         datasets=[*model.training_inputs, *[p for p in model.other_inputs if p.startswith("data/")]],
-        health=(training_health(evidence.policy_metrics, health, _max_completion_length(params))
-                if model.kind == "policy" else None),
+        health=evidence.training_health(health, _max_completion_length(params)) if model.kind == "policy" else None,
         paths={name: display_path(path, root) for name, path in evidence.sources.items()},
         min_n_confirm=min_n_confirm,
         decimals=decimals,
