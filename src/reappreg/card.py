@@ -323,6 +323,9 @@ def lint_claims(claims: Sequence[Mapping[str, Any]], eval_metrics: Mapping[str, 
         if n < min_n_confirm:
             add("win with n below the confirmation rule", f"n = {n} < {min_n_confirm}")
         threshold = claim.get("threshold")
+        if claim.get("kind") == "bar" and (threshold is None or not _same(threshold, eval_metrics.get("reference_bar/bar"))):
+            add("bar claim not at the reference bar",
+                f"threshold {threshold} but eval.json reference_bar/bar={eval_metrics.get('reference_bar/bar')}; another bar is a custom_bar")
         low, iid_low = eval_metrics.get(f"{prefix}/cluster_low"), eval_metrics.get(f"{prefix}/iid_low")
         if threshold is None:
             add("no threshold", "a supported claim must state the threshold it clears")
