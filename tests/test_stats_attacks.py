@@ -334,3 +334,14 @@ def test_ties_and_a_win_score_three_quarters():
     report = run(rows)
     assert report["metrics"]["policy/gpt-4-0314/win_rate"] == pytest.approx(0.75)
 
+
+
+def test_card_lint_refuses_a_bar_claim_moved_off_the_reference_bar():
+    from reappreg.card import lint_claims
+
+    report = run(planted([0.85] * 6))
+    bar = claim(report, BAR)
+    assert not lint_claims([bar], report["metrics"], TRUSTED, min_n_confirm=240)
+    moved = {**bar, "threshold": 0.30}
+    problems = lint_claims([moved], report["metrics"], TRUSTED, min_n_confirm=240)
+    assert any("not at the reference bar" in str(p) for p in problems)

@@ -40,7 +40,7 @@ Outputs
   agreement_high, position_bias_A, position_bias_B, order_consistency, unparseable_rate,
   min_agreement, min_pairs, min_agreement_applied, min_pairs_applied, max_position_bias,
   max_unparseable_rate, model_matches, fingerprint_matches}``;
-* ``reference_bar/{bar, opponent}`` (the opponent is a string);
+* ``reference_bar/bar`` (its opponent and source are in each claim's ``reference_bar``);
 * ``judgments/{n_rows, n_contests, n_orders_scored, n_unparseable, n_missing_orders,
   unparseable_rate, n_complete_contests, position_bias_A, position_bias_B,
   order_disagreement_rate, position_biased}``;

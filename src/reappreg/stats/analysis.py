@@ -146,7 +146,7 @@ def analyze(judgments: pd.DataFrame, calibration: Mapping[str, Any], *, settings
         "judge/max_unparseable_rate": settings.max_unparseable_rate,
         "judge/model_matches": int(bool(trust.model_matches)),
         "judge/fingerprint_matches": int(bool(trust.fingerprint_matches)),
-        "reference_bar/bar": reference.bar, "reference_bar/opponent": reference.opponent,
+        "reference_bar/bar": reference.bar,
         "judgments/n_rows": len(judgments), "judgments/n_contests": len(contests),
         "judgments/position_biased": int(biased),
     })
