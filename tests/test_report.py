@@ -82,7 +82,8 @@ def plant(root: Path) -> ReportSources:
     _json(s.claims, [{"claim_id": "bar/policy/gpt-4-0314", "status": "not_tested", "supported": False,
                       "statement": "The policy wins.", "reason": "n = 10 < 240", "flags": ["below_min_n"]}])
     _json(s.registration, {"registered": [{"name": "reappraisal-policy-grpo", "version": "3",
-                                           "aliases": ["candidate"], "gates": {"min_n": {"passed": False, "value": 10}}}]})
+                                           "aliases": ["candidate"], "gates": {"min_n": {"passed": False, "value": 10}},
+                                           "gate_results": [{"gate": "guard_pass", "passed": True, "evidence": "pass"}]}]})
     _json(s.leakscan, {"passed": True, "n_hits": 0, "n_probes": 1264, "mlflow_runs_scanned": 32, "hits": []})
     return s
 
@@ -105,6 +106,7 @@ def test_every_section_shows_the_planted_values(tmp_path):
         "| policy | gpt-4-0314 | v1 | 10 | 0.700 | [0.397, 0.892] | [0.412, 0.911] |",
         "| bar/policy/gpt-4-0314 | not_tested | no | The policy wins. | n = 10 < 240 | below_min_n |",
         "| reappraisal-policy-grpo | 3 | candidate | no | 10 |",                                # aliases and gate results
+        "| guard_pass | yes | pass |", "`gate_results` of reappraisal-policy-grpo 3",           # a list of records: its own table
         "Leak scan: **passed**: 0 hit(s) in 1264 probes",
     ]
     missing = [e for e in expected if e not in md]

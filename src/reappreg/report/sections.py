@@ -359,10 +359,8 @@ def registry_section(r: _Reader) -> Section:
     receipt = r.json("registration", section, dict)
     if receipt is not None:
         for key, entries in receipt.items():
-            if isinstance(entries, list) and entries and all(isinstance(e, Mapping) for e in entries):
-                columns = list(dict.fromkeys(k for e in entries for k in flatten(e)))
-                flat = [flatten(e) for e in entries]
-                section.blocks.append(Table(columns, [[_cell(f.get(c)) for c in columns] for f in flat], f"`{key}` in the receipt."))
+            if _records(entries):
+                section.blocks += _record_tables(entries, f"`{key}` in the receipt")
         rest = _scalars({k: v for k, v in receipt.items() if not isinstance(v, list)})
         if rest:
             section.blocks.append(Table(["key", "value"], rest))
@@ -373,6 +371,24 @@ def registry_section(r: _Reader) -> Section:
                               f"probes of {fmt(scan.get('mlflow_runs_scanned'))} MLflow runs and the listed folders.")
         section.blocks.append(Table(["key", "value"], _scalars(scan, skip=["hits"])))
     return section
+
+
+def _records(value: Any) -> bool:
+    return isinstance(value, list) and bool(value) and all(isinstance(e, Mapping) for e in value)
+
+
+def _record_tables(entries: list[Mapping[str, Any]], caption: str) -> list[Table]:
+    """One table of the entries' scalars; each list of records inside an entry (gate results, say)
+    gets its own table, captioned with the entry it belongs to."""
+    flat = [{k: v for k, v in flatten(e).items() if not _records(v)} for e in entries]
+    columns = list(dict.fromkeys(k for f in flat for k in f))
+    tables = [Table(columns, [[_cell(f.get(c)) for c in columns] for f in flat], f"{caption}.")]
+    for entry in entries:
+        label = " ".join(str(entry[k]) for k in ("name", "version") if k in entry) or "entry"
+        for key, value in flatten(entry).items():
+            if _records(value):
+                tables += _record_tables(value, f"{caption}: `{key}` of {label}")
+    return tables
 
 
 def _cell(value: Any) -> Any:
