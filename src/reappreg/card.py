@@ -154,7 +154,7 @@ class Evidence:
 
     @property
     def judge_trusted(self) -> bool:
-        return bool(self.calibration.get("trusted"))
+        return _trust_recomputed(self.calibration, self.eval_metrics)  # never the calibration's cached flag alone
 
     @property
     def judge_model(self) -> str | None:
