@@ -50,22 +50,23 @@ def main() -> None:
 
     from reappreg import vignettes as bank
     from reappreg.generate import (
-        GenerationConfig,
         TransformersGenerator,
         generate_evaluations,
     )
     from reappreg.judge import TransformersJudge, load_judge_prompt, verdict_labels
     from reappreg.lm import resolve_model
+    from reappreg.settings.generate import GenerateSettings
 
     resolve_model(args.model, "--model")  # a folder, .gguf or pkg:<package>/<file>.gguf
     vignettes = [{"vignette_id": v["vignette_id"], "scenario": v["scenario"]} for v in bank.VIGNETTES]
     per_vignette = max(1, args.sequences // len(vignettes))
-    config = GenerationConfig(evals=1, samples_per_vignette=per_vignette, max_new_tokens=args.max_new_tokens)
+    config = GenerateSettings(evals=1, samples_per_vignette=per_vignette, max_new_tokens=args.max_new_tokens)
     rows_out = []
     print(f"torch threads: {torch.get_num_threads()}, device: {args.device or 'auto'}, model: {args.model}")
 
     for batch_size in (int(b) for b in args.batch_sizes.split(",")):
-        gen = TransformersGenerator(args.model, config, batch_size=batch_size, device=args.device)
+        gen = TransformersGenerator(args.model, config.model_copy(update={"batch_size": batch_size}),
+                                    device=args.device)
         started = time.perf_counter()
         gen._load_model()
         load_s = time.perf_counter() - started

@@ -9,11 +9,11 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from pydantic import ValidationError
 
 from reappreg.errors import InputError
 from reappreg.generate import (
     Completion,
-    GenerationConfig,
     build_generator,
     generate_evaluations,
     plan_samples,
@@ -22,6 +22,7 @@ from reappreg.generate import (
     summarise_generations,
 )
 from reappreg.io import read_json, read_jsonl
+from reappreg.settings.generate import GenerateSettings
 
 REPO = Path(__file__).resolve().parents[1]
 PROMPT_FILE = REPO / "pipelines" / "prompts" / "grpo_prompt.yaml"
@@ -89,9 +90,9 @@ def test_seeds_are_fresh_per_eval_pool_vignette_and_sample_and_reproducible():
 
 
 def test_plan_has_plain_samples_plus_two_pools_of_n_for_best_of_n():
-    plain = plan_samples(["v1", "v2"], GenerationConfig(evals=3, samples_per_vignette=4))
+    plain = plan_samples(["v1", "v2"], GenerateSettings(evals=3, samples_per_vignette=4))
     assert len(plain) == 3 * 2 * 4 and all(x.selection == "none" and x.pool_id == x.generation_id for x in plain)
-    bon = plan_samples(["v1", "v2"], GenerationConfig(evals=3, samples_per_vignette=4, best_of_n=5))
+    bon = plan_samples(["v1", "v2"], GenerateSettings(evals=3, samples_per_vignette=4, best_of_n=5))
     pools = [x for x in bon if x.selection != "none"]
     assert len(pools) == 2 * 3 * 2 * 4 * 5
     assert {x.selection for x in pools} == {"best_of_n_selection_pool", "best_of_n_fresh"}
@@ -103,7 +104,7 @@ def test_generations_use_the_training_prompt_and_split_think():
     from reappreg.policy import render_prompt
 
     gen = FakeGenerator()
-    config = GenerationConfig(evals=3, samples_per_vignette=2, seed=5, max_new_tokens=20)
+    config = GenerateSettings(evals=3, samples_per_vignette=2, seed=5, max_new_tokens=20)
     rows = generate_evaluations(VIGNETTES, gen, config, template=PROMPT_FILE)
     assert len(rows) == 3 * 3 * 2
     assert all(set(r) == GENERATION_FIELDS for r in rows)
@@ -129,11 +130,11 @@ def test_generations_use_the_training_prompt_and_split_think():
 
 
 def test_thinking_model_without_close_tag_gets_no_answer_under_penalize():
-    rows = generate_evaluations(VIGNETTES[:1], FakeGenerator(), GenerationConfig(evals=1, samples_per_vignette=4),
+    rows = generate_evaluations(VIGNETTES[:1], FakeGenerator(), GenerateSettings(evals=1, samples_per_vignette=4),
                                 template=PROMPT_FILE, thinking=True, missing_close_tag="penalize")
     unclosed = [r for r in rows if not r["has_close_tag"]]
     assert unclosed and all(r["answer"] == "" and r["raw_text"] for r in unclosed)
-    whole = generate_evaluations(VIGNETTES[:1], FakeGenerator(), GenerationConfig(evals=1, samples_per_vignette=4),
+    whole = generate_evaluations(VIGNETTES[:1], FakeGenerator(), GenerateSettings(evals=1, samples_per_vignette=4),
                                  template=PROMPT_FILE, thinking=True, missing_close_tag="score_whole")
     assert all(r["answer"] == r["raw_text"] for r in whole if not r["has_close_tag"])
     assert summarise_generations(rows)["empty_answer_rate"] == pytest.approx(0.5)
@@ -141,7 +142,7 @@ def test_thinking_model_without_close_tag_gets_no_answer_under_penalize():
 
 def test_best_of_n_picks_the_rm_argmax_in_two_independent_pools():
     scorer = LengthScorer()
-    config = GenerationConfig(evals=2, samples_per_vignette=2, best_of_n=4, seed=11)
+    config = GenerateSettings(evals=2, samples_per_vignette=2, best_of_n=4, seed=11)
     rows = generate_evaluations(VIGNETTES[:2], FakeGenerator(), config, template=PROMPT_FILE, scorer=scorer)
     assert scorer.calls == 1 and all(r["rm_score"] == float(len(r["answer"])) for r in rows)
     plain = [r for r in rows if r["selection"] == "none"]
@@ -167,17 +168,17 @@ def test_best_of_n_picks_the_rm_argmax_in_two_independent_pools():
 
 def test_best_of_n_without_an_rm_and_bad_settings_are_refused():
     with pytest.raises(InputError, match="needs the RM ensemble"):
-        generate_evaluations(VIGNETTES, FakeGenerator(), GenerationConfig(best_of_n=3), template=PROMPT_FILE)
-    with pytest.raises(InputError, match="temperature > 0"):
-        GenerationConfig(best_of_n=3, temperature=0.0)
-    with pytest.raises(InputError, match="evals must be >= 1"):
-        GenerationConfig(evals=0)
+        generate_evaluations(VIGNETTES, FakeGenerator(), GenerateSettings(best_of_n=3), template=PROMPT_FILE)
+    with pytest.raises(ValidationError, match="temperature > 0"):
+        GenerateSettings(best_of_n=3, temperature=0.0)
+    with pytest.raises(ValidationError, match="evals\n.*greater than or equal to 1"):
+        GenerateSettings(evals=0)
     with pytest.raises(InputError, match="v9 not found"):
         select_vignettes(VIGNETTES, ["v9"])
     with pytest.raises(InputError, match="row 2 repeats vignette_id"):
         select_vignettes([VIGNETTES[0], VIGNETTES[0]], None)
     with pytest.raises(InputError, match="'/nonexistent/policy' not found"):
-        build_generator("transformers", "/nonexistent/policy", GenerationConfig())
+        build_generator(GenerateSettings(), "/nonexistent/policy")
 
 
 def test_vllm_backend_is_lazy_and_returns_the_same_schema(monkeypatch, tmp_path):
@@ -202,8 +203,8 @@ def test_vllm_backend_is_lazy_and_returns_the_same_schema(monkeypatch, tmp_path)
     folder = tmp_path / "policy"
     folder.mkdir()
     (folder / "config.json").write_text("{}")
-    config = GenerationConfig(evals=2, samples_per_vignette=3, seed=3)
-    generator = build_generator("vllm", folder, config)
+    config = GenerateSettings(backend="vllm", evals=2, samples_per_vignette=3, seed=3)
+    generator = build_generator(config, folder)
     assert "init" not in seen
     monkeypatch.setitem(sys.modules, "vllm", fake)
     rows = generate_evaluations(VIGNETTES[:2], generator, config, template=PROMPT_FILE)
@@ -217,11 +218,11 @@ def test_vllm_backend_is_lazy_and_returns_the_same_schema(monkeypatch, tmp_path)
 
 
 def test_transformers_backend_samples_reproducibly_whatever_the_batch(tiny_lm):
-    config = GenerationConfig(evals=2, samples_per_vignette=2, seed=21, max_new_tokens=6, temperature=1.0)
-    first = generate_evaluations(VIGNETTES[:2], build_generator("transformers", tiny_lm, config, batch_size=8),
+    config = GenerateSettings(evals=2, samples_per_vignette=2, seed=21, max_new_tokens=6, temperature=1.0)
+    first = generate_evaluations(VIGNETTES[:2], build_generator(config.model_copy(update={"batch_size": 8}), tiny_lm),
                                  config, template=PROMPT_FILE)
     # other batch boundaries (and batch-mates) give every row the same text: per-row seeds
-    again = generate_evaluations(VIGNETTES[:2], build_generator("transformers", tiny_lm, config, batch_size=3),
+    again = generate_evaluations(VIGNETTES[:2], build_generator(config.model_copy(update={"batch_size": 3}), tiny_lm),
                                  config, template=PROMPT_FILE)
     assert [r["raw_text"] for r in first] == [r["raw_text"] for r in again]
     assert len({r["raw_text"] for r in first}) == len(first)  # evals and samples really differ

@@ -59,7 +59,8 @@ from typing import Any, Protocol
 import numpy as np
 
 from reappreg.errors import InputError
-from reappreg.lm import load_causal_lm, load_tokenizer, resolve_model, torch_dtype  # noqa: F401 (re-export)
+from reappreg.lm import load_causal_lm, load_tokenizer, resolve_model
+from reappreg.settings.generate import GenerateSettings
 
 POOLS = {
     # selection label -> (id prefix, spawn-key code); codes keep the three seed streams apart
@@ -69,31 +70,6 @@ POOLS = {
 }
 
 ProgressFn = Callable[[int], None]
-
-
-@dataclass(frozen=True)
-class GenerationConfig:
-    evals: int = 3
-    samples_per_vignette: int = 2
-    seed: int = 1234
-    max_new_tokens: int = 48
-    temperature: float = 0.7
-    top_p: float = 0.95
-    best_of_n: int = 1
-
-    def __post_init__(self) -> None:
-        if self.evals < 1:
-            raise InputError(f"generate.evals must be >= 1, got {self.evals}")
-        if self.samples_per_vignette < 1:
-            raise InputError(f"generate.samples_per_vignette must be >= 1, got {self.samples_per_vignette}")
-        if self.best_of_n < 1:
-            raise InputError(f"generate.best_of_n must be >= 1 (1 = off), got {self.best_of_n}")
-        if self.max_new_tokens < 1:
-            raise InputError(f"generate.max_new_tokens must be >= 1, got {self.max_new_tokens}")
-        if self.temperature < 0 or not 0 < self.top_p <= 1:
-            raise InputError("generate.temperature must be >= 0 and top_p in (0, 1]")
-        if self.best_of_n > 1 and self.temperature == 0:
-            raise InputError("best-of-N needs sampling (temperature > 0): greedy candidates would be identical")
 
 
 @dataclass(frozen=True)
@@ -146,7 +122,7 @@ def sampling_seed(base_seed: int, selection: str, eval_k: int, vignette_id: str,
     return int(seq.generate_state(1, dtype=np.uint32)[0] & 0x7FFFFFFF)
 
 
-def plan_samples(vignette_ids: Sequence[str], config: GenerationConfig) -> list[Sample]:
+def plan_samples(vignette_ids: Sequence[str], config: GenerateSettings) -> list[Sample]:
     """Every sequence of the stage: plain samples, and both best-of-N pools when N > 1."""
     samples: list[Sample] = []
     for k in range(config.evals):
@@ -206,14 +182,11 @@ class TransformersGenerator:
 
     backend = "transformers"
 
-    def __init__(self, model_path: str | os.PathLike, config: GenerationConfig, *, precision: str = "float32",
-                 batch_size: int = 16, device: str | None = None):
+    def __init__(self, model_path: str | os.PathLike, config: GenerateSettings, *, device: str | None = None):
         self.location = resolve_model(model_path, "generate: policy")
         self.path = self.location.path
         self.model = str(model_path)
         self.config = config
-        self.precision = precision
-        self.batch_size = batch_size
         self.device = device
         self._tokenizer = None
         self._model = None
@@ -226,8 +199,8 @@ class TransformersGenerator:
 
     def _load_model(self):
         if self._model is None:
-            self._model, self.device = load_causal_lm(self.location, precision=self.precision, device=self.device,
-                                                      what="generate")
+            self._model, self.device = load_causal_lm(self.location, precision=self.config.precision,
+                                                      device=self.device, what="generate")
         return self._model
 
     def generate(self, prompts: Sequence[str], samples: Sequence[Sample], progress: ProgressFn | None = None
@@ -244,10 +217,10 @@ class TransformersGenerator:
         eos_ids.discard(None)
         pad_id = tok.pad_token_id
         out: list[Completion] = []
-        for start in range(0, len(samples), self.batch_size):
-            chunk = samples[start : start + self.batch_size]
+        for start in range(0, len(samples), self.config.batch_size):
+            chunk = samples[start : start + self.config.batch_size]
             # The chat template already wrote the special tokens into the prompt string.
-            enc = tok(list(prompts[start : start + self.batch_size]), return_tensors="pt", padding=True,
+            enc = tok(list(prompts[start : start + self.config.batch_size]), return_tensors="pt", padding=True,
                       add_special_tokens=False).to(self.device)
             kwargs: dict[str, Any] = {"max_new_tokens": self.config.max_new_tokens, "pad_token_id": pad_id,
                                       "do_sample": False, "temperature": None, "top_p": None, "top_k": None}
@@ -273,23 +246,20 @@ class VllmGenerator:
 
     backend = "vllm"
 
-    def __init__(self, model_path: str | os.PathLike, config: GenerationConfig, *, precision: str = "auto",
-                 tensor_parallel_size: int = 1, gpu_memory_utilization: float = 0.9):
+    def __init__(self, model_path: str | os.PathLike, config: GenerateSettings):
         os.environ.setdefault("HF_HUB_OFFLINE", "1")
         self.path = resolve_model(model_path, "generate: policy").path
         self.model = str(model_path)
         self.config = config
-        self.precision = precision
-        self.tensor_parallel_size = tensor_parallel_size
-        self.gpu_memory_utilization = gpu_memory_utilization
         self._llm = None
 
     def _engine(self):
         if self._llm is None:
             from vllm import LLM
 
-            self._llm = LLM(model=self.model, dtype=self.precision, tensor_parallel_size=self.tensor_parallel_size,
-                            gpu_memory_utilization=self.gpu_memory_utilization, seed=self.config.seed)
+            self._llm = LLM(model=self.model, dtype=self.config.precision,
+                            tensor_parallel_size=self.config.vllm_tensor_parallel_size,
+                            gpu_memory_utilization=self.config.vllm_gpu_memory_utilization, seed=self.config.seed)
         return self._llm
 
     @property
@@ -313,15 +283,13 @@ class VllmGenerator:
         return out
 
 
-def build_generator(backend: str, model_path: str | os.PathLike, config: GenerationConfig, *,
-                    precision: str = "float32", batch_size: int = 16, tensor_parallel_size: int = 1,
-                    gpu_memory_utilization: float = 0.9) -> Any:
-    if backend == "transformers":
-        return TransformersGenerator(model_path, config, precision=precision, batch_size=batch_size)
-    if backend == "vllm":
-        return VllmGenerator(model_path, config, precision=precision, tensor_parallel_size=tensor_parallel_size,
-                             gpu_memory_utilization=gpu_memory_utilization)
-    raise InputError(f"unknown generate backend {backend!r} (transformers, vllm)")
+def build_generator(config: GenerateSettings, model_path: str | os.PathLike) -> Any:
+    """The configured backend (``config.backend``) for the policy at ``model_path``."""
+    if config.backend == "transformers":
+        return TransformersGenerator(model_path, config)
+    if config.backend == "vllm":
+        return VllmGenerator(model_path, config)
+    raise InputError(f"unknown generate backend {config.backend!r} (transformers, vllm)")
 
 
 # ----------------------------------------------------------------------------- the stage
@@ -349,7 +317,7 @@ def select_vignettes(vignettes: Sequence[dict], wanted: Sequence[str] | None, *,
     return rows
 
 
-def generate_evaluations(vignettes: Sequence[dict], generator: Any, config: GenerationConfig, *,
+def generate_evaluations(vignettes: Sequence[dict], generator: Any, config: GenerateSettings, *,
                          template: Any, scorer: Scorer | None = None, thinking: bool = False,
                          missing_close_tag: str = "penalize", progress: ProgressFn | None = None) -> list[dict]:
     """Generate every sequence, split ``</think>``, score with the RM and pick best-of-N winners.
@@ -445,7 +413,7 @@ def summarise_generations(rows: Sequence[dict]) -> dict[str, float]:
 
 
 __all__ = [
-    "Completion", "GenerationConfig", "POOLS", "Sample", "TransformersGenerator", "VllmGenerator",
+    "Completion", "POOLS", "Sample", "TransformersGenerator", "VllmGenerator",
     "build_generator", "generate_evaluations", "plan_samples", "sampling_seed", "seeded_sampling_processor",
     "select_vignettes", "summarise_generations",
 ]

@@ -25,8 +25,7 @@ def run(
 
     from reappreg.errors import InputError
     from reappreg.generate import (
-        GenerationConfig, build_generator, generate_evaluations, plan_samples, select_vignettes,
-        summarise_generations,
+        build_generator, generate_evaluations, plan_samples, select_vignettes, summarise_generations,
     )
     from reappreg.io import read_jsonl, write_jsonl
     from reappreg.settings import load_params
@@ -34,9 +33,6 @@ def run(
 
     p = load_params(params)
     g = p.generate
-    config = GenerationConfig(evals=g.evals, samples_per_vignette=g.samples_per_vignette, seed=g.seed,
-                              max_new_tokens=g.max_new_tokens, temperature=g.temperature, top_p=g.top_p,
-                              best_of_n=g.best_of_n)
     inputs = {"vignettes": vignettes, "model": model, "prompt_file": prompt_file}
     if g.best_of_n > 1:
         if rm_ensemble is None:
@@ -52,14 +48,12 @@ def run(
             from reappreg.rm import load_ensemble
 
             scorer = load_ensemble(rm_ensemble)
-        generator = build_generator(g.backend, model, config, precision=g.precision, batch_size=g.batch_size,
-                                    tensor_parallel_size=g.vllm_tensor_parallel_size,
-                                    gpu_memory_utilization=g.vllm_gpu_memory_utilization)
-        total = len(plan_samples([v["vignette_id"] for v in rows_in], config))
+        generator = build_generator(g, model)
+        total = len(plan_samples([v["vignette_id"] for v in rows_in], g))
         started = time.perf_counter()
         with Progress(TextColumn("generate"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn()) as bar:
             task = bar.add_task("generate", total=total)
-            rows = generate_evaluations(rows_in, generator, config, template=prompt_file, scorer=scorer,
+            rows = generate_evaluations(rows_in, generator, g, template=prompt_file, scorer=scorer,
                                         thinking=p.policy.reward.thinking,
                                         missing_close_tag=p.policy.reward.missing_close_tag,
                                         progress=lambda n: bar.advance(task, n))
