@@ -101,7 +101,8 @@ def test_every_section_shows_the_planted_values(tmp_path):
         "| counts.texts_checked | 618 |", "| data/train/reappraisals.jsonl | 3 | 0 | data/guarded/reappraisals.jsonl |",
         "| bt_seed_0 | bt | 0.812 | 0.635 | 830 | 0.789 |", "| ensemble | multidim | 0.846 |",
         "| bt_seed_0 | length_only.pairwise_accuracy | 0.551 |",                                # baselines by key
-        "Training monitor verdict: **healthy** after 3 steps", "| final.health/format_gate_hit_rate | 0.247 |",
+        "Training monitor verdict: **healthy** after 3 steps",
+        "| Format-gate hit rate (last logged step) | 0.247 | final.health/format_gate_hit_rate |",
         "| agreement | 0.732 | 0.654 | 0.801 |", "| kappa_new_key | 0.424 |",                  # intervals joined; unknown key kept
         "| policy | gpt-4-0314 | v1 | 10 | 0.700 | [0.397, 0.892] | [0.412, 0.911] |",
         "| bar/policy/gpt-4-0314 | not_tested | no | The policy wins. | n = 10 < 240 | below_min_n |",
@@ -146,6 +147,18 @@ def test_an_unreadable_or_wrong_shaped_file_is_a_missing_section_with_the_reason
     assert "`reports/claims.json`: expected a JSON list, found dict" in md
     assert "`metrics/rm/regression_seed_0.json`: unreadable (" in md
     assert "| bt_seed_0 | bt | 0.812 |" in md  # the readable files are still shown
+
+
+def test_policy_section_applies_the_cards_health_gates(tmp_path):
+    from reappreg.settings.card import CardHealthSettings
+
+    sources = plant(tmp_path)
+    md = render_markdown(collect(sources, tmp_path, health=CardHealthSettings(max_format_gate_hit_rate=0.2),
+                                 max_completion_length=48), "r", "s")
+    assert "Verdict with the format-gate and truncation gates (as on the model card): **unhealthy**." in md
+    assert "| format-gate hit rate | 0.247 | 0.200 | FAIL | train.final.health/format_gate_hit_rate |" in md
+    assert "| truncation rate | — | 0.250 | not checked | not recorded |" in md
+    assert "as on the model card" not in markdown_of(sources, tmp_path)  # without params: only what the file says
 
 
 def test_policy_without_history_says_so_instead_of_drawing_curves(tmp_path):

@@ -50,7 +50,8 @@ def report(
     dirty = " (working tree had uncommitted changes)" if state["git.dirty"] == "true" else ""
     subtitle = (f"Built by `reappreg report` at git revision `{state['git.commit']}`{dirty}, profile `{settings.profile}`, "
                 "from the pipeline's tracked files. Every number is read from the file named under its section.")
-    sections = collect(sources)
+    sections = collect(sources, health=settings.card.health,
+                       max_completion_length=settings.policy.train.max_completion_length)
     numbers = headline(sources)
     with stage_run("report", tracking=settings.tracking):
         write_text(html_out, render_html(sections, "reappreg pipeline report", subtitle))

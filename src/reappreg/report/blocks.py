@@ -108,7 +108,7 @@ def dot_figure(title: str, names: list[str], values: list[Any], intervals: list[
             if num(value) is not None:
                 ax.plot(value, y - 0.25, "s", color="#ff7f0e", markersize=6, zorder=3, label=labels[1] if y == ys[0] else None)
                 ax.annotate(fmt(value), (value, y - 0.25), textcoords="offset points", xytext=(0, -11), ha="center", fontsize=8)
-        ax.legend(loc="upper center", bbox_to_anchor=(0.5, -0.3), ncol=2, fontsize=8, frameon=False)
+        ax.legend(loc="upper center", bbox_to_anchor=(0.5, -0.16), ncol=2, fontsize=8, frameon=False)
     ax.set_yticks(ys, names)
     ax.set_ylim(-0.8, len(names) - 0.3)
     ax.set_xlabel(xlabel)

@@ -10,7 +10,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from reappreg.card import flatten, fmt
+from reappreg.card import flatten, fmt, metric_label, training_health
 from reappreg.errors import InputError
 from reappreg.io import read_json, read_jsonl
 from reappreg.report.blocks import (Section, Table, count, curves_figure, dot_figure, empty_reason, forest_figure,
@@ -49,6 +49,8 @@ class _Reader:
 
     def __init__(self, sources: ReportSources, root: Path):
         self.sources, self.root = sources, root
+        self.health: Any = None
+        self.max_completion_length: int | None = None
 
     def path(self, name: str) -> Path:
         return getattr(self.sources, name)
@@ -250,8 +252,15 @@ def policy_section(r: _Reader) -> Section:
         return section
     verdict = {True: "healthy", False: "UNHEALTHY"}.get(train.get("healthy"), "not recorded")
     reason = f" ({train['unhealthy_reason']})" if train.get("unhealthy_reason") else ""
-    section.blocks.append(f"Training monitor verdict: **{verdict}**{reason} after {fmt(train.get('steps_run'))} steps "
-                          "(the model cards add the format-gate and truncation gates).")
+    section.blocks.append(f"Training monitor verdict: **{verdict}**{reason} after {fmt(train.get('steps_run'))} steps.")
+    if r.health is not None:
+        health = training_health(flatten(train, "train"), r.health, r.max_completion_length)
+        section.blocks.append(f"Verdict with the format-gate and truncation gates (as on the model card): "
+                              f"**{health.verdict}**.")
+        section.blocks.append(Table(
+            ["gate", "value", "pass if at most", "result", "read from"],
+            [[g.name, g.value, g.threshold, {None: "not checked", True: "pass", False: "FAIL"}[g.passed], g.source]
+             for g in health.gates], "Thresholds: `card.health` in params.yaml."))
     history = _history(train)
     if history:
         keys = sorted({k for row in history for k, v in row.items() if k != "step" and is_number(v)})
@@ -259,7 +268,8 @@ def policy_section(r: _Reader) -> Section:
     else:
         section.missing.append(f"`{display(train_path, r.root)}`: no per-step history (a list of records with a `step` key), "
                                "so no curves; final values below")
-    section.blocks.append(Table(["metric", "value"], _scalars(train, skip=[k for k, v in train.items() if isinstance(v, list)]),
+    rows = _scalars(train, skip=[k for k, v in train.items() if isinstance(v, list)])
+    section.blocks.append(Table(["metric", "value", "recorded as"], [[metric_label(f"train.{k}"), v, k] for k, v in rows],
                                 "Recorded in train.json."))
     return section
 
@@ -397,7 +407,10 @@ def _cell(value: Any) -> Any:
     return value
 
 
-def collect(sources: ReportSources, root: str | os.PathLike = ".") -> list[Section]:
+def collect(sources: ReportSources, root: str | os.PathLike = ".", *, health: Any = None,
+            max_completion_length: int | None = None) -> list[Section]:
+    """Every section; with ``health`` (CardHealthSettings) the policy section also applies the cards' health gates."""
     r = _Reader(sources, Path(root))
+    r.health, r.max_completion_length = health, max_completion_length
     return [f(r) for f in (data_section, validation_section, guard_section, rm_section, policy_section,
                            calibration_section, winrate_section, claims_section, registry_section)]
