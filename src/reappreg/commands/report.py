@@ -39,16 +39,18 @@ def report(
         render_markdown,
     )
     from reappreg.settings import load_params
-    from reappreg.tracking import git_state, stage_run
+    from reappreg.card import source_revision
+    from reappreg.tracking import stage_run
 
     settings = load_params(params)
     sources = ReportSources(canonical=canonical, train=train, heldout=heldout, validation=validation,
                             certificate=certificate, rm_metrics=rm_metrics, policy_metrics=policy_metrics,
                             calibration=calibration, eval_metrics=eval_metrics, forest=forest, claims=claims,
                             registration=registration, leakscan=leakscan)
-    state = git_state()
-    dirty = " (working tree had uncommitted changes)" if state["git.dirty"] == "true" else ""
-    subtitle = (f"Built by `reappreg report` at git revision `{state['git.commit']}`{dirty}, profile `{settings.profile}`, "
+    revision = source_revision()
+    dirty = (f" with uncommitted changes to {', '.join(f'`{p}`' for p in revision['dirty_paths'])}"
+             if revision["dirty"] == "true" else "")
+    subtitle = (f"Built by `reappreg report` at commit `{revision['commit']}`{dirty}, profile `{settings.profile}`, "
                 "from the pipeline's tracked files. Every number is read from the file named under its section.")
     sections = collect(sources, health=settings.card.health,
                        max_completion_length=settings.policy.train.max_completion_length)
