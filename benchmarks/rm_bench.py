@@ -107,7 +107,9 @@ def main() -> None:
             )
             cpu[stage], wall[stage] = time.process_time() - c0, time.perf_counter() - w0
             results[stage] = result.metrics
-            print(f"  {stage}: {cpu[stage]:.1f} s CPU", flush=True)
+            t = result.metrics["timing"]
+            print(f"  {stage}: {cpu[stage]:.1f} s CPU (load {t['load_cpu_s']:.1f}, encode {t['encode_cpu_s']:.1f}, "
+                  f"train+evaluate {t['cpu_s'] - t['load_cpu_s'] - t['encode_cpu_s']:.1f})", flush=True)
         objective = settings.ensemble.objective
         members = [root / "models" / objective / f"seed_{s}" for s in settings.seeds]
         c0, w0 = time.process_time(), time.perf_counter()

@@ -169,6 +169,7 @@ class _FixedFeatures:
     trainable_names: list = []
     dim = 16
     device = "cpu"
+    pooling = "mean"
 
     def delta_state(self):
         return {}
@@ -176,7 +177,7 @@ class _FixedFeatures:
     def load_delta(self, state):
         pass
 
-    def embed(self, scenarios, texts, batch_size, progress=None, description=""):
+    def embed(self, scenarios, texts, batch_size, progress=None, description="", with_cosine=False):
         import torch
 
         return torch.from_numpy(np.random.default_rng(0).normal(size=(len(texts), self.dim)).astype(np.float32))
@@ -596,7 +597,7 @@ def test_objectives_are_found_by_name_and_a_new_one_is_one_module(tmp_path: Path
 
     import reappreg.rm.objectives as objectives
 
-    assert objectives.names() == ["bt", "multidim", "regression"]
+    assert objectives.names() == ["bt", "bt_regression", "multidim", "regression"]
     with pytest.raises(ValidationError, match="unknown objective 'ranknet'"):
         RmSettings.model_validate({"ensemble": {"objective": "ranknet"}, "baselines": []})
     (tmp_path / "ranknet.py").write_text(

@@ -197,8 +197,12 @@ class TextEncoder:
 
     # ------------------------------------------------------------------ features
 
-    def features(self, scenarios: list[str], answers: list[str]):
-        """Pooled features with gradients through the fine-tuned layers (if any)."""
+    def features(self, scenarios: list[str], answers: list[str], with_cosine: bool = False):
+        """Pooled features with gradients through the fine-tuned layers (if any).
+
+        ``with_cosine`` (``answer_mean`` pooling): also the cosine between the mean of the
+        scenario's tokens and the mean of the answer's, from the same forward pass (the
+        trivial scenario-answer ranker); returns (features, cosine)."""
         torch = self._torch
         batch, answer_mask = self.tokenize(scenarios, answers)
         batch = {k: v.to(self.device) for k, v in batch.items()}
@@ -210,28 +214,46 @@ class TextEncoder:
         else:
             mask = attention if answer_mask is None else answer_mask.to(self.device, hidden.dtype)
             pooled = (hidden * mask.unsqueeze(-1)).sum(dim=1) / mask.sum(dim=1, keepdim=True)
-        return pooled.float()
+        if not with_cosine:
+            return pooled.float()
+        if answer_mask is None:
+            raise InputError(f"rm: scenario-answer cosine needs answer_mean pooling (rm.encoder.pooling is {self.pooling})")
+        scenario_mask = torch.as_tensor(batch["token_type_ids"] == 0, dtype=hidden.dtype) * attention \
+            if "token_type_ids" in batch else attention - answer_mask.to(self.device, hidden.dtype)
+        scenario = (hidden * scenario_mask.unsqueeze(-1)).sum(dim=1) / scenario_mask.sum(dim=1, keepdim=True).clamp(min=1)
+        return pooled.float(), torch.nn.functional.cosine_similarity(scenario, pooled, dim=1).float()
 
-    def embed(self, scenarios: list[str], answers: list[str], batch_size: int, progress=None, description: str = "encoding"):
-        """Features of all pairs without gradients (the frozen-encoder cache).
+    def embed(self, scenarios: list[str], answers: list[str], batch_size: int, progress=None, description: str = "encoding",
+              with_cosine: bool = False):
+        """Features of all pairs without gradients (the frozen-encoder cache); with
+        ``with_cosine``, (features, scenario-answer cosine) as in :meth:`features`.
 
         Pairs are batched in order of length so little compute goes to padding; the result
         is in input order."""
         torch = self._torch
         if not answers:
-            return torch.zeros((0, self.dim))
+            empty = torch.zeros((0, self.dim))
+            return (empty, torch.zeros(0)) if with_cosine else empty
         order = sorted(range(len(answers)), key=lambda i: len(scenarios[i]) + len(answers[i]))
-        chunks = []
+        chunks, cosines = [], []
         task = progress.add_task(description, total=len(answers)) if progress is not None else None
         with torch.inference_mode():
             for start in range(0, len(order), batch_size):
                 idx = order[start : start + batch_size]
-                chunks.append(self.features([scenarios[i] for i in idx], [answers[i] for i in idx]).cpu())
+                out = self.features([scenarios[i] for i in idx], [answers[i] for i in idx], with_cosine=with_cosine)
+                chunks.append((out[0] if with_cosine else out).cpu())
+                if with_cosine:
+                    cosines.append(out[1].cpu())
                 if progress is not None:
                     progress.advance(task, len(idx))
+        index = torch.as_tensor(order)
         features = torch.empty((len(answers), chunks[0].shape[1]), dtype=chunks[0].dtype)
-        features[torch.as_tensor(order)] = torch.cat(chunks)
-        return features
+        features[index] = torch.cat(chunks)
+        if not with_cosine:
+            return features
+        cosine = torch.empty(len(answers))
+        cosine[index] = torch.cat(cosines)
+        return features, cosine
 
     def embed_texts(self, texts: list[str], batch_size: int):
         """Mean-pooled features of single texts (no pairing), e.g. for scenario-answer cosine."""

@@ -131,17 +131,22 @@ def _train_member(objective_name, seed, settings, vignettes, reappraisals, ratin
         "encoder_md5": encoder_md5,
         "settings": settings.model_dump(exclude={"seeds", "baselines", "baseline_seeds", "ensemble"}),
     }
-    t0 = time.perf_counter()
+    t0, cpu_t0 = time.perf_counter(), time.process_time()
+    timings_cpu_load = cpu_t0 - cpu_started
     truncation = encoder.truncation_counts(pool.scenarios, pool.texts)
     trainer = MemberTrainer(pool=pool, encoder=encoder, objective=objective, seed=seed, settings=settings,
                             progress=progress)
-    # The trivial rankers' inputs: scenario-answer cosine (frozen base encoder) and the format gate.
-    scenario_ids = sorted(set(pool.scenarios))
-    scenario_features = dict(zip(scenario_ids, encoder.embed_texts(scenario_ids, enc.batch_size).numpy()))
-    answer_features = encoder.embed_texts(pool.texts, enc.batch_size).numpy()
-    pool_cosine = cosine(np.stack([scenario_features[s] for s in pool.scenarios]), answer_features)
+    # The trivial rankers' inputs: scenario-answer cosine of the base encoder (from the cache
+    # pass when it gives it, else from separate scenario and answer embeddings), the format gate.
+    if trainer.scenario_cosine is not None:
+        pool_cosine = trainer.scenario_cosine
+    else:
+        scenario_ids = sorted(set(pool.scenarios))
+        scenario_features = dict(zip(scenario_ids, encoder.embed_texts(scenario_ids, enc.batch_size).numpy()))
+        pool_cosine = cosine(np.stack([scenario_features[s] for s in pool.scenarios]),
+                             encoder.embed_texts(pool.texts, enc.batch_size).numpy())
     gate_ok = np.array([format_gate_ok(t, settings.ensemble.max_sentences) for t in pool.texts], dtype=bool)
-    timings = {"load_s": t0 - started, "encode_s": time.perf_counter() - t0}
+    timings = {"load_s": t0 - started, "encode_s": time.perf_counter() - t0, "encode_cpu_s": time.process_time() - cpu_t0}
     work_dir = Path(work_dir)
     evaluation = settings.evaluation
     texts = pool.texts
@@ -282,6 +287,7 @@ def _train_member(objective_name, seed, settings, vignettes, reappraisals, ratin
         metrics["lovo"] = lovo
     timings["total_s"] = time.perf_counter() - started
     timings["cpu_s"] = time.process_time() - cpu_started
+    timings["load_cpu_s"] = timings_cpu_load
     metrics["timing"] = {k: round(v, 3) for k, v in timings.items()}
     write_json(metrics_path, metrics)
 

@@ -90,9 +90,16 @@ class MemberTrainer:
         self.finetune = bool(encoder.trainable_names)
         self.base_delta = encoder.delta_state()
         self.features = None
+        self.scenario_cosine = None  # the trivial scenario-answer ranker, when the cache pass gives it
         if not self.finetune:
             # Frozen encoder: one forward pass over the pool, reused by every run of the stage.
-            self.features = encoder.embed(pool.scenarios, pool.texts, self.encoder_batch_size, progress, "encoding pool")
+            if encoder.pooling == "answer_mean":
+                self.features, cosine = encoder.embed(pool.scenarios, pool.texts, self.encoder_batch_size, progress,
+                                                      "encoding pool", with_cosine=True)
+                self.scenario_cosine = cosine.numpy().astype(np.float64)
+            else:
+                self.features = encoder.embed(pool.scenarios, pool.texts, self.encoder_batch_size, progress,
+                                              "encoding pool")
 
     # ------------------------------------------------------------------ features
 

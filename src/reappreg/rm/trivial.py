@@ -7,8 +7,9 @@ evaluation scores its human preference pairs (same vignette, mean effectiveness 
 
 - ``length_chars`` / ``length_words``: the longer text wins;
 - ``random``: a seeded uniform score (chance, with its own sampling noise);
-- ``cosine_scenario_answer``: cosine of the encoder's mean-pooled scenario and answer
-  (does the answer talk about the scenario);
+- ``cosine_scenario_answer``: cosine of the frozen base encoder's mean-pooled scenario
+  tokens and answer tokens (does the answer talk about the scenario); with ``answer_mean``
+  pooling both come from the pair's own forward pass, else from separate embeddings;
 - ``length_regression``: least squares of mean effectiveness on length features only
   (characters, words, log characters), fitted on the evaluation's training part.
 

@@ -79,6 +79,11 @@ class MultidimSettings(Section):
         return weights
 
 
+class BtRegressionSettings(Section):
+    # Weight of the Bradley-Terry term next to the MSE (objective bt_regression).
+    bt_weight: float = Field(1.0, ge=0)
+
+
 class EvaluationSettings(Section):
     # raters: hold out a fraction of raters (their ratings are the test targets, the others'
     # the training targets); reappraisals: hold out a fraction of texts per vignette.
@@ -121,6 +126,7 @@ class RmSettings(Section):
     train: TrainSettings = TrainSettings()
     bt: BtSettings = BtSettings()
     multidim: MultidimSettings = MultidimSettings()
+    bt_regression: BtRegressionSettings = BtRegressionSettings()
     evaluation: EvaluationSettings = EvaluationSettings()
     ensemble: EnsembleSettings = EnsembleSettings()
 
