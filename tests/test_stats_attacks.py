@@ -8,6 +8,7 @@ copied, which bar moves), so they test the class, not one example.
 
 from __future__ import annotations
 
+import numpy as np
 import pytest
 from stats_fixtures import FAST, POLICY, REFERENCE, TRUSTED, claim, order_row, planted
 
@@ -345,3 +346,40 @@ def test_card_lint_refuses_a_bar_claim_moved_off_the_reference_bar():
     moved = {**bar, "threshold": 0.30}
     problems = lint_claims([moved], report["metrics"], TRUSTED, min_n_confirm=240)
     assert any("not at the reference bar" in str(p) for p in problems)
+
+
+def test_opponent_answers_that_lose_to_everyone_do_not_count_as_many():
+    # 3 opponent answers per vignette, met by every generation: two always lose, one always wins.
+    # Every generation and every vignette wins 2/3, so only the answers reveal that the 720
+    # contests carry 18 outcomes.
+    rows = []
+    for v in range(6):
+        for g in range(40):
+            for a in range(3):
+                won = a < 2                       # the policy beats answers a0 and a1, loses to a2
+                cid = f"v{v}-g{g}-a{a}"
+                for order in ("policy_first", "policy_second"):
+                    rows.append(order_row(contest=cid, generation=f"v{v}-g{g}", vignette=f"v{v}",
+                                          answer=f"v{v}-a{a}", order=order, score=float(won), seed=100 * v + g))
+    report = run(rows)
+    c = claim(report, BAR)
+    m = report["metrics"]
+    assert m["policy/gpt-4-0314/vignette_low"] > 0.608 and m["policy/gpt-4-0314/generation_low"] > 0.608
+    assert c["supported"] is False and c["evidence"]["binding_interval"] == "answer", c["reason"]
+
+
+def test_a_contest_copied_under_new_generation_and_seed_is_recognised_by_its_content():
+    rows = []
+    rng = np.random.default_rng(3)
+    for i in range(40):
+        p_first, p_second = rng.uniform(0.05, 0.95, size=2)
+        for order, p in (("policy_first", p_first), ("policy_second", p_second)):
+            probs = (float(p), float(1 - p), 0.0) if order == "policy_first" else (float(1 - p), float(p), 0.0)
+            rows.append(order_row(contest=f"c{i}", generation=f"g{i}", vignette=f"v{i % 6}", answer=f"a{i}",
+                                  order=order, score=None, verdict="A" if probs[0] > probs[1] else "B", probs=probs,
+                                  seed=i, policy_chars=100 + i))
+    validate_judgments(rows)   # honest rows pass
+    copies = [{**r, "contest_id": r["contest_id"] + "-copy", "generation_id": r["generation_id"] + "-copy",
+               "sampling_seed": r["sampling_seed"] + 10_000} for r in rows[:6]]
+    with pytest.raises(InputError, match="appear under more than one generation id"):
+        validate_judgments(rows + copies)

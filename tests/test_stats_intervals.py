@@ -44,10 +44,23 @@ def _random_design(rng, n_vignettes, gens=(2, 9), contests=(1, 4)):
     return np.array(vig), np.array(gen), np.array(y, dtype=float)
 
 
-def test_vignette_and_generation_intervals_match_a_loop_by_hand():
+def _stratified_by_hand(y, vig, units, means, vignettes):
+    """Vignette strata, ``units`` as clusters: variance of the equal-weight mean and Satterthwaite df."""
+    strata = []
+    for v, m in zip(vignettes, means):
+        in_v = vig == v
+        n_g, ids = in_v.sum(), sorted(set(units[in_v]))
+        u = np.array([(y[in_v & (units == h)] - m).sum() / (n_g * len(vignettes)) for h in ids])
+        strata.append((len(ids) / (len(ids) - 1) * (u ** 2).sum(), len(ids) - 1))
+    var = sum(s for s, _ in strata)
+    return var, var ** 2 / sum(s ** 2 / d for s, d in strata)
+
+
+def test_vignette_generation_and_answer_intervals_match_a_loop_by_hand():
     rng = np.random.default_rng(4)
     vig, gen, y = _random_design(rng, 7)
-    out = design_bounds(y[None, :], Design.of(vig, gen), 0.95)
+    answers = np.array([f"a{rng.integers(0, 4)}" for _ in y])
+    out = design_bounds(y[None, :], Design.of(vig, gen, answers), 0.95)
 
     vignettes = sorted(set(vig))
     means = np.array([y[vig == v].mean() for v in vignettes])
@@ -55,24 +68,22 @@ def test_vignette_and_generation_intervals_match_a_loop_by_hand():
     assert out["estimate"][0] == pytest.approx(theta)
     se_v = means.std(ddof=1) / math.sqrt(n_v)
     assert out["vignette_low"][0] == pytest.approx(theta - sps.t.ppf(0.975, n_v - 1) * se_v)
-
-    # stratified (vignette strata) cluster-robust variance over generations, Satterthwaite df
-    strata = []
-    for v, m in zip(vignettes, means):
-        in_v = vig == v
-        n_g = in_v.sum()
-        gens = sorted(set(gen[in_v]))
-        u = np.array([(y[in_v & (gen == h)] - m).sum() / (n_g * n_v) for h in gens])
-        strata.append((len(gens) / (len(gens) - 1) * (u ** 2).sum(), len(gens) - 1))
-    var = sum(s for s, _ in strata)
-    df = var ** 2 / sum(s ** 2 / d for s, d in strata)
-    assert out["generation_se"][0] == pytest.approx(math.sqrt(var))
-    assert out["generation_df"][0] == pytest.approx(df)
-    assert out["generation_low"][0] == pytest.approx(theta - sps.t.ppf(0.975, df) * math.sqrt(var))
+    for level, units in (("generation", gen), ("answer", answers)):
+        var, df = _stratified_by_hand(y, vig, units, means, vignettes)
+        assert out[f"{level}_se"][0] == pytest.approx(math.sqrt(var))
+        assert out[f"{level}_df"][0] == pytest.approx(df)
+        assert out[f"{level}_low"][0] == pytest.approx(theta - sps.t.ppf(0.975, df) * math.sqrt(var))
     n_h = len(set(zip(vig, gen)))
     assert out["generation_wilson_low"][0] == pytest.approx(wilson_interval(theta * n_h, n_h, 0.95)[0])
-    assert out["low"][0] == pytest.approx(min(out["vignette_low"][0], out["generation_low"][0],
-                                              out["generation_wilson_low"][0]))
+    assert out["low"][0] == pytest.approx(min(out[f"{p}_low"][0] for p in
+                                              ("vignette", "generation", "answer", "generation_wilson")))
+
+
+def test_one_answer_per_vignette_skips_the_answer_level_only():
+    rng = np.random.default_rng(5)
+    vig, gen, y = _random_design(rng, 5)
+    out = design_bounds(y[None, :], Design.of(vig, gen, vig), 0.95)   # one answer per vignette
+    assert np.isnan(out["answer_low"][0]) and np.isfinite(out["low"][0]) and "answer" not in out["parts"]
 
 
 def test_generation_ids_are_scoped_to_their_vignette():

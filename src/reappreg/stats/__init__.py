@@ -18,8 +18,8 @@ generations, one dominant vignette, a moved bar, relabelled pools. Each is close
   (and as a win for the upper bound: Manski bounds), and above ``max_unparseable_rate`` of
   missing/unparseable orders nothing is tested.
 * **Pre-declared estimand** (``intervals``): the equal-weight vignette mean of contest scores,
-  tested on the worst of the vignette t(G-1), generation-level stratified cluster-robust
-  (Satterthwaite df), Wilson-over-generations and vignette-bootstrap lower bounds, never an iid
+  tested on the worst of the vignette t(G-1), generation- and opponent-answer-level stratified
+  cluster-robust (Satterthwaite df), Wilson-over-generations and vignette-bootstrap lower bounds, never an iid
   SE; n_eff is capped by the contests and the independent generations.
 * **Trust is recomputed** (``trust``) from the calibration's numbers; the calibration must name
   the judgments' judge model and fingerprint; ``trusted`` is a cache that must agree.
@@ -49,7 +49,7 @@ Outputs
   win_rate_orders, order_iid_low/high, win_rate_policy_first/second``; ``win_rate`` (the
   estimand on contests with both orders scored), ``win_rate_pooled``, ``worst_case_win_rate``,
   ``best_case_win_rate``, ``iid_low/high`` (Wilson on contests, reference only),
-  ``vignette_*``, ``generation_*``, ``generation_wilson_low``, ``bootstrap_*`` (observed
+  ``vignette_*``, ``generation_*``, ``answer_low/high``, ``generation_wilson_low``, ``bootstrap_*`` (observed
   data), ``observed_cluster_low/high`` (the claim rule on observed contests),
   ``cluster_low/high`` (the claim rule on worst/best-case scores: THE interval claims use),
   ``n_clusters, n_generations, deff, n_eff, n_eff_cap, weighted_win_rate, n_weighted,

@@ -38,12 +38,13 @@ SUMMARY_METRICS = (
     "wins", "splits", "losses", "win_rate", "win_rate_pooled", "win_rate_orders", "win_rate_policy_first",
     "win_rate_policy_second", "worst_case_win_rate", "best_case_win_rate", "iid_low", "iid_high", "order_iid_low",
     "order_iid_high", "vignette_low", "vignette_high", "generation_low", "generation_high", "generation_df",
+    "answer_low", "answer_high",
     "generation_wilson_low", "bootstrap_low", "bootstrap_high", "bootstrap_se", "observed_cluster_low",
     "observed_cluster_high", "cluster_low", "cluster_high", "n_clusters", "n_generations",
     "min_generations_per_vignette", "vignette_size_ratio", "deff", "n_eff", "n_eff_cap", "weighted_win_rate",
     "n_weighted", "lc_win_rate", "lc_low", "lc_high", "length_coef", "n_eval_k",
 )
-INTERVAL_PARTS = ("vignette", "generation", "generation_wilson", "bootstrap")
+INTERVAL_PARTS = ("vignette", "generation", "answer", "generation_wilson", "bootstrap")
 
 
 def _bounds(scores: np.ndarray, design: Design, settings: StatsSettings) -> dict[str, Any]:
@@ -52,10 +53,11 @@ def _bounds(scores: np.ndarray, design: Design, settings: StatsSettings) -> dict
     boot_low, boot_high, boot_se = vignette_bootstrap(
         b["vignette_means"][0], confidence=settings.confidence, iterations=settings.bootstrap_iterations,
         method=settings.bootstrap_method, seed=settings.seed)
-    out = {key: finite(value[0]) for key, value in b.items() if key != "vignette_means"}
+    out = {key: finite(value[0]) for key, value in b.items() if key not in ("vignette_means", "parts")}
     out.update(bootstrap_low=boot_low, bootstrap_high=boot_high, bootstrap_se=boot_se)
-    lows = {p: out[f"{p}_low"] for p in INTERVAL_PARTS}
-    highs = {p: out[f"{p}_high"] for p in INTERVAL_PARTS}
+    parts = [*b["parts"], "bootstrap"]   # the answer level only where it is estimable
+    lows = {p: out[f"{p}_low"] for p in parts}
+    highs = {p: out[f"{p}_high"] for p in parts}
     if None in lows.values() or None in highs.values():
         out.update(low=None, high=None, binding=None)
     else:
@@ -69,7 +71,7 @@ def _bounds(scores: np.ndarray, design: Design, settings: StatsSettings) -> dict
 def summarize_contests(contests: pd.DataFrame, settings: StatsSettings) -> dict[str, Any]:
     """The estimand, its observed and worst/best-case cluster intervals, and the order-level figures."""
     summary: dict[str, Any] = {"n": len(contests), **order_figures(contests)}
-    design = Design.of(contests["vignette_id"], contests["generation_id"])
+    design = Design.of(contests["vignette_id"], contests["generation_id"], contests["opponent_answer_id"])
     sizes = design.vignette_sizes()
     summary.update(n_clusters=design.n_vignettes, n_generations=design.n_generations,
                    min_generations_per_vignette=int(design.generations_per_vignette().min()) if len(sizes) else 0,
@@ -88,7 +90,7 @@ def summarize_contests(contests: pd.DataFrame, settings: StatsSettings) -> dict[
     y = scored["observed"].to_numpy()
     summary.update(wins=int((y == 1.0).sum()), splits=int(((y > 0) & (y < 1)).sum()), losses=int((y == 0.0).sum()))
     if len(scored):
-        obs_design = Design.of(scored["vignette_id"], scored["generation_id"])
+        obs_design = Design.of(scored["vignette_id"], scored["generation_id"], scored["opponent_answer_id"])
         obs = _bounds(y, obs_design, settings)
         summary.update(win_rate=obs["estimate"], win_rate_pooled=obs["pooled"], observed_cluster_low=obs["low"],
                        observed_cluster_high=obs["high"], generation_df=obs["generation_df"],

@@ -47,8 +47,9 @@ FLAGS = {
 BLOCKING_FLAGS = tuple(f for f, blocking in FLAGS.items() if blocking)
 ESTIMAND = ("equal-weight mean over vignettes of contest scores (a contest = one policy answer vs one "
             "opponent answer judged in both orders: won both 1, split 0.5, lost both 0)")
-CLUSTERING = ("worst of: vignette-level t(G-1) interval of the vignette means; generation-level stratified "
-              "cluster-robust interval (Satterthwaite df); Wilson over the independent generations; "
+CLUSTERING = ("worst of: vignette-level t(G-1) interval of the vignette means; generation-level and "
+              "opponent-answer-level stratified cluster-robust intervals (Satterthwaite df; the answer level "
+              "where every vignette has 2+ answers); Wilson over the independent generations; "
               "vignette-cluster bootstrap; lower bound with every unparseable or missing order counted as a loss")
 
 

@@ -24,15 +24,15 @@ FIRST, SECOND = verdicts.CONTEST_ORDERS
 def contest_table(orders: pd.DataFrame) -> pd.DataFrame:
     """One row per contest from validated judged orders (see ``inputs.validate_judgments``).
 
-    Columns: ``contest_id, condition, opponent_source, vignette_id, generation_id, eval_k,
+    Columns: ``contest_id, condition, opponent_source, opponent_answer_id, vignette_id, generation_id, eval_k,
     sampling_seed, len_diff`` (policy minus opponent characters), ``n_orders`` (present),
     ``n_scored`` (parseable), ``first/second`` (order scores, NaN unscored),
     ``first_verdict/second_verdict``, ``observed`` (both orders scored, else NaN),
     ``worst``/``best`` (unscored orders as loss / win), ``weighted`` (mean of the two
     weighted verdicts, NaN unless both have probabilities).
     """
-    keys = ["contest_id", "condition", "opponent_source", "vignette_id", "generation_id", "eval_k",
-            "sampling_seed", "policy_chars", "opponent_chars"]
+    keys = ["contest_id", "condition", "opponent_source", "opponent_answer_id", "vignette_id", "generation_id",
+            "eval_k", "sampling_seed", "policy_chars", "opponent_chars"]
     base = orders.drop_duplicates("contest_id")[keys].set_index("contest_id")
     wide = orders.pivot(index="contest_id", columns="order", values=["score", "weighted", "verdict"])
     table = base.copy()

@@ -136,6 +136,33 @@ def _consistent(frame: pd.DataFrame, by: str, fields: Sequence[str], what: str, 
                              f"{_examples(examples)}")
 
 
+def _same_content(frame: pd.DataFrame, source: str) -> None:
+    """The same judged contest under two generation ids, recognised by its content.
+
+    Two different answers judged against one opponent answer do not get the same length AND
+    the same unsaturated label probabilities in both orders; a copy does. Only contests
+    whose four probabilities are all inside (0.001, 0.999) are compared (a saturated judge
+    gives many identical 0/1 probabilities honestly).
+    """
+    probs = frame[frame["weighted"].notna()]
+    if probs.empty:
+        return
+    wide = probs.pivot_table(index=["contest_id", "generation_id", "opponent_answer_id", "policy_chars"],
+                             columns="order", values="weighted", aggfunc="first").dropna()
+    if wide.empty or len(wide.columns) < 2:
+        return
+    inside = ((wide > 0.001) & (wide < 0.999)).all(axis=1)
+    wide = wide[inside].reset_index()
+    key = ["opponent_answer_id", "policy_chars", *ORDERS]
+    dup = wide[wide.duplicated(key, keep=False)]
+    groups = [f"contests {', '.join(g['contest_id'])} (generations {', '.join(g['generation_id'])})"
+              for _, g in dup.groupby(key, sort=False) if g["generation_id"].nunique() > 1]
+    if groups:
+        raise InputError(f"{source}: {len(groups)} judged contest(s) appear under more than one generation id "
+                         "(same opponent answer, answer length and judge probabilities in both orders): "
+                         f"{_examples(groups)}")
+
+
 def validate_judgments(records: Sequence[Mapping[str, Any]], source: str = "judgments") -> pd.DataFrame:
     """Check every row of the judgments contract; one validated row per judged order.
 
@@ -161,6 +188,7 @@ def validate_judgments(records: Sequence[Mapping[str, Any]], source: str = "judg
                 source)
     _consistent(frame, "contest_id", CONTEST_FIELDS, "contest", source)
     _consistent(frame, "generation_id", GENERATION_FIELDS, "generation", source)
+    _same_content(frame, source)
     seeds = frame.drop_duplicates("generation_id").groupby("sampling_seed")["generation_id"].unique()
     shared = seeds[seeds.map(len) > 1]
     if len(shared):
