@@ -109,6 +109,12 @@ def _new_postgres_db(postgres_server) -> str:
     return f"{prefix}/{name}".replace("postgresql://", "postgresql+psycopg2://", 1)
 
 
+@pytest.fixture
+def postgres_db(postgres_server) -> str:
+    """A new, empty database on the shared PostgreSQL server (SQLAlchemy URI)."""
+    return _new_postgres_db(postgres_server)
+
+
 @pytest.fixture(params=["sqlite", "postgres"])
 def mlflow_server(request, tmp_path):
     """`mlflow server` on 127.0.0.1 with a sqlite or PostgreSQL backend store and a local
@@ -176,3 +182,18 @@ def _tiny_lm(folder: Path) -> Path:
 @pytest.fixture(scope="session")
 def tiny_lm(tmp_path_factory) -> Path:
     return _tiny_lm(tmp_path_factory.mktemp("tiny-lm"))
+
+
+# ----------------------------------------------------------------------------- the pipeline, run once
+
+
+@pytest.fixture(scope="session")
+def pipeline_repo(tmp_path_factory):
+    """A fresh-clone copy of the repo after one real `dvc repro` on the (shrunk) CPU profile,
+    shared by every slow test that inspects pipeline outputs. Yields (root, context)."""
+    from pipeline_copy import fresh_copy, git_env, run_checked
+
+    env = git_env()
+    root = fresh_copy(tmp_path_factory.mktemp("clone") / "repo", env)
+    out = run_checked(["dvc", "repro"], root, env)
+    return root, {"env": env, "first_output": out}

@@ -10,60 +10,24 @@ from __future__ import annotations
 
 import os
 import re
-import shutil
 import subprocess
-import sys
 from pathlib import Path
 
 import pytest
 import yaml
 
+from pipeline_copy import run_checked
 from reappreg.hashing import dvc_md5
 
-REPO = Path(__file__).resolve().parents[1]
 pytestmark = pytest.mark.slow
 
 
-def _run(cmd: list[str], cwd: Path, env: dict) -> str:
-    proc = subprocess.run(cmd, cwd=cwd, env=env, capture_output=True, text=True)
-    assert proc.returncode == 0, f"{' '.join(cmd)} failed:\n{proc.stdout[-4000:]}\n{proc.stderr[-4000:]}"
-    return proc.stdout + proc.stderr
-
-
-def _shrink(params: dict) -> dict:
-    """Smaller data for CI; every other knob stays the shipped CPU default."""
-    params["data"]["sample"].update(reappraisals_per_vignette=40, gpt4_answers_per_vignette=6, opponent_answers_per_vignette=4)
-    params["rm"]["train"]["epochs"] = 15
-    params["rm"]["evaluation"]["leave_one_vignette_out"] = False
-    params["policy"]["train"]["max_steps"] = 2
-    params["policy"]["train"]["save_steps"] = 1
-    params["generate"]["evals"] = 2
-    params["judge"]["calibration_pairs"] = 8
-    return params
+_run = run_checked
 
 
 @pytest.fixture(scope="module")
-def repo_copy(tmp_path_factory) -> tuple[Path, dict]:
-    root = tmp_path_factory.mktemp("clone") / "repo"
-    files = subprocess.run(["git", "ls-files", "-z"], cwd=REPO, capture_output=True, text=True, check=True).stdout
-    for rel in filter(None, files.split("\0")):
-        src = REPO / rel
-        if src.is_file():
-            dst = root / rel
-            dst.parent.mkdir(parents=True, exist_ok=True)
-            shutil.copy2(src, dst)
-    params_path = root / "params.yaml"
-    params_path.write_text(yaml.safe_dump(_shrink(yaml.safe_load(params_path.read_text())), sort_keys=False))
-    (root / "dvc.lock").unlink(missing_ok=True)  # the copy's data differ in size: rebuild from scratch
-    env = {**os.environ, "PATH": f"{Path(sys.executable).parent}{os.pathsep}{os.environ['PATH']}"}
-    env.pop("MLFLOW_TRACKING_URI", None)
-    env.update(GIT_AUTHOR_NAME="ci", GIT_AUTHOR_EMAIL="ci@example.invalid", GIT_COMMITTER_NAME="ci",
-               GIT_COMMITTER_EMAIL="ci@example.invalid")
-    _run(["git", "init", "-q"], root, env)
-    _run(["git", "add", "-A"], root, env)
-    _run(["git", "commit", "-qm", "copy"], root, env)
-    out = _run(["dvc", "repro"], root, env)
-    return root, {"env": env, "first_output": out}
+def repo_copy(pipeline_repo) -> tuple[Path, dict]:
+    return pipeline_repo
 
 
 def _stages(root: Path) -> list[str]:
