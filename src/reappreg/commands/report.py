@@ -48,8 +48,9 @@ def report(
                             calibration=calibration, eval_metrics=eval_metrics, forest=forest, claims=claims,
                             registration=registration, leakscan=leakscan)
     revision = source_revision()
-    dirty = (f" with uncommitted changes to {', '.join(f'`{p}`' for p in revision['dirty_paths'])}"
-             if revision["dirty"] == "true" else "")
+    changed = revision["dirty_paths"]
+    named = ", ".join(f"`{p}`" for p in changed[:5]) + (f" and {len(changed) - 5} more" if len(changed) > 5 else "")
+    dirty = f" with uncommitted changes to {named}" if revision["dirty"] == "true" else ""
     subtitle = (f"Built by `reappreg report` at commit `{revision['commit']}`{dirty}, profile `{settings.profile}`, "
                 "from the pipeline's tracked files. Every number is read from the file named under its section.")
     sections = collect(sources, health=settings.card.health,
