@@ -103,7 +103,8 @@ def test_every_section_shows_the_planted_values(tmp_path):
         "| bt_seed_0 | length_only.pairwise_accuracy | 0.551 |",                                # baselines by key
         "Training monitor verdict: **healthy** after 3 steps",
         "| Format-gate hit rate (last logged step) | 0.247 | final.health/format_gate_hit_rate |",
-        "| agreement | 0.732 | 0.654 | 0.801 |", "| kappa_new_key | 0.424 |",                  # intervals joined; unknown key kept
+        "| Agreement with human preference pairs | 0.732 | 0.654 | 0.801 | agreement |",      # intervals joined
+        "| Kappa new key | 0.424 | — | — | kappa_new_key |",                                   # an unknown key is kept
         "| policy | gpt-4-0314 | v1 | 10 | 0.700 | [0.397, 0.892] | [0.412, 0.911] |",
         "| bar/policy/gpt-4-0314 | not_tested | no | The policy wins. | n = 10 < 240 | below_min_n |",
         "| reappraisal-policy-grpo | 3 | candidate | no | 10 |",                                # aliases and gate results

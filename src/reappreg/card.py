@@ -537,5 +537,5 @@ def render_card(template_text: str, template_source: str, inputs: CardInputs, ev
 
 __all__ = ["CardInputs", "Certificate", "ClaimRejected", "Evidence", "LintProblem", "TrainingHealth", "card_body",
            "card_inputs_for", "card_revision", "check_template", "flatten", "fmt", "lint_claims", "load_evidence",
-           "metric_label", "numbers_in", "parse_card", "read_certificate", "render_card", "source_revision",
+           "metric_label", "calibration_rows", "numbers_in", "parse_card", "read_certificate", "render_card", "source_revision",
            "training_health"]

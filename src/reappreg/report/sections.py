@@ -10,7 +10,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from reappreg.card import flatten, fmt, metric_label, training_health
+from reappreg.card import calibration_rows, flatten, fmt, metric_label, training_health
 from reappreg.errors import InputError
 from reappreg.io import read_json, read_jsonl
 from reappreg.report.blocks import (Section, Table, count, curves_figure, dot_figure, empty_reason, forest_figure,
@@ -274,21 +274,6 @@ def policy_section(r: _Reader) -> Section:
     return section
 
 
-def _interval_rows(flat: Mapping[str, Any]) -> list[list[Any]]:
-    """``[metric, value, low, high]``: ``x_low``/``x_high`` and ``x.low``/``x.high`` join their ``x``."""
-    rows: dict[str, list[Any]] = {}
-    for key, value in flat.items():
-        if isinstance(value, (dict, list)):
-            continue
-        base, slot = key, 1
-        for suffix, index in (("_low", 2), (".low", 2), ("_high", 3), (".high", 3), (".value", 1)):
-            if key.endswith(suffix):
-                base, slot = key[: -len(suffix)], index
-                break
-        rows.setdefault(base, [base, None, None, None])[slot] = value
-    return list(rows.values())
-
-
 def calibration_section(r: _Reader) -> Section:
     section = Section("Judge calibration", [r.shown("calibration")])
     calib = r.json("calibration", section, dict)
@@ -296,8 +281,9 @@ def calibration_section(r: _Reader) -> Section:
         return section
     trusted = {True: "trusted", False: "NOT trusted: no win-rate claim can be supported"}.get(calib.get("trusted"), "not recorded")
     section.blocks.append(f"Judge `{calib.get('judge_model', calib.get('model'))}`: **{trusted}**.")
-    section.blocks.append(Table(["measure", "value", "interval low", "interval high"],
-                                _interval_rows(flatten({k: v for k, v in calib.items() if k not in ("trusted",)}))))
+    rows = calibration_rows(flatten(calib))  # the cards' rows: x_low / x_high joined to x, readable names
+    section.blocks.append(Table(["measure", "value", "interval low", "interval high", "recorded as"],
+                                [[row["label"], row["value"], row["low"], row["high"], row["key"]] for row in rows]))
     return section
 
 
