@@ -267,3 +267,17 @@ def test_the_page_reads_in_headless_chromium(tmp_path):
             shutil.copy(shot, target)
     finally:
         driver.quit()
+
+
+def test_the_headline_file_is_the_only_declared_metrics_file():
+    """`dvc metrics show` prints one column per key of every declared file: only headline numbers are declared."""
+    import yaml
+
+    stages = yaml.safe_load((Path(__file__).resolve().parents[1] / "dvc.yaml").read_text(encoding="utf-8"))["stages"]
+    declared = {name: [next(iter(m)) if isinstance(m, dict) else m for m in stage["metrics"]]
+                for name, stage in stages.items() if stage.get("metrics")}
+    assert declared == {"report": ["metrics/headline.json"]}
+    report = stages["report"]
+    assert "reports/report.html" in [next(iter(o)) if isinstance(o, dict) else o for o in report["outs"]]
+    for flag in ("--html", "--markdown", "--headline"):
+        assert flag in report["cmd"]
