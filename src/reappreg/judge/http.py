@@ -180,7 +180,8 @@ class OpenAICompatibleJudge:
     # ------------------------------------------------------------------ transport
 
     def _headers(self) -> dict[str, str]:
-        headers = {"Accept": "application/json"}
+        # identity: no compressed body, so max_response_bytes bounds what is held in memory
+        headers = {"Accept": "application/json", "Accept-Encoding": "identity"}
         if self._api_key:
             headers["Authorization"] = f"Bearer {self._api_key}"
         return headers

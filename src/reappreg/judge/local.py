@@ -67,6 +67,9 @@ class TransformersJudge:
     def _load(self):
         if self._loaded is None:
             tokenizer = load_tokenizer(self.location)
+            if not getattr(tokenizer, "chat_template", None):
+                raise InputError(f"judge.model '{self.model}': its tokenizer has no chat template; the judge needs "
+                                 "an instruction-tuned chat model")
             model, device = load_causal_lm(self.location, precision=self.settings.precision, device=self.device,
                                            what="judge")
             self._loaded = (tokenizer, model, device, label_token_ids(tokenizer, self.labels))
