@@ -87,11 +87,17 @@ def test_selectively_missing_losses_cannot_carry_a_claim(how):
     assert c["evidence"]["observed_low"] is not None                  # the bound both ways
 
 
-def test_whole_contests_deleted_still_counted_against_min_n():
-    # Deleting both orders of lost contests removes them from view entirely; n then falls below min_n.
-    rows = _drop_losses(planted([0.5] * 6, generations=20), 0.6, "delete_both")
-    c = assert_refused(run(rows), BAR, "below_min_n")
-    assert c["evidence"]["n"] < 240
+@pytest.mark.parametrize("generations", [20, 40])
+def test_whole_contests_deleted_come_back_as_worst_case_gaps(generations):
+    # Deleting both orders of lost contests leaves generations with fewer contests than the others:
+    # the gaps are counted (as losses for the bound) and n falls with them.
+    rows = _drop_losses(planted([0.5] * 6, generations=generations), 0.6, "delete_both")
+    report = run(rows)
+    c = assert_refused(report, BAR, "missing_contests")
+    assert "too_many_unparseable" in c["flags"]
+    assert c["evidence"]["n_missing_contests"] > 0
+    lenient = run(rows, settings=FAST.model_copy(update={"max_unparseable_rate": 1.0}))
+    assert claim(lenient, BAR)["evidence"]["worst_case_low"] < 0.5
 
 
 # --------------------------------------------------------------------------- 2. one order / position bias
@@ -236,11 +242,12 @@ def test_cluster_interval_never_narrower_than_the_independent_generations_allow(
 
 
 def test_a_dominant_vignette_cannot_carry_the_claim():
-    rows = planted({"v0": 0.75}, generations=114, answers=2)
+    rows = planted({"v0": 0.75}, generations=285, answers=2)     # 570 of 600 contests
     for v, rate in enumerate([0.34, 0.34, 0.67, 0.34, 0.34], start=1):
-        rows += planted({f"v{v}": rate}, generations=3, answers=1, seed=v, seed_offset=10_000 * v)
+        rows += planted({f"v{v}": rate}, generations=3, answers=2, seed=v, seed_offset=10_000 * v)
     report = run(rows)
     m = report["metrics"]
+    assert m["policy/gpt-4-0314/n_missing_contests"] == 0
     assert m["policy/gpt-4-0314/win_rate_pooled"] > 0.7
     c = claim(report, BAR)
     assert c["supported"] is False and c["status"] != "confirmed"

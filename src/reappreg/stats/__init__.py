@@ -15,8 +15,9 @@ generations, one dominant vignette, a moved bar, relabelled pools. Each is close
   split 0.5, lost both 0, ``reappreg.verdicts``); ``n`` and ``min_n_confirm`` count distinct
   contests; order-level figures and the order-disagreement rate are reported beside them. A
   missing or unparseable order never drops its contest: for the bound it counts as a loss
-  (and as a win for the upper bound: Manski bounds), and above ``max_unparseable_rate`` of
-  missing/unparseable orders nothing is tested.
+  (and as a win for the upper bound: Manski bounds), and so does each contest a generation
+  lacks relative to the others (every generation meets the same number of opponent answers);
+  above ``max_unparseable_rate`` of missing/unparseable orders nothing is tested.
 * **Pre-declared estimand** (``intervals``): the equal-weight vignette mean of contest scores,
   tested on the worst of the vignette t(G-1), generation- and opponent-answer-level stratified
   cluster-robust (Satterthwaite df), Wilson-over-generations and vignette-bootstrap lower bounds, never an iid
@@ -52,7 +53,7 @@ Outputs
   ``vignette_*``, ``generation_*``, ``answer_low/high``, ``generation_wilson_low``, ``bootstrap_*`` (observed
   data), ``observed_cluster_low/high`` (the claim rule on observed contests),
   ``cluster_low/high`` (the claim rule on worst/best-case scores: THE interval claims use),
-  ``n_clusters, n_generations, deff, n_eff, n_eff_cap, weighted_win_rate, n_weighted,
+  ``n_missing_contests, n_clusters, n_generations, deff, n_eff, n_eff_cap, weighted_win_rate, n_weighted,
   lc_win_rate, lc_low, lc_high, length_coef`` ...;
 * ``{condition}/{opponent}/vignette/{vignette_id}/{win_rate, n}`` and ``.../eval_k/{k}/{win_rate, n}``;
 * ``best_of_n/{opponent}/{fresh_pool_win_rate, selection_pool_win_rate, selection_minus_fresh}``;

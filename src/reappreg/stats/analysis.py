@@ -33,7 +33,8 @@ from reappreg.stats.reference import ReferenceBar
 from reappreg.stats.trust import TrustPolicy, recompute_trust
 
 SUMMARY_METRICS = (
-    "n", "n_orders", "n_orders_scored", "n_unparseable", "n_missing_orders", "n_incomplete_contests",
+    "n", "n_orders", "n_orders_scored", "n_unparseable", "n_missing_orders", "n_missing_contests",
+    "n_incomplete_contests",
     "n_complete_contests", "unparseable_rate", "order_disagreement_rate", "position_bias_A", "position_bias_B",
     "wins", "splits", "losses", "win_rate", "win_rate_pooled", "win_rate_orders", "win_rate_policy_first",
     "win_rate_policy_second", "worst_case_win_rate", "best_case_win_rate", "iid_low", "iid_high", "order_iid_low",
@@ -77,8 +78,24 @@ def summarize_contests(contests: pd.DataFrame, settings: StatsSettings) -> dict[
                    min_generations_per_vignette=int(design.generations_per_vignette().min()) if len(sizes) else 0,
                    vignette_size_ratio=float(sizes.max() / sizes.min()) if len(sizes) else None,
                    n_eval_k=int(contests["eval_k"].nunique()))
-    worst = _bounds(contests["worst"].to_numpy(), design, settings)
-    best = _bounds(contests["best"].to_numpy(), design, settings)
+    # Every generation meets the same number of opponent answers (judge.answers_per_generation):
+    # a generation with fewer contests than the others lost some from view. They enter the
+    # bounds as losses (lower) and wins (upper), like a missing order.
+    per_generation = contests.groupby(["vignette_id", "generation_id"]).size()
+    deficit = per_generation.max() - per_generation
+    summary["n_missing_contests"] = int(deficit.sum())
+    if summary["n_missing_contests"]:
+        ghosts = pd.DataFrame([{"vignette_id": v, "generation_id": g, "opponent_answer_id": f"missing-{g}-{i}",
+                                "worst": 0.0, "best": 1.0}
+                               for (v, g), k in deficit[deficit > 0].items() for i in range(int(k))])
+        bounded = pd.concat([contests[list(ghosts.columns)], ghosts], ignore_index=True)
+        expected_orders = 2 * (summary["n"] + summary["n_missing_contests"])
+        summary["unparseable_rate"] = (expected_orders - summary["n_orders_scored"]) / expected_orders
+    else:
+        bounded = contests
+    bounded_design = Design.of(bounded["vignette_id"], bounded["generation_id"], bounded["opponent_answer_id"])
+    worst = _bounds(bounded["worst"].to_numpy(), bounded_design, settings)
+    best = _bounds(bounded["best"].to_numpy(), bounded_design, settings)
     summary.update(worst_case_win_rate=worst["estimate"], best_case_win_rate=best["estimate"],
                    cluster_low=worst["low"], cluster_high=best["high"], binding_interval=worst["binding"])
     scored = contests[contests["observed"].notna()]

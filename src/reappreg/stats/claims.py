@@ -38,6 +38,7 @@ FLAGS = {
     # informative: printed with the claim, not blocking by themselves
     "unparseable_worst_case": False,  # some orders unparseable or missing: the bound counts them as losses
     "incomplete_contests": False,     # some contests lack an order (scored worst case, never dropped)
+    "missing_contests": False,        # generations with fewer contests than the others (gaps scored worst case)
     "unbalanced_vignettes": False,    # vignette sizes differ (the equal-weight estimand handles it)
     "best_of_n": False,               # the answer was chosen by best-of-N selection
     "custom_bar": False,              # not the reference bar: never satisfies the promotion gate
@@ -72,10 +73,13 @@ def assess(summary: Mapping[str, Any], threshold: float, settings: StatsSettings
     """(status, reason, flags) of "estimand above ``threshold``" from the worst/best-case cluster bounds."""
     n = summary.get("n") or 0
     flags: list[str] = []
-    if summary.get("n_orders_scored", 0) < summary.get("n_orders", 0) or summary.get("n_missing_orders"):
+    if (summary.get("n_orders_scored", 0) < summary.get("n_orders", 0) or summary.get("n_missing_orders")
+            or summary.get("n_missing_contests")):
         flags.append("unparseable_worst_case")
     if summary.get("n_incomplete_contests"):
         flags.append("incomplete_contests")
+    if summary.get("n_missing_contests"):
+        flags.append("missing_contests")
     if (summary.get("vignette_size_ratio") or 1.0) > 1.0:
         flags.append("unbalanced_vignettes")
     blockers = []
@@ -191,6 +195,7 @@ def build_claim(*, kind: str, condition: str, opponent: str, threshold: float, s
             "n_orders": summary.get("n_orders"),
             "n_unparseable": summary.get("n_unparseable"),
             "n_missing_orders": summary.get("n_missing_orders"),
+            "n_missing_contests": summary.get("n_missing_contests"),
             "unparseable_rate": summary.get("unparseable_rate"),
             "order_disagreement_rate": summary.get("order_disagreement_rate"),
             "n_clusters": summary.get("n_clusters"),
