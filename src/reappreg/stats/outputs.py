@@ -70,7 +70,8 @@ def write_forest_plot(
         if not judge_trusted:
             title += "  [UNTRUSTED JUDGE]"
         ax.set_title(title, fontsize=9, color="black" if judge_trusted else "tab:red")
-    axes[-1, 0].set_xlabel(f"policy win-rate (ties = 0.5); {confidence * 100:g}% intervals")
+    axes[-1, 0].set_xlabel(f"policy win-rate per contest (both orders; ties = 0.5); n = contests; "
+                          f"{confidence * 100:g}% intervals")
     if not panels:
         axes[0, 0].text(0.5, 0.5, "no judgments", ha="center", va="center")
     legend = [
