@@ -26,7 +26,13 @@ def run(
 
     from reappreg.settings import load_params
     from reappreg.stats import (
-        TrustPolicy, analyze, load_calibration, load_judgments, load_reference_bar, mlflow_metrics, write_outputs,
+        TrustPolicy,
+        analyze,
+        load_calibration,
+        load_judgments,
+        load_reference_bar,
+        mlflow_metrics,
+        write_outputs,
     )
     from reappreg.tracking import stage_run
 
@@ -65,6 +71,6 @@ def run(
         rate = "-" if ev["win_rate"] is None else f"{ev['win_rate']:.3f}"
         n_eff = "-" if ev["n_eff"] is None else f"{ev['n_eff']:.1f}"
         flags = ", ".join(claim["flags"]) or "none"
-        console.print(f"  {claim['status']:<12} supported={str(claim['supported']):<5} {claim['claim_id']}\n"
+        console.print(f"  {claim['status']:<12} supported={claim['supported']!s:<5} {claim['claim_id']}\n"
                       f"      win-rate {rate}  worst-case cluster CI {ci}  n {ev['n']} contests  n_eff {n_eff}"
                       f"  flags: {flags}", highlight=False, markup=False)
