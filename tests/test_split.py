@@ -1,11 +1,22 @@
 from __future__ import annotations
 
+import json
+import subprocess
+import sys
+from pathlib import Path
+
 import pytest
 
-from reappreg.data import load_canonical
+from reappreg.data import ingest, load_canonical, write_canonical
 from reappreg.errors import InputError
-from reappreg.io import read_jsonl, write_json
-from reappreg.split import check_validation_report, split
+from reappreg.io import read_json, read_jsonl, write_json
+from reappreg.settings.data import DataSettings
+from reappreg.settings.validate import ValidateSettings
+from reappreg.split import split, write_split
+from reappreg.validate import validate_folder
+
+FIXTURE = Path(__file__).parent / "fixtures" / "expert_ratings"
+SMALL = {"seed": 9, "reappraisals_per_vignette": 6, "gpt4_answers_per_vignette": 2, "opponent_answers_per_vignette": 1}
 
 
 def test_split_separates_heldout_sources(sample_data):
@@ -27,7 +38,87 @@ def test_split_files(split_data):
     assert train_texts.isdisjoint({a["text"] for a in answers})
 
 
-def test_split_refuses_a_failed_validation(tmp_path):
-    write_json(tmp_path / "report.json", {"success": False})
-    with pytest.raises(InputError, match="validation did not pass"):
-        check_validation_report(tmp_path / "report.json")
+def test_unknown_train_source_is_an_error_with_counts(sample_data):
+    data = load_canonical(sample_data)
+    with pytest.raises(InputError) as info:
+        split(data, ["humans"])
+    message = str(info.value)
+    assert "split.train_sources names ['humans']" in message
+    assert "human: 120" in message and "gpt-4-0314: 24" in message
+
+
+def test_empty_heldout_set_is_an_error_naming_the_params(sample_data):
+    data = load_canonical(sample_data)
+    with pytest.raises(InputError, match=r"no held-out answers.*split.train_sources.*human: 120.*data.source / data.path"):
+        split(data, ["human", "gpt-4-0314", "claude-3-opus", "gemini-1.5-pro"])
+
+
+def test_training_pool_without_ratings_is_an_error(sample_data):
+    data = load_canonical(sample_data)
+    with pytest.raises(InputError, match="the training pool has no ratings.*Add a rated source to split.train_sources"):
+        split(data, ["claude-3-opus"])
+
+
+# ----------------------------------------------------------------------------- through the CLI
+
+
+def _run(*args, cwd):
+    return subprocess.run([sys.executable, "-m", "reappreg", *args], capture_output=True, text=True, cwd=cwd)
+
+
+SPLIT_ARGS = ("data", "split", "--params", "params.yaml", "--data", "canonical", "--validation-report", "report.json",
+              "--train", "train", "--heldout", "heldout/answers.jsonl")
+
+
+def _params(folder: Path, text: str) -> None:
+    (folder / "params.yaml").write_text(text)
+
+
+def test_split_cli_refuses_a_report_for_other_data(tmp_path, tracking_uri):
+    settings = DataSettings(sample=SMALL)
+    write_canonical(ingest(settings), tmp_path / "canonical")
+    write_json(tmp_path / "report.json", validate_folder(tmp_path / "canonical", ValidateSettings(), settings))
+    _params(tmp_path, "data:\n  sample: {seed: 9, reappraisals_per_vignette: 6, gpt4_answers_per_vignette: 2, "
+                      "opponent_answers_per_vignette: 1}\n")
+    rows = read_jsonl(tmp_path / "canonical" / "reappraisals.jsonl")
+    rows[0]["text"] = "A text nobody validated."
+    (tmp_path / "canonical" / "reappraisals.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
+    proc = _run(*SPLIT_ARGS, cwd=tmp_path)
+    assert proc.returncode == 2, proc.stderr
+    assert "report.json does not match canonical (reappraisals.jsonl: validated" in proc.stderr
+    assert "Traceback" not in proc.stderr
+    assert not (tmp_path / "train").exists() and not (tmp_path / "heldout").exists()
+
+
+@pytest.mark.parametrize("suffix", [".csv", *(pytest.param(s, marks=pytest.mark.slow) for s in (".tsv", ".jsonl", ".parquet"))])
+def test_expert_fixture_flows_through_ingest_validate_split_by_params_only(tmp_path, tracking_uri, suffix):
+    """The continuous-scale, two-dimension, two-rater export with rated model sources, texts of
+    several paragraphs and a duplicated rating row: only params change."""
+    _params(tmp_path, f"""data:
+  source: file
+  path: {FIXTURE / ('ratings' + suffix)}
+  dimensions: [effectiveness, empathy]
+  rating_scale: {{min: 1, max: 5, kind: continuous}}
+  rated_sources: [human, gpt-3.5-turbo, llama-2-70b-chat]
+  duplicate_ratings: drop_identical
+validate:
+  min_raters: 2
+split:
+  train_sources: [human, gpt-3.5-turbo, llama-2-70b-chat]
+""")
+    steps = [("data", "ingest", "--params", "params.yaml", "--out", "canonical"),
+             ("validate", "run", "--params", "params.yaml", "--data", "canonical", "--report", "report.json"),
+             SPLIT_ARGS]
+    for step in steps:
+        proc = _run(*step, cwd=tmp_path)
+        assert proc.returncode == 0, (step, proc.stderr)
+    assert "human: 15 reappraisals -> training pool" in proc.stdout
+    assert "gpt-4-0314: 6 reappraisals -> held out" in proc.stdout
+    meta = read_json(tmp_path / "train" / "meta.json")
+    assert meta["dimensions"] == ["effectiveness", "empathy"]
+    assert meta["rating_scale"] == {"min": 1.0, "max": 5.0, "kind": "continuous"}
+    assert meta["duplicate_rating_rows_dropped"] == 1
+    ratings = read_jsonl(tmp_path / "train" / "ratings.jsonl")
+    assert len(ratings) == 54 and all(set(r) >= {"effectiveness", "empathy"} and "novelty" not in r for r in ratings)
+    assert all(isinstance(r["effectiveness"], float) for r in ratings)
+    assert len(read_jsonl(tmp_path / "heldout" / "answers.jsonl")) == 6

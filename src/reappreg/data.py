@@ -1,26 +1,31 @@
-"""The canonical dataset: schema and importers (the seeded sample generator is ``reappreg.sample``).
+"""The canonical dataset: schema, importers and canonical IO (the seeded sample generator
+is ``reappreg.sample``).
 
 Canonical schema (a folder of JSONL files, one object per line, sorted keys):
 
 - ``vignettes.jsonl``: vignette_id, title, scenario, emotion
 - ``reappraisals.jsonl``: reappraisal_id, vignette_id, author_id, source, text
-  (source ``human`` for rated human reappraisals; ``gpt-4-0314`` or an opponent name for
-  held-out answers)
-- ``ratings.jsonl``: rating_id, reappraisal_id, vignette_id, rater_id, effectiveness,
-  empathy, novelty, specificity (Likert 1-7)
-- ``meta.json``: where the data came from and which parts it has (``has_ratings``,
-  ``has_emotion``), so validation checks the columns a source actually provides.
+  (source ``human`` for human reappraisals; a model name for model outputs, rated or
+  held-out: ``data.rated_sources`` says which sources are rated)
+- ``ratings.jsonl``: rating_id, reappraisal_id, vignette_id, rater_id and one key per
+  rating dimension the dataset has (``data.dimensions``). A dimension the dataset does not
+  have is an absent key, never null and never a filled-in constant. Integer-scale values are
+  ints, continuous-scale values floats (``data.rating_scale``).
+- ``meta.json``: where the data came from and the data facts: ``has_ratings``,
+  ``has_emotion``, ``dimensions`` (the present ones; [] without ratings), ``rating_scale``
+  ({min, max, kind}), ``rated_sources``, ``duplicate_rating_rows_dropped``.
 
-Importers keep values as they were read (a rating of ``"five"`` stays a string): the
-validation stage, not the importer, decides what is acceptable and says why.
+Importers read files strictly (``reappreg.tablefile``) and refuse what they cannot map
+(unknown or undeclared columns, conflicting duplicate rows, text with control characters).
+Rating values are converted to the declared scale's type where that is exact (``"5.0"`` ->
+5 on an integer scale) and otherwise kept as read, so validation reports them with a count,
+ids and values.
 """
 
 from __future__ import annotations
 
-import csv
 import hashlib
-import io
-import unicodedata
+import math
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -28,14 +33,16 @@ import numpy as np
 import pandas as pd
 
 from reappreg.errors import InputError
-from reappreg.io import atomic_dir, read_json, read_jsonl, write_json, write_jsonl
+from reappreg.io import atomic_dir, read_json, read_jsonl_lines, write_json, write_jsonl
+from reappreg.settings.data import RATING_DIMENSIONS, DataSettings, RatingScale
+from reappreg.tablefile import RawTable, check_strings, read_table
 
 VIGNETTE_COLUMNS = ["vignette_id", "title", "scenario", "emotion"]
 REAPPRAISAL_COLUMNS = ["reappraisal_id", "vignette_id", "author_id", "source", "text"]
-RATING_DIMENSIONS = ["effectiveness", "empathy", "novelty", "specificity"]
-RATING_COLUMNS = ["rating_id", "reappraisal_id", "vignette_id", "rater_id", *RATING_DIMENSIONS]
+RATING_KEY_COLUMNS = ["rating_id", "reappraisal_id", "vignette_id", "rater_id"]
+RATING_COLUMNS = [*RATING_KEY_COLUMNS, *RATING_DIMENSIONS]  # every known dimension (the sample has all)
 TABLES = {"vignettes": VIGNETTE_COLUMNS, "reappraisals": REAPPRAISAL_COLUMNS, "ratings": RATING_COLUMNS}
-TEXT_COLUMNS = {"vignettes": ["title", "scenario"], "reappraisals": ["text"]}
+ID_COLUMNS = {"vignettes": "vignette_id", "reappraisals": "reappraisal_id", "ratings": "rating_id"}
 
 # The project's own flat import format: one row per rating (held-out answers and unrated
 # texts have empty rater/rating cells). Real exports usually look like this.
@@ -44,7 +51,18 @@ FLAT_COLUMNS = [
     "reappraisal_id", "author_id", "source", "text",
     "rater_id", *RATING_DIMENSIONS,
 ]
-FLAT_OPTIONAL = {"title", "emotion", "author_id", "source", "rater_id", *RATING_DIMENSIONS}
+FLAT_REQUIRED = ["vignette_id", "scenario", "reappraisal_id", "text"]
+MAX_EXAMPLES = 5
+
+
+class Absent:
+    """A rating key a row does not have (distinct from an explicit null)."""
+
+    def __repr__(self) -> str:
+        return "<absent>"
+
+
+ABSENT = Absent()
 
 
 @dataclass
@@ -57,117 +75,100 @@ class CanonicalData:
     def counts(self) -> dict[str, int]:
         return {"vignettes": len(self.vignettes), "reappraisals": len(self.reappraisals), "ratings": len(self.ratings)}
 
-
-# ----------------------------------------------------------------------------- reading raw files
-
-
-def _decode(path: Path) -> str:
-    raw = path.read_bytes()
-    try:
-        text = raw.decode("utf-8-sig")
-    except UnicodeDecodeError as exc:
-        line = raw[: exc.start].count(b"\n") + 1
-        raise InputError(f"{path}: line {line} is not valid UTF-8 (byte offset {exc.start}); re-export the file as UTF-8") from exc
-    return text
+    def dimensions(self) -> list[str]:
+        """The rating dimension columns this data holds, in schema order."""
+        return [d for d in RATING_DIMENSIONS if d in self.ratings.columns]
 
 
-def read_table(path: str | Path) -> pd.DataFrame:
-    """Read CSV, JSONL or parquet with every cell kept as read (strings for CSV).
+def _examples(items: list[str]) -> str:
+    shown = "; ".join(items[:MAX_EXAMPLES])
+    return shown + (f"; ... ({len(items) - MAX_EXAMPLES} more)" if len(items) > MAX_EXAMPLES else "")
 
-    Malformed files (truncated rows, bad quoting, wrong delimiter) raise InputError
-    naming the file and line.
-    """
-    path = Path(path)
-    if not path.exists():
-        raise InputError(f"{path}: file not found")
-    suffix = path.suffix.lower()
-    if suffix == ".parquet":
+
+def _frame(records: list[dict], columns: list[str]) -> pd.DataFrame:
+    """Object columns: ints stay ints and strings stay str (pandas would widen or retype them)."""
+    return pd.DataFrame([[r.get(c) for c in columns] for r in records], columns=columns, dtype=object)
+
+
+# ----------------------------------------------------------------------------- rating values
+
+
+def coerce_rating(value, kind: str):
+    """The value on the declared scale's type where the conversion is exact; else as read.
+
+    integer: 5, 5.0, "5", " 5.0 " -> 5; continuous: 5, "4.5", "5" -> 5.0 / 4.5. Anything else
+    (``"five"``, 4.5 on an integer scale, a boolean, NaN) is returned unchanged for
+    validation to report with its row id."""
+    if isinstance(value, bool) or value is None:
+        return value
+    number = value
+    if isinstance(value, str):
         try:
-            return pd.read_parquet(path)
-        except Exception as exc:  # pyarrow raises several types; all mean "not a readable parquet"
-            raise InputError(f"{path}: not a readable parquet file ({exc})") from exc
-    if suffix in {".jsonl", ".ndjson"}:
-        return pd.DataFrame(read_jsonl(path))
-    if suffix not in {".csv", ".tsv"}:
-        raise InputError(f"{path}: unsupported file type '{suffix}' (use .csv, .tsv, .jsonl or .parquet)")
-    text = _decode(path)
-    delimiter = "\t" if suffix == ".tsv" else ","
-    rows = list(_csv_rows(path, text, delimiter))
-    if not rows:
-        raise InputError(f"{path}: file is empty")
-    header = [h.strip() for h in rows[0][1]]
-    if len(header) == 1 and any(sep in header[0] for sep in ";\t|"):
-        found = next(sep for sep in ";\t|" if sep in header[0])
-        raise InputError(f"{path}: header has one column; the file looks {found!r}-delimited, expected {delimiter!r}")
-    for lineno, row in rows[1:]:
-        if len(row) != len(header):
-            raise InputError(
-                f"{path}: line {lineno} has {len(row)} fields, header has {len(header)} "
-                "(truncated line, stray delimiter or bad quoting)"
-            )
-    return pd.DataFrame([row for _, row in rows[1:]], columns=header)
+            number = float(value.strip())
+        except ValueError:
+            return value
+    if isinstance(number, (np.integer, np.floating)):
+        number = number.item()
+    if not isinstance(number, (int, float)) or not math.isfinite(number):
+        return value
+    if kind == "integer":
+        return int(number) if float(number).is_integer() else value
+    return float(number)
 
 
-def _csv_rows(path: Path, text: str, delimiter: str):
-    reader = csv.reader(io.StringIO(text, newline=""), delimiter=delimiter, strict=True)
-    try:
-        for row in reader:
-            if row:  # blank lines carry no record
-                yield (reader.line_num, row)
-    except csv.Error as exc:
-        raise InputError(f"{path}: line {reader.line_num}: malformed CSV ({exc}); check quoting") from exc
-    if text and not text.endswith(("\n", "\r")) and text.count('"') % 2:
-        raise InputError(f"{path}: ends inside a quoted field (truncated file or unclosed quote)")
+def _blank(value) -> bool:
+    return value is None or (isinstance(value, float) and np.isnan(value)) or (isinstance(value, str) and not value.strip())
 
 
 # ----------------------------------------------------------------------------- importers
 
 
-def _normalise_text(value):
-    """NFC-normalise strings so visually equal texts are byte-equal downstream."""
-    if isinstance(value, str):
-        return unicodedata.normalize("NFC", value)
-    return value
+def _rating_columns(path: Path, columns: list[str], settings: DataSettings) -> None:
+    """Rating columns in a file must be exactly the declared dimensions."""
+    in_file = [d for d in RATING_DIMENSIONS if d in columns]
+    undeclared = [d for d in in_file if d not in settings.dimensions]
+    if undeclared:
+        raise InputError(
+            f"{path}: column(s) {undeclared} hold ratings but data.dimensions is {settings.dimensions}; "
+            "add them to data.dimensions or drop the columns"
+        )
+    missing = [d for d in settings.dimensions if d not in in_file]
+    if missing:
+        raise InputError(
+            f"{path}: data.dimensions lists {missing} but the file has no such column(s); "
+            f"set data.dimensions to the rating columns the file has ({in_file or 'none'})"
+        )
 
 
-def _coerce_rating(value):
-    """Integers stay integers, integer-valued strings become ints; anything else is kept
-    as read so validation can report it (``"five"``, ``""``, ``4.5``)."""
-    if isinstance(value, bool):
-        return value
-    if isinstance(value, (int, np.integer)):
-        return int(value)
-    if isinstance(value, (float, np.floating)) and float(value).is_integer():
-        return int(value)
-    if isinstance(value, str) and value.strip().lstrip("-").isdigit():
-        return int(value.strip())
-    return value
-
-
-def _blank(value) -> bool:
-    return value is None or (isinstance(value, float) and np.isnan(value)) or (isinstance(value, str) and value.strip() == "")
-
-
-def import_flat(path: str | Path) -> CanonicalData:
+def import_flat(path: str | Path, settings: DataSettings) -> CanonicalData:
     """Import the project's flat format (one row per rating) from CSV/TSV/JSONL/parquet."""
-    path = Path(path)
     table = read_table(path)
-    columns = set(table.columns)
-    required = set(FLAT_COLUMNS) - FLAT_OPTIONAL
-    missing = sorted(required - columns)
+    path, frame = table.path, table.frame
+    columns = list(frame.columns)
+    missing = [c for c in FLAT_REQUIRED if c not in columns]
     if missing:
         raise InputError(f"{path}: missing required column(s) {missing}; expected columns {FLAT_COLUMNS}")
-    extra = sorted(columns - set(FLAT_COLUMNS))
+    extra = sorted(set(columns) - set(FLAT_COLUMNS))
     if extra:
         raise InputError(f"{path}: unknown column(s) {extra}; expected columns {FLAT_COLUMNS}")
-    table = table.map(_normalise_text)
-    has_ratings = "rater_id" in columns and any(not _blank(v) for v in table["rater_id"])
+    has_ratings = "rater_id" in columns and frame["rater_id"].map(lambda v: not _blank(v)).any()
+    dims = [d for d in RATING_DIMENSIONS if d in columns]
+    if dims and "rater_id" not in columns:
+        raise InputError(f"{path}: rating column(s) {dims} but no rater_id column; every rating needs its rater")
+    if has_ratings:
+        _rating_columns(path, columns, settings)
     has_emotion = "emotion" in columns
+    records = frame.to_dict("records")
+    _refuse_ratings_without_rater(table, records, dims)
 
     vignettes: dict[str, dict] = {}
     reappraisals: dict[str, dict] = {}
-    ratings: list[dict] = []
-    for row_number, row in enumerate(table.to_dict("records"), start=2):
+    first_seen: dict[tuple[str, str], int] = {}
+    ratings: dict[tuple, dict] = {}
+    rating_row: dict[tuple, int] = {}
+    identical, conflicting = [], []
+    for position, row in enumerate(records):
+        where = table.locations[position]
         vid = row["vignette_id"]
         vignette = {
             "vignette_id": vid,
@@ -175,38 +176,73 @@ def import_flat(path: str | Path) -> CanonicalData:
             "scenario": row["scenario"],
             "emotion": row.get("emotion") if has_emotion else None,
         }
-        if vid in vignettes and vignettes[vid] != vignette:
-            raise InputError(f"{path}: row {row_number}: vignette {vid!r} appears with different title/scenario/emotion")
-        vignettes[vid] = vignette
+        _same_or_fail(table, vignettes, first_seen, "vignette", vid, vignette, position, "title/scenario/emotion")
         rid = row["reappraisal_id"]
-        source = row.get("source") if not _blank(row.get("source")) else "human"
         reappraisal = {
             "reappraisal_id": rid,
             "vignette_id": vid,
             "author_id": row.get("author_id") if not _blank(row.get("author_id")) else f"unknown-{rid}",
-            "source": source,
+            "source": row.get("source") if not _blank(row.get("source")) else "human",
             "text": row["text"],
         }
-        if rid in reappraisals and reappraisals[rid] != reappraisal:
-            raise InputError(f"{path}: row {row_number}: reappraisal {rid!r} appears with different text or vignette")
-        reappraisals[rid] = reappraisal
-        if has_ratings and not _blank(row.get("rater_id")):
-            rating = {
-                "rating_id": f"{rid}-{row['rater_id']}",
-                "reappraisal_id": rid,
-                "vignette_id": vid,
-                "rater_id": row["rater_id"],
-            }
-            for dim in RATING_DIMENSIONS:
-                rating[dim] = _coerce_rating(row.get(dim))
-            ratings.append(rating)
-    meta = {"source": f"file:{path.name}", "has_ratings": has_ratings, "has_emotion": has_emotion}
+        _same_or_fail(table, reappraisals, first_seen, "reappraisal", rid, reappraisal, position, "vignette/author/source/text")
+        if not has_ratings or _blank(row.get("rater_id")):
+            continue
+        key = (rid, row["rater_id"])
+        rating = {"rating_id": f"{rid}-{row['rater_id']}", "reappraisal_id": rid, "vignette_id": vid, "rater_id": row["rater_id"]}
+        for dim in settings.dimensions:
+            rating[dim] = coerce_rating(row.get(dim), settings.rating_scale.kind)
+        if key in ratings:
+            pair = f"{table.locations[rating_row[key]]} and {where} ({rid!r}, rater {row['rater_id']!r})"
+            (identical if ratings[key] == rating else conflicting).append(pair)
+            continue
+        ratings[key] = rating
+        rating_row[key] = position
+    if conflicting:
+        raise InputError(
+            f"{path}: {len(conflicting)} rating(s) appear twice for one reappraisal and rater with different "
+            f"values: {_examples(conflicting)}; keep the right one in the export"
+        )
+    if identical and settings.duplicate_ratings == "error":
+        raise InputError(
+            f"{path}: {len(identical)} duplicate rating row(s) (same reappraisal_id and rater_id, identical "
+            f"values): {_examples(identical)}; remove them, or set data.duplicate_ratings: drop_identical "
+            "to keep one of each (the count is recorded in meta.json)"
+        )
+    meta = {
+        "source": f"file:{path.name}",
+        "has_ratings": bool(has_ratings),
+        "has_emotion": has_emotion,
+        "duplicate_rating_rows_dropped": len(identical),
+    }
+    rating_columns = [*RATING_KEY_COLUMNS, *(settings.dimensions if has_ratings else [])]
     return CanonicalData(
-        vignettes=pd.DataFrame(list(vignettes.values()), columns=VIGNETTE_COLUMNS),
-        reappraisals=pd.DataFrame(list(reappraisals.values()), columns=REAPPRAISAL_COLUMNS),
-        ratings=pd.DataFrame(ratings, columns=RATING_COLUMNS),
+        vignettes=_frame(list(vignettes.values()), VIGNETTE_COLUMNS),
+        reappraisals=_frame(list(reappraisals.values()), REAPPRAISAL_COLUMNS),
+        ratings=_frame(list(ratings.values()), rating_columns),
         meta=meta,
     )
+
+
+def _refuse_ratings_without_rater(table: RawTable, records: list[dict], dims: list[str]) -> None:
+    orphans = [
+        table.locations[i] for i, row in enumerate(records)
+        if _blank(row.get("rater_id")) and any(not _blank(row.get(d)) for d in dims)
+    ]
+    if orphans:
+        raise InputError(f"{table.path}: {len(orphans)} row(s) have rating values but no rater_id: {_examples(orphans)}")
+
+
+def _same_or_fail(table: RawTable, seen: dict, first: dict, what: str, key, record: dict, position: int, fields: str) -> None:
+    if key in seen and seen[key] != record:
+        differs = [k for k in record if record[k] != seen[key][k]]
+        raise InputError(
+            f"{table.path}: {table.locations[position]}: {what} {key!r} differs from its first appearance "
+            f"({table.locations[first[(what, key)]]}) in {differs}; each {what} needs one {fields}"
+        )
+    if key not in seen:
+        seen[key] = record
+        first[(what, key)] = position
 
 
 SHARMA_COLUMNS = {"situation", "thought", "reframe", "thinking_traps_addressed"}
@@ -216,75 +252,121 @@ def import_sharma2023(path: str | Path) -> CanonicalData:
     """Import the public reframing dataset (Sharma et al., 2023): situation -> scenario,
     reframe -> reappraisal. It has no ratings and no emotion labels; ids are derived from
     content hashes so re-imports are stable."""
-    path = Path(path)
     table = read_table(path)
-    missing = sorted({"situation", "reframe"} - set(table.columns))
+    path = table.path
+    missing = sorted({"situation", "reframe"} - set(table.frame.columns))
     if missing:
         raise InputError(f"{path}: not the Sharma et al. reframing file, missing column(s) {missing}")
-    table = table.map(_normalise_text)
+    blank = [table.locations[i] for i, r in enumerate(table.frame.to_dict("records")) if _blank(r["situation"])]
+    if blank:
+        raise InputError(f"{path}: {len(blank)} row(s) have an empty situation: {_examples(blank)}")
     vignettes: dict[str, dict] = {}
     reappraisals: list[dict] = []
-    for row_number, row in enumerate(table.to_dict("records"), start=2):
+    for position, row in enumerate(table.frame.to_dict("records")):
         situation = row["situation"].strip()
+        number = position + 2  # the record's position as a CSV line number, stable across re-imports
         vid = "s-" + hashlib.sha256(situation.encode("utf-8")).hexdigest()[:10]
         vignettes.setdefault(vid, {"vignette_id": vid, "title": situation[:60], "scenario": situation, "emotion": None})
         reappraisals.append(
             {
-                "reappraisal_id": f"sharma-{row_number:04d}",
+                "reappraisal_id": f"sharma-{number:04d}",
                 "vignette_id": vid,
-                "author_id": f"sharma2023-practitioner-{row_number:04d}",
+                "author_id": f"sharma2023-practitioner-{number:04d}",
                 "source": "human",
                 "text": row["reframe"],
             }
         )
     meta = {"source": "sharma2023", "has_ratings": False, "has_emotion": False}
     return CanonicalData(
-        vignettes=pd.DataFrame(list(vignettes.values()), columns=VIGNETTE_COLUMNS),
-        reappraisals=pd.DataFrame(reappraisals, columns=REAPPRAISAL_COLUMNS),
-        ratings=pd.DataFrame([], columns=RATING_COLUMNS),
+        vignettes=_frame(list(vignettes.values()), VIGNETTE_COLUMNS),
+        reappraisals=_frame(reappraisals, REAPPRAISAL_COLUMNS),
+        ratings=_frame([], RATING_KEY_COLUMNS),
         meta=meta,
     )
 
 
-def import_canonical_folder(folder: str | Path) -> CanonicalData:
-    """A folder that already holds the three canonical tables (CSV, JSONL or parquet)."""
+def import_canonical_folder(folder: str | Path, settings: DataSettings) -> CanonicalData:
+    """A folder that already holds the three canonical tables (CSV, TSV, JSONL or parquet)."""
     folder = Path(folder)
     tables = {}
     for name, columns in TABLES.items():
-        candidates = [folder / f"{name}{ext}" for ext in (".jsonl", ".csv", ".parquet")]
-        found = [c for c in candidates if c.exists()]
+        found = [folder / f"{name}{ext}" for ext in (".jsonl", ".csv", ".tsv", ".parquet") if (folder / f"{name}{ext}").exists()]
+        if len(found) > 1:
+            raise InputError(f"{folder}: {name} is there twice ({', '.join(p.name for p in found)}); keep one")
         if not found:
             if name == "ratings":
-                tables[name] = pd.DataFrame([], columns=columns)
+                tables[name] = _frame([], RATING_KEY_COLUMNS)
                 continue
-            raise InputError(f"{folder}: no {name}.jsonl/.csv/.parquet")
-        table = read_table(found[0]).map(_normalise_text)
-        missing = sorted(set(columns) - set(table.columns))
-        extra = sorted(set(table.columns) - set(columns))
+            raise InputError(f"{folder}: no {name}.jsonl/.csv/.tsv/.parquet")
+        frame = read_table(found[0]).frame
+        if name == "ratings":
+            if len(frame):
+                _rating_columns(found[0], list(frame.columns), settings)
+            columns = [*RATING_KEY_COLUMNS, *(settings.dimensions if len(frame) else [])]
+        missing = sorted(set(columns) - set(frame.columns))
+        extra = sorted(set(frame.columns) - set(columns))
         if missing or extra:
             raise InputError(f"{found[0]}: missing column(s) {missing}, unknown column(s) {extra}; expected {columns}")
         if name == "ratings":
-            for dim in RATING_DIMENSIONS:
-                table[dim] = table[dim].map(_coerce_rating).astype(object)
-        tables[name] = table[columns]
+            for dim in settings.dimensions if len(frame) else []:
+                frame[dim] = frame[dim].map(lambda v: coerce_rating(v, settings.rating_scale.kind)).astype(object)
+        tables[name] = frame[columns]
     has_ratings = len(tables["ratings"]) > 0
-    return CanonicalData(**tables, meta={"source": f"folder:{folder.name}", "has_ratings": has_ratings, "has_emotion": True})
+    has_emotion = tables["vignettes"]["emotion"].map(lambda v: not _blank(v)).any()
+    return CanonicalData(**tables, meta={"source": f"folder:{folder.name}", "has_ratings": has_ratings, "has_emotion": bool(has_emotion)})
 
 
-def ingest(source: str, path: str | Path | None, sample_settings: dict | None = None) -> CanonicalData:
-    """Dispatch on the ``data.source`` param."""
-    if source == "sample":
+def _declared_facts(data: CanonicalData, settings: DataSettings) -> dict:
+    """The data facts from params, checked against what the source delivered."""
+    has_ratings = bool(data.meta.get("has_ratings")) and len(data.ratings) > 0
+    present = data.dimensions()
+    if has_ratings and present != settings.dimensions:
+        raise InputError(
+            f"data.source {data.meta.get('source')!r} has rating dimensions {present}, but data.dimensions is "
+            f"{settings.dimensions}; set data.dimensions to the dimensions the data has"
+        )
+    if has_ratings and "effectiveness" not in present:
+        raise InputError("the data has ratings but no effectiveness column; the reward models need effectiveness")
+    if data.meta.get("source") == "sample" and settings.rating_scale.as_meta() != {"min": 1, "max": 7, "kind": "integer"}:
+        raise InputError(
+            f"data.source sample rates on an integer 1-7 scale, but data.rating_scale is {settings.rating_scale.as_meta()}"
+        )
+    return {
+        "dimensions": present if has_ratings else [],
+        "rating_scale": settings.rating_scale.as_meta(),
+        "rated_sources": list(settings.rated_sources),
+    }
+
+
+def check_text(data: CanonicalData, origin: str) -> None:
+    """No stored string holds a control character (other than tab/newline/CR), a surrogate
+    or an unassigned code point; InputError with count and example row ids otherwise."""
+    for name in TABLES:
+        frame = getattr(data, name)
+        id_column = ID_COLUMNS[name]
+        cells = []
+        for record in frame.to_dict("records"):
+            for column, value in record.items():
+                cells.append((f"{name}.{column} of {record.get(id_column)!r}", value))
+        check_strings(cells, origin)
+
+
+def ingest(settings: DataSettings) -> CanonicalData:
+    """Build the canonical dataset from the ``data`` params; the data facts go to meta.json."""
+    if settings.source == "sample":
         from reappreg.sample import generate_sample  # sample imports this module's schema
 
-        return generate_sample(**(sample_settings or {}))
-    if path is None:
-        raise InputError(f"data.source is {source!r} but data.path is not set; point it at the file to import")
-    path = Path(path)
-    if source == "sharma2023":
-        return import_sharma2023(path)
-    if source == "file":
-        return import_canonical_folder(path) if path.is_dir() else import_flat(path)
-    raise InputError(f"unknown data.source {source!r} (sample, file, sharma2023)")
+        data = generate_sample(**settings.sample.model_dump())
+    elif settings.path is None:
+        raise InputError(f"data.source is {settings.source!r} but data.path is not set; point it at the file to import")
+    elif settings.source == "sharma2023":
+        data = import_sharma2023(settings.path)
+    else:
+        path = Path(settings.path)
+        data = import_canonical_folder(path, settings) if path.is_dir() else import_flat(path, settings)
+    data.meta = {"duplicate_rating_rows_dropped": 0, **data.meta, **_declared_facts(data, settings)}
+    check_text(data, f"data.source {settings.source!r}")
+    return data
 
 
 # ----------------------------------------------------------------------------- canonical IO
@@ -295,9 +377,11 @@ def _records(frame: pd.DataFrame) -> list[dict]:
     for record in frame.to_dict("records"):
         clean = {}
         for key, value in record.items():
-            if isinstance(value, np.integer):
-                value = int(value)
-            elif isinstance(value, float) and np.isnan(value):
+            if value is ABSENT:
+                continue  # an absent rating key stays absent
+            if isinstance(value, (np.integer, np.floating)):
+                value = value.item()
+            if isinstance(value, float) and np.isnan(value):
                 value = None
             clean[key] = value
         out.append(clean)
@@ -313,18 +397,28 @@ def write_canonical(data: CanonicalData, folder: str | Path) -> None:
 
 
 def load_canonical(folder: str | Path) -> CanonicalData:
+    """Read a canonical folder as written: values keep their JSON types; a rating key that a
+    row lacks is ``ABSENT`` (an explicit null stays None), so validation can tell them apart."""
     folder = Path(folder)
     if not folder.is_dir():
         raise InputError(f"{folder}: canonical data folder not found")
     tables = {}
     for name, columns in TABLES.items():
-        records = read_jsonl(folder / f"{name}.jsonl")
-        frame = pd.DataFrame(records)
-        for col in columns:
-            if col not in frame.columns:
-                frame[col] = pd.Series(dtype=object)
-        extra = [c for c in frame.columns if c not in columns]
-        tables[name] = frame[columns + extra]
+        records = [r for _, r in read_jsonl_lines(folder / f"{name}.jsonl")]
+        keys = list(columns)
+        for record in records:
+            keys += [k for k in record if k not in keys]
+        if name == "ratings":  # a dimension no row has is not a column
+            keys = [k for k in keys if k not in RATING_DIMENSIONS or any(k in r for r in records)]
+        rows = [[r.get(k, ABSENT if name == "ratings" and k in RATING_DIMENSIONS else None) for k in keys] for r in records]
+        tables[name] = pd.DataFrame(rows, columns=keys, dtype=object)
     meta_path = folder / "meta.json"
     meta = read_json(meta_path) if meta_path.exists() else {}
     return CanonicalData(**tables, meta=meta)
+
+
+def scale_from_meta(meta: dict, where: str) -> RatingScale:
+    try:
+        return RatingScale(**meta["rating_scale"])
+    except (KeyError, TypeError, ValueError) as exc:
+        raise InputError(f"{where}: meta.json has no valid rating_scale ({exc}); re-run ingest") from exc

@@ -15,21 +15,24 @@ def run(
     report: Path = typer.Option(..., help="Report JSON to write (only when every expectation passes)"),
     params: Path = typer.Option(Path("params.yaml"), help="params.yaml"),
 ) -> None:
-    """Run the suites; on failure print a summary, write no report and exit non-zero."""
+    """Run the suites; on failure print a summary, leave no report and exit non-zero.
+
+    A report from an earlier run is removed first, so a failed or interrupted run never
+    leaves a passing report behind; the report records the md5 of every validated file."""
     import mlflow
 
-    from reappreg.data import load_canonical
     from reappreg.io import write_json
     from reappreg.settings import load_params
     from reappreg.tracking import stage_run
-    from reappreg.validate import ValidationRules, require_success, run_validation
+    from reappreg.validate import require_success, validate_folder
 
     p = load_params(params)
-    rules = ValidationRules(**p.validate_.model_dump())
+    report.unlink(missing_ok=True)
     with stage_run("validate", tracking=p.tracking, params=p.validate_.model_dump(), inputs={"canonical": data}):
-        result = run_validation(load_canonical(data), rules)
+        result = validate_folder(data, p.validate_, p.data)
         mlflow.log_metrics({"n_expectations": result["n_expectations"], "n_failed": result["n_failed"]})
         mlflow.log_dict(result, "validation_report.json")
         require_success(result)
         write_json(report, result)
-    typer.echo(f"validate: {result['n_expectations']} expectations passed")
+    typer.echo(f"validate: {result['n_expectations']} expectations passed; {report} records the md5 of "
+               f"{', '.join(result['inputs']['files'])}")

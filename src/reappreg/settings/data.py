@@ -1,8 +1,19 @@
+"""Params of ingest (``data`` section): where the data comes from and the facts it holds.
+
+The data facts (which rating dimensions the dataset has, the rating scale, which sources
+carry ratings) are recorded by ``ingest`` in ``meta.json`` and travel with the data: the
+validation, the split and the reward models read them from there.
+"""
+
 from typing import Literal
 
-from pydantic import Field
+from pydantic import Field, field_validator, model_validator
 
 from reappreg.settings.base import Section
+
+# The rating dimensions the canonical schema knows. A dataset has a subset of them
+# (``data.dimensions``); the absent ones are absent keys in ratings.jsonl, never filled.
+RATING_DIMENSIONS = ("effectiveness", "empathy", "novelty", "specificity")
 
 
 class SampleSettings(Section):
@@ -15,8 +26,58 @@ class SampleSettings(Section):
     opponent_answers_per_vignette: int = Field(10, ge=1)
 
 
+class RatingScale(Section):
+    # integer: Likert points (a "5.0" cell is read as 5; 4.5 is an error);
+    # continuous: any number in [min, max] (averaged or rescaled ratings), stored as floats.
+    min: int | float = 1
+    max: int | float = 7
+    kind: Literal["integer", "continuous"] = "integer"
+
+    @model_validator(mode="after")
+    def _ordered(self) -> "RatingScale":
+        if not self.min < self.max:
+            raise ValueError(f"min ({self.min}) must be below max ({self.max})")
+        if self.kind == "integer" and not (float(self.min).is_integer() and float(self.max).is_integer()):
+            raise ValueError(f"an integer scale needs integer bounds (got {self.min}..{self.max}); use kind: continuous")
+        return self
+
+    def as_meta(self) -> dict:
+        """The scale as recorded in meta.json: integer bounds as ints, continuous as floats."""
+        cast = int if self.kind == "integer" else float
+        return {"min": cast(self.min), "max": cast(self.max), "kind": self.kind}
+
+
 class DataSettings(Section):
-    # sample: seeded generator; file: the project's CSV/JSONL/parquet; sharma2023: public reframing CSV
+    # sample: seeded generator; file: the project's CSV/TSV/JSONL/parquet flat format or a
+    # canonical folder; sharma2023: public reframing CSV
     source: Literal["sample", "file", "sharma2023"] = "sample"
     path: str | None = None
+    # The rating columns this dataset has (effectiveness is required: the RMs train on it).
+    dimensions: list[str] = list(RATING_DIMENSIONS)
+    rating_scale: RatingScale = RatingScale()
+    # Sources whose reappraisals are rated; each of their reappraisals needs validate.min_raters.
+    rated_sources: list[str] = ["human"]
+    # The same (reappraisal_id, rater_id) rating twice with identical values: error | drop_identical
+    # (keep one, count the dropped rows in meta.json). Conflicting values are always an error.
+    duplicate_ratings: Literal["error", "drop_identical"] = "error"
     sample: SampleSettings = SampleSettings()
+
+    @field_validator("dimensions")
+    @classmethod
+    def _known_dimensions(cls, dimensions: list[str]) -> list[str]:
+        unknown = [d for d in dimensions if d not in RATING_DIMENSIONS]
+        if unknown:
+            raise ValueError(f"unknown dimension(s) {unknown}; known: {list(RATING_DIMENSIONS)}")
+        if len(set(dimensions)) != len(dimensions):
+            raise ValueError(f"a dimension is listed twice: {dimensions}")
+        if "effectiveness" not in dimensions:
+            raise ValueError("must include 'effectiveness': the reward models train on it whenever ratings exist")
+        # schema order, so meta.json and every table list them the same way
+        return [d for d in RATING_DIMENSIONS if d in dimensions]
+
+    @field_validator("rated_sources")
+    @classmethod
+    def _unique_sources(cls, sources: list[str]) -> list[str]:
+        if len(set(sources)) != len(sources):
+            raise ValueError(f"a source is listed twice: {sources}")
+        return sources
