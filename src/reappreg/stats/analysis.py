@@ -64,8 +64,9 @@ def _bounds(scores: np.ndarray, design: Design, settings: StatsSettings) -> dict
     else:
         binding = min(lows, key=lows.get)
         out.update(low=lows[binding], high=max(highs.values()), binding=binding)
-    out["variance"] = max(out["vignette_se"] or 0.0, out["generation_se"] or 0.0) ** 2 \
-        if out["vignette_se"] is not None and out["generation_se"] is not None else None
+    # n_eff reads the largest variance among the clustering levels the claim rule used
+    ses = [out[f"{p}_se"] for p in b["parts"] if f"{p}_se" in out]
+    out["variance"] = max(ses) ** 2 if ses and None not in ses else None
     return out
 
 
