@@ -182,7 +182,7 @@ def _spec(inputs: Path, base: Path, ensemble: Path, work: Path, train, tracking_
     policy, _ = _rehearsal_train_settings()
     spec = GrpoSpec(base_model_dir=str(base), prompts_path=str(inputs / "prompts.jsonl"),
                     vignettes_path=str(inputs / "vignettes.jsonl"), ensemble_path=str(ensemble), work_dir=str(work),
-                    train=train, reward=policy.reward, health=policy.health, world_size=2, tracking_uri=tracking_uri,
+                    train=train, reward=policy.reward, health=policy.health, world_size=2, use_cpu=True, tracking_uri=tracking_uri,
                     run_id=run_id, show_progress=False)
     work.mkdir(parents=True, exist_ok=True)
     write_json(work / "spec.json", spec.to_json())
@@ -244,3 +244,19 @@ def test_two_process_grpo_logs_once_resumes_after_kill_9_and_repeats_bit_for_bit
     weights = "model.safetensors"
     assert dvc_md5(again / "final" / weights) == dvc_md5(straight / "final" / weights)
     assert dvc_md5(killed / "final" / weights) == dvc_md5(straight / "final" / weights)
+
+
+@pytest.mark.slow
+def test_a_launch_that_starts_fewer_processes_is_refused_inside_the_trainer(rehearsal_base, two_process_inputs, tmp_path):
+    """What `accelerate launch --cpu` was seen to do: one process, no RANK. The trainer's own
+    world size is compared with the launcher's, so this never trains a different geometry."""
+    from test_policy import StandinEnsemble
+
+    from reappreg.io import read_json
+    from reappreg.policy.train import GrpoSpec, WorldSizeMismatch, train_grpo
+
+    _, train = _rehearsal_train_settings(max_steps=1)
+    spec = GrpoSpec.from_json(read_json(_spec(two_process_inputs, rehearsal_base, Path("unused"), tmp_path / "w", train)))
+    assert spec.world_size == 2 and spec.train == train  # the spec survives its JSON round trip
+    with pytest.raises(WorldSizeMismatch, match="asked for 2 process.*sees world size 1"):
+        train_grpo(spec, ensemble=StandinEnsemble())

@@ -95,7 +95,7 @@ def prompts(
     console.print(f"[green]{len(records)} prompts[/] -> {out}")
 
 
-def _training_spec(p, *, prompts, vignettes, rm_ensemble, base_model, work_dir, world_size, run_id, tracking_uri):
+def _training_spec(p, *, prompts, vignettes, rm_ensemble, base_model, work_dir, world_size, use_cpu, run_id, tracking_uri):
     from reappreg.policy.train import GrpoSpec
 
     s = p.policy
@@ -109,6 +109,7 @@ def _training_spec(p, *, prompts, vignettes, rm_ensemble, base_model, work_dir, 
         reward=s.reward,
         health=s.health,
         world_size=world_size,
+        use_cpu=use_cpu,
         tracking_uri=tracking_uri,
         run_id=run_id,
     )
@@ -198,7 +199,8 @@ def train(
         if resume_step:
             console.print(f"[yellow]resuming[/] from checkpoint at step {resume_step}")
         spec = _training_spec(p, prompts=prompts, vignettes=vignettes, rm_ensemble=rm_ensemble, base_model=base_model,
-                              work_dir=work_dir, world_size=world, run_id=run.info.run_id,
+                              work_dir=work_dir, world_size=world,
+                              use_cpu=launch is not None and launch["distributed_type"] == "MULTI_CPU", run_id=run.info.run_id,
                               tracking_uri=mlflow.get_tracking_uri())
         if launch is not None:
             spec_path = Path(work_dir) / SPEC

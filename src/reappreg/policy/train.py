@@ -68,6 +68,9 @@ class GrpoSpec:
     health: PolicyHealthSettings = field(default_factory=PolicyHealthSettings)
     # Processes the launcher starts; the trainer checks it sees exactly this many.
     world_size: int = 1
+    # A MULTI_CPU launch: the processes join over gloo on the CPU (transformers' use_cpu;
+    # without it a CUDA-less worker under torchrun stays a world of one).
+    use_cpu: bool = False
     tracking_uri: str | None = None
     run_id: str | None = None
     show_progress: bool = True
@@ -304,6 +307,7 @@ def grpo_config(spec: GrpoSpec):
         # MLflow logging is ours (one run per stage, owned by the stage); no auto-integrations.
         report_to="none",
         remove_unused_columns=False,  # the reward needs the `scenario` column
+        use_cpu=spec.use_cpu,
     )
     # Defaults a param may change (policy.train.trl wins).
     defaults = dict(log_completions=False, dataloader_num_workers=0, dataloader_pin_memory=torch.cuda.is_available())

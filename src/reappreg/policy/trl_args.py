@@ -51,6 +51,7 @@ OWNED_BY_PROJECT: dict[str, str] = {
     "logging_steps": "health is checked on every step's log",
     "report_to": "metrics go to the stage's own MLflow run (one per stage, rank 0 only)",
     "remove_unused_columns": "the reward needs the dataset's scenario column",
+    "use_cpu": "follows the launcher: true for a MULTI_CPU accelerate config (policy.launcher.config_file)",
     "push_to_hub": "the pipeline is air-gapped; the registry publishes models",
     "hub_model_id": "the pipeline is air-gapped; the registry publishes models",
     "hub_token": "the pipeline is air-gapped; the registry publishes models",
