@@ -1,0 +1,411 @@
+"""Each DVC stage's code deps, computed from the import closure of the command it runs.
+
+A stage's ``cmd`` starts ``reappreg <concern> <command>`` (a function in
+``src/reappreg/commands/<concern>.py``) or ``reappreg <name>`` for a command under the root
+(cli.py's ``COMMANDS``). Its closure, parsed with ``ast`` (nothing is
+imported), is:
+
+- the CLI entry (``cli.py``, ``__main__.py``) and the top-level imports of every commands
+  module, which run whenever the CLI starts;
+- the command function's module: its top-level imports, the imports inside the function
+  (lazy imports included), the module-level helpers it names (followed transitively), and
+  any sibling command it starts as a subprocess (an argv literal with ``"reappreg",
+  "<concern>", "<command>"`` in a row);
+- for every other reappreg module reached: every import anywhere in it (top level and
+  inside functions: which functions run is not known statically), plus the ``__init__.py``
+  of each package on the way (Python runs them on import). A commands module reached by an
+  import contributes its top-level imports only: its functions run for their own command.
+
+``python -m reappreg.dvcdeps --write`` rewrites the ``src/reappreg/...`` entries of every
+stage's ``deps:`` in dvc.yaml (other deps and all formatting stay as they are);
+``python -m reappreg.dvcdeps --check`` exits 1 and lists the differences.
+"""
+
+from __future__ import annotations
+
+import argparse
+import ast
+import functools
+import re
+import sys
+from collections.abc import Iterable
+from dataclasses import dataclass
+from pathlib import Path
+
+from reappreg.errors import InputError
+from reappreg.io import read_yaml
+
+PACKAGE = "reappreg"
+CODE_PREFIX = "src/reappreg"
+COMMANDS = "reappreg.commands"
+ENTRY_MODULES = ("reappreg.cli", "reappreg.__main__")
+
+
+@functools.lru_cache(maxsize=4096)
+def _parse(path: Path, mtime_ns: int) -> ast.Module:  # mtime: a changed file is parsed again
+    try:
+        return ast.parse(path.read_text(encoding="utf-8"), filename=str(path))
+    except SyntaxError as exc:
+        raise InputError(f"{path}: line {exc.lineno}: cannot parse ({exc.msg})") from exc
+
+
+@dataclass(frozen=True)
+class SourceTree:
+    """The package's modules as files under ``src_root`` (the folder that holds ``reappreg/``)."""
+
+    src_root: Path
+
+    def path_of(self, module: str) -> Path | None:
+        base = self.src_root.joinpath(*module.split("."))
+        if (base / "__init__.py").is_file():
+            return base / "__init__.py"
+        if base.with_suffix(".py").is_file():
+            return base.with_suffix(".py")
+        return None
+
+    def is_package(self, module: str) -> bool:
+        return (self.src_root.joinpath(*module.split(".")) / "__init__.py").is_file()
+
+    def parse(self, module: str) -> ast.Module:
+        path = self.path_of(module)
+        if path is None:
+            raise InputError(f"module {module} not found under {self.src_root}")
+        return _parse(path, path.stat().st_mtime_ns)
+
+    def modules_under(self, package: str) -> set[str]:
+        """Every module of ``package`` (recursively), the package itself included."""
+        folder = self.src_root.joinpath(*package.split("."))
+        out = {package} if self.path_of(package) else set()
+        for path in folder.rglob("*.py"):
+            if "__pycache__" in path.parts:
+                continue
+            parts = path.relative_to(self.src_root).with_suffix("").parts
+            out.add(".".join(parts[:-1] if parts[-1] == "__init__" else parts))
+        return out
+
+    def repo_path(self, module: str) -> str:
+        path = self.path_of(module)
+        return path.relative_to(self.src_root.parent).as_posix()
+
+
+def _resolve(module: str, is_package: bool, node: ast.ImportFrom) -> str:
+    if not node.level:
+        return node.module or ""
+    parts = module.split(".") if is_package else module.split(".")[:-1]
+    parts = parts[: len(parts) - (node.level - 1)]
+    return ".".join(parts + ([node.module] if node.module else []))
+
+
+def _imports(tree: SourceTree, module: str, nodes: Iterable[ast.AST]) -> set[str]:
+    """reappreg modules imported by the import statements among ``nodes``."""
+    found: set[str] = set()
+    is_package = tree.is_package(module)
+    for node in nodes:
+        if isinstance(node, ast.Import):
+            names = [alias.name for alias in node.names]
+        elif isinstance(node, ast.ImportFrom):
+            base = _resolve(module, is_package, node)
+            names = [base] + [f"{base}.{alias.name}" for alias in node.names if alias.name != "*"]
+        else:
+            continue
+        for name in names:
+            if (name == PACKAGE or name.startswith(PACKAGE + ".")) and tree.path_of(name) is not None:
+                found.add(name)
+    return found
+
+
+def _dynamic_imports(tree: SourceTree, module: str, nodes: Iterable[ast.AST]) -> set[str]:
+    """Modules named by ``importlib.import_module(...)`` / ``__import__(...)`` calls: a literal
+    name, or every module of the package an f-string prefix names (``f"reappreg.commands.{x}"``,
+    ``f"{__name__}.{x}"``). A call that cannot be resolved is an error, never a silent miss."""
+    found: set[str] = set()
+    own_package = module if tree.is_package(module) else module.rpartition(".")[0]
+    for node in nodes:
+        if not isinstance(node, ast.Call):
+            continue
+        func = node.func
+        name = func.attr if isinstance(func, ast.Attribute) else func.id if isinstance(func, ast.Name) else None
+        if name not in {"import_module", "__import__"} or not node.args:
+            continue
+        arg = node.args[0]
+        if isinstance(arg, ast.Constant) and isinstance(arg.value, str):
+            target = arg.value
+            if target.startswith(PACKAGE) and tree.path_of(target) is not None:
+                found.add(target)
+            continue
+        prefix = None
+        if isinstance(arg, ast.JoinedStr) and arg.values:
+            first = arg.values[0]
+            if isinstance(first, ast.Constant) and str(first.value).endswith("."):
+                prefix = str(first.value)[:-1]
+            elif (isinstance(first, ast.FormattedValue) and isinstance(first.value, ast.Name)
+                  and first.value.id in {"__name__", "__package__"}):
+                prefix = own_package
+        if prefix is None:
+            raise InputError(
+                f"{tree.repo_path(module)}: line {node.lineno}: dynamic import the deps generator cannot "
+                "resolve; use a literal module name or an f-string with a package prefix"
+            )
+        if prefix == PACKAGE or prefix.startswith(PACKAGE + "."):
+            found |= tree.modules_under(prefix)
+    return found
+
+
+def _with_parents(modules: set[str]) -> set[str]:
+    out = set(modules)
+    for name in modules:
+        parts = name.split(".")
+        out.update(".".join(parts[:i]) for i in range(1, len(parts)))
+    return out
+
+
+def module_closure(tree: SourceTree, start: Iterable[str]) -> set[str]:
+    """Every reappreg module reachable from ``start`` through any import statement."""
+    todo = list(_with_parents(set(start)))
+    seen: set[str] = set()
+    while todo:
+        name = todo.pop()
+        if name in seen:
+            continue
+        seen.add(name)
+        module_ast = tree.parse(name)
+        # A commands module's functions run only for their own command (whose imports the
+        # caller adds); importing the module runs just its top level.
+        nodes = list(module_ast.body if name.startswith(COMMANDS + ".") else ast.walk(module_ast))
+        reached = _imports(tree, name, nodes) | _dynamic_imports(tree, name, nodes)
+        todo += sorted(_with_parents(reached) - seen)
+    return seen
+
+
+def _command_functions(module_ast: ast.Module) -> dict[str, ast.FunctionDef]:
+    """CLI name -> function, for functions decorated ``@app.command(...)``."""
+    commands = {}
+    for node in module_ast.body:
+        if not isinstance(node, ast.FunctionDef):
+            continue
+        for deco in node.decorator_list:
+            if isinstance(deco, ast.Call) and isinstance(deco.func, ast.Attribute) and deco.func.attr == "command":
+                name = deco.args[0].value if deco.args and isinstance(deco.args[0], ast.Constant) else node.name.replace("_", "-")
+                commands[name] = node
+    return commands
+
+
+def _started_commands(nodes: list[ast.AST]) -> set[tuple[str, str]]:
+    """(concern, command) pairs a piece of code starts as a subprocess: an argv literal holding
+    ``"reappreg", "<concern>", "<command>"`` in a row (plain strings are mostly messages that
+    name a command, so they do not count)."""
+    found = set()
+    for node in nodes:
+        if isinstance(node, (ast.List, ast.Tuple)):
+            items = [e.value if isinstance(e, ast.Constant) and isinstance(e.value, str) else None for e in node.elts]
+            for i in range(len(items) - 2):
+                if items[i] == PACKAGE and items[i + 1] and items[i + 2]:
+                    found.add((items[i + 1], items[i + 2]))
+    return found
+
+
+def _root_commands(tree: SourceTree) -> dict[str, tuple[str, str]]:
+    """Commands directly under the root (``reappreg <name>``): cli.py's ``COMMANDS`` literal of
+    (module under reappreg.commands, function, command name)."""
+    for node in tree.parse(f"{PACKAGE}.cli").body:
+        if isinstance(node, ast.Assign) and any(isinstance(t, ast.Name) and t.id == "COMMANDS" for t in node.targets):
+            entries = ast.literal_eval(node.value)
+            return {name: (f"{COMMANDS}.{module}", function) for module, function, name in entries}
+    return {}
+
+
+def _locate(tree: SourceTree, first: str, second: str | None) -> tuple[str, str] | None:
+    """(commands module, function name) behind ``reappreg <first> [<second>]``, or None."""
+    root = _root_commands(tree)
+    if first in root:
+        return root[first]
+    module = f"{COMMANDS}.{first}"
+    if second is None or tree.path_of(module) is None:
+        return None
+    functions = _command_functions(tree.parse(module))
+    return (module, functions[second].name) if second in functions else None
+
+
+def command_closure(tree: SourceTree, first: str, second: str | None) -> set[str]:
+    """Module names the CLI runs for ``reappreg <first> <second>`` (see the module doc)."""
+    target = _locate(tree, first, second)
+    if target is None:
+        raise InputError(f"`reappreg {first} {second or ''}`: no such command under {tree.src_root / PACKAGE / 'commands'}")
+    done: set[tuple[str, str]] = set()
+    todo = [target]
+    start: set[str] = set(ENTRY_MODULES)  # cli.py imports every commands module at start-up
+    while True:
+        while todo:
+            item = todo.pop()
+            if item in done:
+                continue
+            done.add(item)
+            start |= _command_modules(tree, *item, todo)
+        closure = module_closure(tree, start)
+        for name in sorted(n for n in closure if not n.startswith(COMMANDS + ".")):
+            # library code that starts another command as a subprocess (commands modules:
+            # only the functions that run count, see _command_modules)
+            started = [_locate(tree, a, b) for a, b in _started_commands(list(ast.walk(tree.parse(name))))]
+            todo += sorted({t for t in started if t is not None} - done)
+        if not todo:
+            return closure
+
+
+def _command_modules(tree: SourceTree, module: str, function: str, todo: list[tuple[str, str]]) -> set[str]:
+    """The commands module, what it imports at top level, and the imports of the command
+    function and of the module-level helpers it names (transitively). Commands the function
+    starts as a subprocess are appended to ``todo``."""
+    module_ast = tree.parse(module)
+    helpers = {n.name: n for n in module_ast.body if isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef))}
+    found = {module} | _imports(tree, module, module_ast.body)
+    reached: set[int] = set()
+    pending: list[ast.AST] = [helpers[function]]
+    while pending:
+        node = pending.pop()
+        if id(node) in reached:
+            continue
+        reached.add(id(node))
+        body = list(ast.walk(node))
+        pending += [helpers[n.id] for n in body if isinstance(n, ast.Name) and n.id in helpers]
+        found |= _imports(tree, module, body)
+        todo += sorted({t for a, b in _started_commands(body) if (t := _locate(tree, a, b)) is not None})
+    return found
+
+
+def stage_command(stage: str, cmd: str) -> tuple[str, str | None]:
+    words = cmd.split()
+    if len(words) < 2 or words[0] != PACKAGE:
+        raise InputError(f"dvc.yaml stage {stage}: cmd must start `reappreg <concern> <command>` (got {cmd[:60]!r})")
+    return words[1], (words[2] if len(words) > 2 else None)
+
+
+def expected_code_deps(repo: Path) -> dict[str, list[str]]:
+    """Stage name -> sorted file paths (relative to the repo) of the code it runs."""
+    dvc = read_yaml(repo / "dvc.yaml")
+    tree = SourceTree(repo / "src")
+    out = {}
+    for stage, spec in (dvc.get("stages") or {}).items():
+        cmd = spec["cmd"] if isinstance(spec["cmd"], str) else " ".join(spec["cmd"])
+        files = {tree.repo_path(m) for m in command_closure(tree, *stage_command(stage, cmd))}
+        out[stage] = collapse(files, repo)
+    return out
+
+
+def package_files(repo: Path, folder: str) -> set[str]:
+    """The .py files under ``folder`` (a repo-relative path), recursively."""
+    return {p.relative_to(repo).as_posix() for p in (repo / folder).rglob("*.py") if "__pycache__" not in p.parts}
+
+
+def collapse(files: set[str], repo: Path) -> list[str]:
+    """Sorted deps: a package folder whose every module is in ``files`` becomes one folder
+    entry (DVC hashes the folder, so a module added to it later is covered too)."""
+    folders = sorted({str(Path(f).parent.as_posix()) for f in files} | {CODE_PREFIX})
+    whole = set()
+    for folder in folders:
+        for level in [folder, *[p.as_posix() for p in Path(folder).parents]]:
+            if level.startswith(CODE_PREFIX) and package_files(repo, level) <= files:
+                whole.add(level)
+    top = {f for f in whole if not any(f != g and f.startswith(g + "/") for g in whole)}
+    kept = {f for f in files if not any(f.startswith(t + "/") for t in top)}
+    return sorted(top | kept)
+
+
+def expand(deps: list[str], repo: Path) -> set[str]:
+    """The module files a list of code deps covers (folders expanded)."""
+    out = set()
+    for dep in deps:
+        out |= package_files(repo, dep) if (repo / dep).is_dir() else {dep}
+    return out
+
+
+def listed_code_deps(repo: Path) -> dict[str, list[str]]:
+    dvc = read_yaml(repo / "dvc.yaml")
+    return {
+        stage: [d for d in (spec.get("deps") or []) if isinstance(d, str) and d.startswith(CODE_PREFIX)]
+        for stage, spec in (dvc.get("stages") or {}).items()
+    }
+
+
+def differences(repo: Path, expected: dict[str, list[str]] | None = None) -> list[str]:
+    """One line per stage whose listed code deps differ from its import closure
+    (``expected``: precomputed ``expected_code_deps(repo)``)."""
+    expected = expected_code_deps(repo) if expected is None else expected
+    listed = listed_code_deps(repo)
+    lines = []
+    for stage, want in expected.items():
+        have = listed.get(stage, [])
+        missing = sorted(expand(want, repo) - expand(have, repo))
+        extra = sorted(expand(have, repo) - expand(want, repo))
+        if missing or extra:
+            lines.append(f"{stage}: missing {missing}, not imported {extra}")
+        elif have != want:
+            lines.append(f"{stage}: lists {have}, generated form {want}")
+    return lines
+
+
+def rewrite_text(text: str, expected: dict[str, list[str]]) -> str:
+    """dvc.yaml text with each stage's src/reappreg deps replaced by ``expected[stage]``
+    (placed first; the other deps, comments and formatting are kept)."""
+    lines = text.split("\n")
+    out: list[str] = []
+    stage = None
+    in_stages = False
+    i = 0
+    while i < len(lines):
+        line = lines[i]
+        if re.match(r"^\S", line):
+            in_stages = line.startswith("stages:")
+            stage = None
+        elif in_stages and (m := re.match(r"^  ([A-Za-z0-9_-]+):\s*$", line)):
+            stage = m.group(1)
+        if stage in expected and (m := re.match(r"^(\s+)deps:\s*$", line)):
+            out.append(line)
+            i += 1
+            items: list[str] = []
+            indent = None
+            while i < len(lines) and (im := re.match(r"^(\s+)- (.*)$", lines[i])) and len(im.group(1)) > len(m.group(1)):
+                indent = indent or im.group(1)
+                items.append(im.group(2))
+                i += 1
+            indent = indent or m.group(1) + "  "
+            others = [item for item in items if not item.startswith(CODE_PREFIX)]
+            out += [f"{indent}- {dep}" for dep in expected[stage]] + [f"{indent}- {item}" for item in others]
+            continue
+        out.append(line)
+        i += 1
+    return "\n".join(out)
+
+
+def rewrite(repo: Path) -> bool:
+    """Replace each stage's src/reappreg deps in dvc.yaml with its closure; True if it changed."""
+    path = repo / "dvc.yaml"
+    text = path.read_text(encoding="utf-8")
+    new = rewrite_text(text, expected_code_deps(repo))
+    if new == text:
+        return False
+    path.write_text(new, encoding="utf-8")
+    return True
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m reappreg.dvcdeps", description=__doc__.splitlines()[0])
+    parser.add_argument("--repo", type=Path, default=Path("."), help="repository root (holds dvc.yaml and src/)")
+    action = parser.add_mutually_exclusive_group(required=True)
+    action.add_argument("--write", action="store_true", help="rewrite the code deps in dvc.yaml")
+    action.add_argument("--check", action="store_true", help="exit 1 if dvc.yaml's code deps differ")
+    args = parser.parse_args(argv)
+    try:
+        if args.write:
+            print("dvc.yaml: code deps updated" if rewrite(args.repo) else "dvc.yaml: code deps already up to date")
+            return 0
+        diff = differences(args.repo)
+    except InputError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
+    for line in diff:
+        print(line)
+    return 1 if diff else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

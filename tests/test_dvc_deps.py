@@ -1,0 +1,205 @@
+"""Every DVC stage depends on the code its command runs (reappreg.dvcdeps)."""
+
+from __future__ import annotations
+
+import json
+import shutil
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+import pytest
+
+from reappreg.dvcdeps import (
+    SourceTree,
+    command_closure,
+    differences,
+    expand,
+    expected_code_deps,
+    listed_code_deps,
+    rewrite_text,
+)
+from reappreg.errors import InputError
+from reappreg.io import read_yaml
+
+REPO = Path(__file__).resolve().parents[1]
+REGENERATE = "regenerate with `python -m reappreg.dvcdeps --write`"
+
+
+@pytest.fixture(scope="module")
+def expected():
+    return expected_code_deps(REPO)
+
+
+def test_dvc_yaml_lists_every_module_each_stage_imports(expected):
+    diff = differences(REPO, expected)
+    assert not diff, f"dvc.yaml code deps are stale ({REGENERATE}):\n" + "\n".join(diff)
+
+
+def _fake_repo(tmp_path: Path, dvc_text: str) -> Path:
+    repo = tmp_path / "repo"
+    repo.mkdir()
+    (repo / "src").symlink_to(REPO / "src")
+    (repo / "dvc.yaml").write_text(dvc_text)
+    return repo
+
+
+def test_dropping_any_code_dep_of_any_stage_is_caught(tmp_path, expected):
+    text = (REPO / "dvc.yaml").read_text()
+    listed = listed_code_deps(REPO)
+    repo = _fake_repo(tmp_path, text)
+    for stage, deps in listed.items():
+        victim = deps[len(deps) // 2]
+        (repo / "dvc.yaml").write_text(rewrite_text(text, {stage: [d for d in deps if d != victim]}))
+        diff = differences(repo, expected)
+        assert len(diff) == 1 and diff[0].startswith(f"{stage}: missing "), diff
+        assert sorted(expand([victim], REPO))[0] in diff[0]
+
+
+def test_the_old_hand_written_deps_fail(tmp_path, expected):
+    """The deps as they were written by hand: judge listed only its own module, split lacked
+    data.py, policy_train lacked rm and guard."""
+    text = (REPO / "dvc.yaml").read_text()
+    listed = listed_code_deps(REPO)
+    old = {
+        "judge": [d for d in listed["judge"] if d.startswith("src/reappreg/judge")],
+        "split": ["src/reappreg/split.py"],
+        "policy_train": [d for d in listed["policy_train"] if d.startswith("src/reappreg/policy")],
+    }
+    repo = _fake_repo(tmp_path, rewrite_text(text, old))
+    diff = {line.split(":")[0]: line for line in differences(repo, expected)}
+    assert set(diff) == set(old)
+    assert "src/reappreg/data.py" in diff["split"]
+    assert "src/reappreg/rm/" in diff["policy_train"] and "src/reappreg/guard/" in diff["policy_train"]
+    assert "src/reappreg/settings/" in diff["judge"]
+
+
+# ----------------------------------------------------------------------------- the closure rules
+
+
+def _package(tmp_path: Path, files: dict[str, str]) -> SourceTree:
+    root = tmp_path / "src"
+    for name, body in {"reappreg/__init__.py": "", "reappreg/cli.py": "COMMANDS = [('top', 'top', 'top')]\n",
+                       "reappreg/__main__.py": "from reappreg.cli import main\n",
+                       "reappreg/commands/__init__.py": "", **files}.items():
+        path = root / name
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(textwrap.dedent(body))
+    return SourceTree(root)
+
+
+def _names(closure: set[str]) -> set[str]:
+    return {m for m in closure if m not in {"reappreg", "reappreg.cli", "reappreg.__main__", "reappreg.commands"}}
+
+
+def test_lazy_imports_helpers_and_subprocess_commands_are_followed(tmp_path):
+    tree = _package(tmp_path, {
+        "reappreg/commands/x.py": """
+            import typer
+            app = typer.Typer()
+
+            def _helper():
+                from reappreg.lazy import thing  # lazy, in a helper the command calls
+                return thing
+
+            @app.command("go")
+            def go():
+                from reappreg import lib
+                _helper()
+
+            @app.command()
+            def other_cmd():
+                from reappreg.unrelated import nothing
+
+            @app.command("launch")
+            def launch():
+                import subprocess
+                subprocess.run(["python", "-m", "reappreg", "x", "worker"])
+
+            @app.command("worker")
+            def worker():
+                from reappreg.pkg.deep import work
+        """,
+        "reappreg/lib.py": "def f():\n    from .sub.mod import g  # relative, inside a function\n",
+        "reappreg/sub/__init__.py": "",
+        "reappreg/sub/mod.py": "",
+        "reappreg/lazy.py": "",
+        "reappreg/unrelated.py": "",
+        "reappreg/pkg/__init__.py": "",
+        "reappreg/pkg/deep.py": "",
+    })
+    go = _names(command_closure(tree, "x", "go"))
+    assert go == {"reappreg.commands.x", "reappreg.lib", "reappreg.lazy", "reappreg.sub", "reappreg.sub.mod"}
+    assert "reappreg.unrelated" in command_closure(tree, "x", "other-cmd")
+    launch = _names(command_closure(tree, "x", "launch"))
+    assert {"reappreg.pkg", "reappreg.pkg.deep"} <= launch
+
+
+def test_dynamic_imports_cover_the_package_or_fail(tmp_path):
+    tree = _package(tmp_path, {
+        "reappreg/commands/top.py": "def top():\n    from reappreg.plugins import load\n",
+        "reappreg/plugins/__init__.py": "import importlib\n\ndef load(n):\n    return importlib.import_module(f'{__name__}.{n}')\n",
+        "reappreg/plugins/a.py": "",
+        "reappreg/plugins/b.py": "from reappreg.helper import x\n",
+        "reappreg/helper.py": "",
+    })
+    closure = command_closure(tree, "top", None)
+    assert {"reappreg.plugins.a", "reappreg.plugins.b", "reappreg.helper"} <= closure
+    (tmp_path / "src/reappreg/plugins/__init__.py").write_text("import importlib\nname = 'x'\nimportlib.import_module(name)\n")
+    with pytest.raises(InputError, match=r"plugins/__init__.py: line 3: dynamic import the deps generator cannot resolve"):
+        command_closure(tree, "top", None)
+
+
+def test_every_commands_module_top_level_runs_for_every_stage(tmp_path):
+    tree = _package(tmp_path, {
+        "reappreg/cli.py": "import importlib\nCOMMANDS = []\nfor n in ['a', 'b']:\n"
+                           "    importlib.import_module(f'reappreg.commands.{n}')\n",
+        "reappreg/commands/a.py": "import typer\napp = typer.Typer()\n\n@app.command('run')\ndef run():\n    pass\n",
+        "reappreg/commands/b.py": "from reappreg import shared\n\ndef cmd():\n    from reappreg import only_b\n",
+        "reappreg/shared.py": "",
+        "reappreg/only_b.py": "",
+    })
+    closure = command_closure(tree, "a", "run")
+    assert {"reappreg.commands.b", "reappreg.shared"} <= closure and "reappreg.only_b" not in closure
+
+
+# ----------------------------------------------------------------------------- end to end with DVC
+
+
+def _dvc(*args: str, cwd: Path) -> subprocess.CompletedProcess:
+    dvc = Path(sys.executable).with_name("dvc")
+    return subprocess.run([str(dvc), *args], cwd=cwd, capture_output=True, text=True, check=True)
+
+
+@pytest.mark.slow
+def test_touching_a_module_makes_dvc_status_list_exactly_its_stages(tmp_path):
+    """A copy with every stage's listed code deps (cmd `true`), locked by `dvc repro`: touching
+    a module must make `dvc status` list exactly the stages whose import closure holds it."""
+    repo = tmp_path / "copy"
+    shutil.copytree(REPO / "src" / "reappreg", repo / "src" / "reappreg", ignore=shutil.ignore_patterns("__pycache__"))
+    listed = listed_code_deps(REPO)
+    stages = {stage: {"cmd": "true", "deps": deps} for stage, deps in listed.items()}
+    (repo / "dvc.yaml").write_text(json.dumps({"stages": stages}, indent=1))  # JSON is YAML
+    _dvc("init", "--no-scm", "-q", cwd=repo)
+    _dvc("repro", "-q", cwd=repo)
+    assert json.loads(_dvc("status", "--json", cwd=repo).stdout or "{}") == {}
+    closures = {stage: expand(deps, REPO) for stage, deps in listed.items()}
+    every = sorted(set().union(*closures.values()))
+    # one module of each distinct stage set, plus the ones the old hand-written deps missed
+    probes: dict[frozenset, str] = {}
+    for module in every:
+        probes.setdefault(frozenset(s for s, c in closures.items() if module in c), module)
+    picked = set(probes.values()) | {m for m in ("src/reappreg/data.py", "src/reappreg/generate.py",
+                                                 "src/reappreg/rm/ensemble.py") if m in every}
+    assert read_yaml(repo / "dvc.yaml")["stages"].keys() == listed.keys()
+    for module in sorted(picked):
+        path = repo / module
+        original = path.read_bytes()
+        path.write_bytes(original + b"\n# touched\n")
+        try:
+            changed = set(json.loads(_dvc("status", "--json", cwd=repo).stdout or "{}"))
+        finally:
+            path.write_bytes(original)
+        expected = {s for s, c in closures.items() if module in c}
+        assert changed == expected, (module, sorted(changed ^ expected))
