@@ -17,30 +17,32 @@ import pytest
 import yaml
 from typer.testing import CliRunner
 
-from reappreg.card import parse_card
 from reappreg.cli import app
 from reappreg.errors import GateFailed
 from reappreg.hashing import dvc_md5
 from reappreg.registry import (
     CONTENT_TAG,
+    ENVELOPE_TAG,
     KEY_TAG,
     STATUS_TAG,
     IntegrityError,
     RegistryUnavailable,
+    audit,
     connect,
     folder_md5,
     load_declarations,
+    load_keyring,
     manifest_of,
     register_version,
     registration_key,
-    verify_aliases,
+    signing_key,
     verify_signature,
     watch_poll,
     watch_webhook,
 )
+from reappreg.registry.keys import open_statement, sign_statement
+from reappreg.registry.registration import attestation_paths
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-from test_card import leak_and_reguard, retrain_policy, write_pipeline  # noqa: E402  (shared fixture builders)
 
 REPO = Path(__file__).resolve().parents[1]
 POLICY = "reappraisal-policy-grpo"
@@ -51,6 +53,95 @@ def run_cli(*args: str):
     """Invoke the CLI in-process; returns (exit code, output, exception)."""
     result = CliRunner().invoke(app, list(args))
     return result.exit_code, result.output, result.exception
+
+
+# --------------------------------------------------------------------------- a fake-but-real pipeline
+# Every input of the register stage, written through the file contracts it reads (certificate,
+# metrics/eval.json, claims, calibration, metrics folders, cards), so these tests do not depend
+# on how the guard, stats or card stages produce them today.
+
+VIGNETTES = ["v1", "v2", "v3", "v4", "v5", "v6"]
+
+
+def _jsonl(path: Path, rows: list[dict]) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text("".join(json.dumps(r, sort_keys=True) + "\n" for r in rows), encoding="utf-8")
+
+
+def _json(path: Path, obj) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(json.dumps(obj, sort_keys=True, indent=1), encoding="utf-8")
+
+
+def write_pipeline(root: Path, *, trusted: bool = True, healthy: bool = True) -> Path:
+    from reappreg.guard.stage import CERTIFICATE_SCHEMA
+
+    root.mkdir(parents=True, exist_ok=True)
+    from reappreg.settings import Params
+
+    # The schema's defaults (the CPU profile): independent of params.yaml edits in flight.
+    (root / "params.yaml").write_text(yaml.safe_dump(Params().model_dump(by_alias=True), sort_keys=True), encoding="utf-8")
+    shutil.copytree(REPO / "registry", root / "registry", ignore=shutil.ignore_patterns("mlflow.db", "mlartifacts", "mlruns"))
+    (root / "pipelines/prompts").mkdir(parents=True)
+    shutil.copy(REPO / "pipelines/prompts/grpo_prompt.yaml", root / "pipelines/prompts/grpo_prompt.yaml")
+    _jsonl(root / "data/guarded/vignettes.jsonl", [{"vignette_id": v, "scenario": f"Your friend {v} forgot your birthday."} for v in VIGNETTES])
+    _jsonl(root / "data/guarded/reappraisals.jsonl", [{"reappraisal_id": f"r{i}", "vignette_id": "v1", "text": f"Maybe they were busy {i}."} for i in range(3)])
+    _jsonl(root / "data/guarded/prompts.jsonl", [{"prompt_id": f"p{v}", "vignette_id": v, "prompt": f"Reappraise {v}."} for v in VIGNETTES])
+    _jsonl(root / "data/train/ratings.jsonl", [{"rating_id": "x1", "reappraisal_id": "r0", "effectiveness": 5}])
+    _jsonl(root / "data/heldout/answers.jsonl", [{"answer_id": "h0", "vignette_id": "v1", "text": "held out"}])
+    guarded = ["data/guarded/vignettes.jsonl", "data/guarded/reappraisals.jsonl", "data/guarded/prompts.jsonl"]
+    _json(root / "data/guard/certificate.json", {
+        "schema": CERTIFICATE_SCHEMA, "result": "pass",
+        "heldout": {"path": "data/heldout/answers.jsonl", "md5": dvc_md5(root / "data/heldout/answers.jsonl")},
+        "training": [{"path": p.replace("guarded", "train"), "md5": dvc_md5(root / p), "guarded_path": p,
+                      "guarded_md5": dvc_md5(root / p)} for p in guarded],
+    })
+    for folder, files in {
+        "models/rm/ensemble": {"ensemble.json": '{"seeds": [0, 1, 2]}', "head_seed0.safetensors": "w0", "head_seed1.safetensors": "w1"},
+        "models/policy/base": {"config.json": '{"base": true}', "model.safetensors": "base-weights"},
+        "models/policy/grpo": {"config.json": '{"grpo": true}', "model.safetensors": "policy-weights", "tokenizer/tokenizer.json": "{}"},
+    }.items():
+        for rel, text in files.items():
+            (root / folder / rel).parent.mkdir(parents=True, exist_ok=True)
+            (root / folder / rel).write_text(text, encoding="utf-8")
+    _json(root / "metrics/rm/ensemble.json", {"k": 0.5, "holdout": {"reward": {"pairwise_accuracy": 0.67}}, "a_key_added_later": {"x": 1}})
+    _json(root / "metrics/policy/train.json", {"global_step": 6, "healthy": healthy, "model_md5": dvc_md5(root / "models/policy/grpo")})
+    agreement = 0.9 if trusted else 0.55
+    _json(root / "metrics/judge_calibration.json", {
+        "judge_model": "judge-test", "judge_fingerprint": "fp-test", "n_pairs": 200, "agreement": agreement,
+        "agreement_low": agreement - 0.05, "agreement_high": agreement + 0.05, "position_bias_A": 0.05, "position_bias_B": 0.05,
+        "order_consistency": 0.9, "unparseable_rate": 0.0, "min_agreement": 0.65, "min_pairs": 20, "trusted": trusted,
+        "new_field": [1, 2]})
+    prefix = "policy/gpt-4-0314"
+    _json(root / "metrics/eval.json", {"judge/max_position_bias": 0.2, "judge/max_unparseable_rate": 0.1,
+                                       "judge/min_agreement_applied": 0.65, "judge/min_pairs_applied": 20,
+                                       "judge/trusted": 1 if trusted else 0,
+f"{prefix}/n": 300, f"{prefix}/win_rate": 0.9, f"{prefix}/cluster_low": 0.8,
+                                       f"{prefix}/iid_low": 0.86, f"{prefix}/n_eff": 250.0, f"{prefix}/n_clusters": 6})
+    _json(root / "reports/claims.json", [{
+        "claim_id": "bar/policy/gpt-4-0314", "kind": "bar", "condition": "policy", "opponent": "gpt-4-0314", "threshold": 0.5,
+        "statement": "beats the bar", "metric_refs": [f"{prefix}/cluster_low"], "supported": True, "status": "supported",
+        "reason": "cluster CI lower bound above the bar", "flags": [], "judge_model": "judge-test", "extra": {"added": True},
+    }])
+    for name in (POLICY, RM):
+        path = root / "reports/cards" / f"{name}.md"
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(f"---\nlicense: apache-2.0\n---\n# {name}\n\nA card.\n\n## Evaluation\n\nNumbers.\n", encoding="utf-8")
+    return root
+
+
+def retrain_policy(root: Path, weights: str) -> None:
+    """New policy weights, and training metrics that describe them (as the training stage writes)."""
+    (root / "models/policy/grpo/model.safetensors").write_text(weights)
+    metrics = json.loads((root / "metrics/policy/train.json").read_text())
+    metrics["model_md5"] = dvc_md5(root / "models/policy/grpo")
+    _json(root / "metrics/policy/train.json", metrics)
+
+
+def fail_guard(root: Path) -> None:
+    cert = json.loads((root / "data/guard/certificate.json").read_text())
+    cert["result"] = "fail"
+    _json(root / "data/guard/certificate.json", cert)
 
 
 _TEMPLATES: dict[tuple, Path] = {}
@@ -68,13 +159,6 @@ def templates(tmp_path_factory):
             empty_db = base / "empty.db"
             if not empty_db.exists():
                 connect(f"sqlite:///{empty_db}", attempts=1, backoff_s=0)  # runs MLflow's migrations once
-            cwd = os.getcwd()
-            os.chdir(root)  # the stage runs from the repository root with its default paths
-            try:
-                result = CliRunner(env={"MLFLOW_TRACKING_URI": f"sqlite:///{base / 'cards.db'}"}).invoke(app, ["card", "build"])
-            finally:
-                os.chdir(cwd)
-            assert result.exit_code == 0, (result.output, result.exception)
             (root / "registry").mkdir(exist_ok=True)
             shutil.copy(empty_db, root / "registry/mlflow.db")
             _TEMPLATES[key] = root
@@ -89,6 +173,7 @@ def make_repo(tmp_path, monkeypatch, templates, **kwargs) -> Path:
     shutil.copytree(templates(**kwargs), root)
     monkeypatch.chdir(root)
     monkeypatch.setenv("MLFLOW_TRACKING_URI", f"sqlite:///{root / 'registry/mlflow.db'}")
+    monkeypatch.delenv("REAPPREG_SIGNING_KEY", raising=False)  # this clone's local key signs
     return root
 
 
@@ -145,16 +230,8 @@ def test_register_records_provenance_card_and_candidate_alias(repo):
     manifest = dict(json.loads(tags["reappreg.manifest"]))
     assert set(manifest) == {"config.json", "model.safetensors", "tokenizer/tokenizer.json"}
     card = (repo / "reports/cards" / f"{POLICY}.md").read_text()
-    meta, body = parse_card(card)
-    # The description is the card, its front matter fenced so the UI renders it as YAML ...
-    assert mv.description.startswith("```yaml\n" + yaml.safe_dump(meta, sort_keys=False))
-    shown = mv.description.split("\n```\n", 1)[1]
-    if "_(Cut to the registry's" not in shown:
-        assert shown == body
-    else:  # ... cut at a section heading to fit MLflow's VARCHAR(5000) description column
-        kept, note = shown.rsplit("\n\n_(Cut to the registry's 5000-character description limit", 1)
-        assert body.startswith(kept) and body[len(kept):].startswith("\n## ") and len(mv.description) <= 5000
-        assert f"{POLICY}/README.md of run {mv.run_id}" in note
+    # The description is the card, its front matter fenced so the UI renders it as YAML.
+    assert mv.description.startswith("```yaml\nlicense: apache-2.0\n```\n# reappraisal-policy-grpo")
     import mlflow
 
     logged = mlflow.artifacts.load_text(f"runs:/{mv.run_id}/{POLICY}/README.md")
@@ -195,7 +272,7 @@ def test_registration_refuses_an_artifact_its_training_metrics_do_not_describe(r
 
 
 def test_registration_refuses_a_failed_certificate(repo):
-    leak_and_reguard(repo)  # a held-out answer copied into the training text: the guard fails
+    fail_guard(repo)  # the guard found a held-out answer in the training text
     assert json.loads((repo / "data/guard/certificate.json").read_text())["result"] == "fail"
     code, _, exc = run_cli("registry", "register")
     assert isinstance(exc, GateFailed) and "did not pass" in str(exc)
@@ -244,15 +321,20 @@ def _library_registration(client, root: Path, name: str = POLICY, **overrides):
     configure(os.environ["MLFLOW_TRACKING_URI"], "reappraisal-registry", str(root / "registry/mlartifacts"))
     artifact = root / "models/policy/grpo"
     training = {"data/guarded/prompts.jsonl": dvc_md5(root / "data/guarded/prompts.jsonl")}
+    decl = load_declarations(root / "registry/models.yaml")
     with mlflow.start_run():
 
         def log(folder, artifact_path):
             mlflow.log_artifacts(str(folder), artifact_path)
             return mlflow.get_artifact_uri(artifact_path)
 
-        kwargs = dict(name=name, model_description="test model", artifact_dir=artifact, manifest=manifest_of(artifact),
-                      training_md5s=training,
-                      tags={"guard.result": "pass"}, card="---\nlicense: x\n---\n# card\n", log_artifacts=log,
+        def attest(version, run_id, source, subjects, readable):
+            return {"_type": "https://in-toto.io/Statement/v1", "subject": [{"name": k, "digest": {"sha256": v}} for k, v in subjects.items()],
+                    "predicateType": "https://slsa.dev/provenance/v1", "predicate": {}}
+
+        kwargs = dict(name=name, model=decl.models[POLICY], artifact_dir=artifact, manifest=manifest_of(artifact),
+                      training_md5s=training, tags={"guard.result": "pass"}, card="---\nlicense: x\n---\n# card\n",
+                      log_artifacts=log, attest=attest, key=signing_key(root / "work/registry/keys", create=True),
                       candidate_alias="candidate", stale_after_s=3600)
         kwargs.update(overrides)
         return register_version(client, **kwargs)
@@ -288,7 +370,8 @@ def test_a_concurrent_version_from_another_host_is_resolved_to_the_lowest(repo):
 
     def log_while_another_host_registers(folder, artifact_path):
         # Another host (no shared lock) creates its version of the same key right now.
-        client.create_model_version(POLICY, source="file:///elsewhere", tags={KEY_TAG: key, STATUS_TAG: "registering"})
+        if artifact_path.endswith("/model"):
+                client.create_model_version(POLICY, source="file:///elsewhere", tags={KEY_TAG: key, STATUS_TAG: "registering"})
         mlflow.log_artifacts(str(folder), artifact_path)
         return mlflow.get_artifact_uri(artifact_path)
 
@@ -310,6 +393,140 @@ def test_a_stale_unfinished_registration_is_cleaned_up(repo):
     assert ids(client, POLICY) == ["2"]
 
 
+# --------------------------------------------------------------------------- signed evidence
+
+
+def keyring_of(root: Path):
+    return load_keyring(root / "registry/keys", root / "work/registry/keys")
+
+
+def envelope_of(client, name: str, version: str) -> tuple[bytes, dict]:
+    import mlflow
+
+    mv = client.get_model_version(name, version)
+    text = mlflow.artifacts.load_text(f"runs:/{mv.run_id}/{attestation_paths(name, version)[0]}")
+    stmt, _ = open_statement(text.encode(), keyring_of(Path.cwd()))
+    return text.encode(), stmt
+
+
+def stored(client, name: str, version: str, rel: str) -> Path:
+    """A file of a version as it lies in the (local) artifact store."""
+    mv = client.get_model_version(name, version)
+    if rel.startswith("attestations/"):
+        root = Path(mv.source.removeprefix("file://")).parent
+    else:
+        root = Path(mv.source.removeprefix("file://"))
+    return root / rel
+
+
+def test_registration_signs_an_in_toto_slsa_statement_and_the_model_folder(repo):
+    register_ok()
+    client = client_for(repo)
+    mv = client.get_model_version(POLICY, "1")
+    data, stmt = envelope_of(client, POLICY, "1")
+    import hashlib
+
+    assert mv.tags[ENVELOPE_TAG] == hashlib.sha256(data).hexdigest()
+    assert stmt["_type"] == "https://in-toto.io/Statement/v1" and stmt["predicateType"] == "https://slsa.dev/provenance/v1"
+    subjects = {s["name"] for s in stmt["subject"]}
+    assert "MLmodel" in subjects and "artifacts/grpo/model.safetensors" in subjects
+    deps = {d["name"]: d for d in stmt["predicate"]["buildDefinition"]["resolvedDependencies"]}
+    assert deps["data/guarded/prompts.jsonl"]["digest"]["md5"] == dvc_md5(repo / "data/guarded/prompts.jsonl")
+    assert deps["data/guard/certificate.json"]["annotations"]["result"] == "pass"
+    params = stmt["predicate"]["buildDefinition"]["externalParameters"]
+    assert params["version"] == "1" and params["model"] == POLICY and params["artifact_dvc_md5"] == dvc_md5(repo / "models/policy/grpo")
+    evidence = next(b for b in stmt["predicate"]["runDetails"]["byproducts"] if b["name"] == "reappreg.evidence")["annotations"]
+    assert evidence["training.healthy"] is True and evidence["guard.result"] == "pass" and evidence["eval.bar.n"] >= 240
+    # A real MLflow Model: the UI shows its signature, and the input example is stored.
+    mlmodel = yaml.safe_load(stored(client, POLICY, "1", "MLmodel").read_text())
+    assert "python_function" in mlmodel["flavors"] and "prompt" in mlmodel["signature"]["inputs"]
+    assert (stored(client, POLICY, "1", "attestations/model.sig.json")).exists()
+    # UI lineage: the DVC-tracked inputs are logged as datasets with their md5 as digest.
+    run = client.get_run(mv.run_id)
+    digests = {d.dataset.name: d.dataset.digest for d in run.inputs.dataset_inputs}
+    assert digests["data/guarded/prompts.jsonl"] == dvc_md5(repo / "data/guarded/prompts.jsonl")[:36]
+
+
+def forge_gate_tag(client, root):
+    client.set_model_version_tag(POLICY, "1", "training.healthy", "true")
+    client.set_model_version_tag(POLICY, "1", "gate.healthy_training", "pass")
+
+
+def forge_artifact_and_manifest(client, root):
+    path = stored(client, POLICY, "1", "artifacts/grpo/model.safetensors")
+    path.write_text("weights swapped in the artifact store")
+    manifest = [[rel, md5] for rel, md5 in json.loads(client.get_model_version(POLICY, "1").tags["reappreg.manifest"])]
+    manifest = [[rel, dvc_md5(path) if rel == "model.safetensors" else md5] for rel, md5 in manifest]
+    client.set_model_version_tag(POLICY, "1", "reappreg.manifest", json.dumps(manifest, separators=(",", ":")))
+    client.set_model_version_tag(POLICY, "1", CONTENT_TAG, folder_md5([{"relpath": r, "md5": m} for r, m in manifest]))
+
+
+def forge_envelope_bytes(client, root):
+    path = stored(client, POLICY, "1", "attestations/v1.provenance.dsse.json")
+    env = json.loads(path.read_text())
+    import base64
+
+    payload = json.loads(base64.b64decode(env["payload"]))
+    for b in payload["predicate"]["runDetails"]["byproducts"]:
+        if b["name"] == "reappreg.evidence":
+            b["annotations"]["training.healthy"] = True
+    env["payload"] = base64.b64encode(json.dumps(payload).encode()).decode()
+    path.write_text(json.dumps(env))
+    import hashlib
+
+    client.set_model_version_tag(POLICY, "1", ENVELOPE_TAG, hashlib.sha256(path.read_bytes()).hexdigest())
+
+
+def forge_untrusted_resignature(client, root):
+    """An MLflow admin rebuilds the statement with healthy evidence and signs it with a key of their own."""
+    path = stored(client, POLICY, "1", "attestations/v1.provenance.dsse.json")
+    _, stmt = envelope_of(client, POLICY, "1")
+    for b in stmt["predicate"]["runDetails"]["byproducts"]:
+        if b["name"] == "reappreg.evidence":
+            b["annotations"]["training.healthy"] = True
+    attacker = signing_key(root / "attacker", create=True)
+    forged = sign_statement(stmt, attacker)
+    path.write_bytes(forged)
+    import hashlib
+
+    client.set_model_version_tag(POLICY, "1", ENVELOPE_TAG, hashlib.sha256(forged).hexdigest())
+
+
+@pytest.mark.parametrize("forge, expect", [
+    (forge_gate_tag, "TAMPERING: tag training.healthy=true but the signed statement says false"),
+    (forge_artifact_and_manifest, "artifacts/grpo/model.safetensors: sha256"),
+    (forge_envelope_bytes, "provenance envelope rejected"),
+    (forge_untrusted_resignature, "which is not trusted here"),
+])
+def test_each_forgery_is_caught_by_verify_and_refused_by_pull(tmp_path, monkeypatch, templates, forge, expect):
+    """The unhealthy policy fails its gates; an MLflow admin without the key tries to make it pass and sets `champion`."""
+    root = make_repo(tmp_path, monkeypatch, templates, healthy=False)
+    register_ok()
+    client = client_for(root)
+    forge(client, root)
+    client.set_registered_model_alias(POLICY, "champion", "1")  # as the UI does
+    code, out, _ = run_cli("registry", "verify")
+    assert code == 1, out
+    assert "VIOLATION reappraisal-policy-grpo@champion -> v1: FAILS" in out and expect in out, out
+    code, _, exc = run_cli("registry", "pull", f"{POLICY}@champion", "--to", str(tmp_path / "pulled"))
+    assert code == 1 and isinstance(exc, IntegrityError), exc
+    assert not (tmp_path / "pulled").exists() and not list(tmp_path.glob(".pulled.partial-*"))
+    code, _, exc = run_cli("registry", "promote", POLICY, "1", "--alias", "production", "--reason", "forged")
+    assert code == 1 and isinstance(exc, GateFailed)
+
+
+def test_a_version_without_a_valid_envelope_fails_every_gate(repo):
+    register_ok()
+    client = client_for(repo)
+    stored(client, POLICY, "1", "attestations/v1.provenance.dsse.json").unlink()
+    client.set_registered_model_alias(POLICY, "champion", "1")
+    code, out, _ = run_cli("registry", "verify")
+    assert code == 1
+    line = next(l for l in out.splitlines() if "@champion" in l)
+    for gate in ("signed_evidence", "guard_pass", "judge_trusted", "min_n", "cluster_ci_low_above_bar", "healthy_training"):
+        assert f"{gate} (" in line, (gate, line)
+
+
 # --------------------------------------------------------------------------- promotion and verify
 
 
@@ -318,46 +535,83 @@ def test_a_version_failing_a_gate_cannot_be_promoted_without_force(tmp_path, mon
     register_ok()
     client = client_for(root)
     code, _, exc = run_cli("registry", "promote", POLICY, "1", "--alias", "champion", "--reason", "looks good")
-    assert isinstance(exc, GateFailed) and "judge_trusted (judge.trusted=false)" in str(exc)
+    assert isinstance(exc, GateFailed) and "judge_trusted (judge.trusted=false == true)" in str(exc)
     assert "champion" not in aliases(client, POLICY)
+    assert not [k for k in client.get_registered_model(POLICY).tags if k.startswith(("reappreg.history", "FORCED"))]
     code, out, exc = run_cli("registry", "promote", POLICY, "1", "--alias", "champion", "--reason", "demo for the lab meeting",
                              "--force", "--actor", "alice")
     assert code == 0, (out, exc)
     assert "FORCED PROMOTION" in out
-    mv = client.get_model_version(POLICY, "1")
-    assert mv.tags["promotion.champion.forced"] == "true"
-    assert mv.tags["promotion.champion.by"] == "alice" and mv.tags["promotion.champion.reason"] == "demo for the lab meeting"
-    assert "judge_trusted" in mv.tags["promotion.champion.failed_gates"]
+    history = __import__("reappreg.registry", fromlist=["read_history"]).read_history(client, POLICY, keyring_of(root))
+    (entry,) = history.entries
+    assert entry.body["forced"] is True and entry.body["by"] == "alice" and entry.body["to"] == "1" and history.problems == []
     assert "forced by alice" in client.get_registered_model(POLICY).tags["FORCED.champion"]
-    assert aliases(client, POLICY)["champion"] == "1"
-    # A forced alias still fails its gates, and verify keeps saying so.
     code, out, _ = run_cli("registry", "verify")
     assert code == 1 and "forced promotion (recorded)" in out
 
 
-def test_promotion_records_who_when_why_and_verify_passes(repo):
+def test_promotion_is_signed_history_and_verify_lists_signed_gate_results(repo):
     register_ok()
     code, out, exc = run_cli("registry", "promote", POLICY, "1", "--alias", "champion", "--reason", "beats the bar", "--actor", "bob")
     assert code == 0, (out, exc)
-    tags = client_for(repo).get_model_version(POLICY, "1").tags
-    assert tags["promotion.champion.by"] == "bob" and tags["promotion.champion.reason"] == "beats the bar"
-    assert tags["promotion.champion.forced"] == "false" and tags["promotion.champion.at"].endswith("+00:00")
     code, out, _ = run_cli("registry", "verify")
-    assert code == 0 and "reappraisal-policy-grpo@champion -> v1: passes its gates (promoted with reappreg)" in out
+    assert code == 0, out
+    text = " ".join(out.split())
+    assert "reappraisal-policy-grpo@champion -> v1: passes its signed gates [signed_evidence=pass, guard_pass=pass," in text
+    assert "judge_trusted=pass, min_n=pass, cluster_ci_low_above_bar=pass, healthy_training=pass]" in text
+    assert "promoted by bob" in text and "signed history #1" in text and "local key" in text
+    # Editing the signed history is caught.
+    client = client_for(repo)
+    tag = "reappreg.history.000001"
+    env = json.loads(client.get_registered_model(POLICY).tags[tag])
+    env["signatures"][0]["sig"] = env["signatures"][0]["sig"][:-4] + "AAAA"
+    client.set_registered_model_tag(POLICY, tag, json.dumps(env))
+    code, out, _ = run_cli("registry", "verify")
+    assert code == 1 and "HISTORY reappraisal-policy-grpo: history entry reappreg.history.000001" in out
 
 
-def test_verify_catches_an_alias_set_through_the_client_like_the_ui(tmp_path, monkeypatch, templates):
-    root = make_repo(tmp_path, monkeypatch, templates, healthy=False)
+def test_eight_concurrent_promotions_exactly_one_wins(repo):
     register_ok()
-    assert run_cli("registry", "verify")[0] == 0  # only `candidate`, which is ungated
-    client_for(root).set_registered_model_alias(POLICY, "production", "1")  # what the UI does
+    client = client_for(repo)
+    env = {**os.environ, "PYTHONPATH": str(REPO / "src")}
+    procs = [subprocess.Popen([sys.executable, "-m", "reappreg", "registry", "promote", POLICY, "1", "--alias", "champion",
+                               "--expect", "none", "--reason", f"race {i}", "--actor", f"p{i}"],
+                              cwd=repo, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+             for i in range(8)]
+    outputs = [p.communicate(timeout=600)[0] for p in procs]
+    codes = [p.returncode for p in procs]
+    assert sorted(codes) == [0] + [1] * 7, list(zip(codes, outputs))
+    for code, out in zip(codes, outputs):
+        if code:
+            assert "alias moved under you" in out and "Traceback" not in out, out
+    tags = client.get_registered_model(POLICY).tags
+    assert len([k for k in tags if k.startswith("reappreg.history.")]) == 1
+    assert not [k for k in tags if k.startswith("FORCED")]
+    assert aliases(client, POLICY)["champion"] == "1"
+    assert [m.name for m in client.search_registered_models()] == sorted([POLICY, RM])  # no lock left behind
+
+
+def test_watch_enforce_moves_a_ui_alias_back_to_the_last_passing_version(tmp_path, monkeypatch, templates):
+    root = make_repo(tmp_path, monkeypatch, templates)
+    register_ok()
+    assert run_cli("registry", "promote", POLICY, "1", "--alias", "champion", "--reason", "good")[0] == 0
+    # A newer, unhealthy policy; someone sets champion on it in the UI.
+    retrain_policy(root, "unhealthy-weights")
+    metrics = json.loads((root / "metrics/policy/train.json").read_text())
+    metrics["healthy"] = False
+    (root / "metrics/policy/train.json").write_text(json.dumps(metrics))
+    register_ok()
+    client = client_for(root)
+    client.set_registered_model_alias(POLICY, "champion", "2")
+    client.set_registered_model_alias(POLICY, "production", "2")
+    code, out, _ = run_cli("registry", "watch", "--max-polls", "1", "--enforce", "--actor", "watcher")
+    assert code == 1 and "ENFORCED moved reappraisal-policy-grpo@champion back from v2 to v1" in out, out
+    assert "ENFORCED removed reappraisal-policy-grpo@production (was v2)" in out
+    assert aliases(client, POLICY) == {"candidate": "2", "champion": "1"}
+    assert "moved reappraisal-policy-grpo@champion back" in client.get_registered_model(POLICY).tags["reappreg.enforced.champion"]
     code, out, _ = run_cli("registry", "verify")
-    assert code == 1
-    assert "reappraisal-policy-grpo@production -> v1: FAILS healthy_training (training.healthy=false)" in out
-    assert "set outside `reappreg registry promote`" in out
-    # The watcher on a sqlite store polls (no server to send webhooks) and fails the same way.
-    code, out, _ = run_cli("registry", "watch", "--max-polls", "1")
-    assert code == 1 and "watching by polling" in out and "VIOLATION reappraisal-policy-grpo@production" in out
+    # candidate (ungated) on the unhealthy version is fine; champion is back on v1.
+    assert code == 0, out
 
 
 def test_poll_watcher_reports_a_ui_alias_once(tmp_path, monkeypatch, templates):
@@ -373,36 +627,38 @@ def test_poll_watcher_reports_a_ui_alias_once(tmp_path, monkeypatch, templates):
             client.set_registered_model_alias(POLICY, "production", "1")
 
     reported = []
-    found = watch_poll(lambda: verify_aliases(client, decl), interval_s=5, max_polls=3, report=reported.append, sleep=sleep)
+    check = lambda: audit(client, decl, keyring_of(root), tracking_uri=os.environ["MLFLOW_TRACKING_URI"]).findings  # noqa: E731
+    found = watch_poll(check, interval_s=5, max_polls=3, report=reported.append, sleep=sleep)
     assert naps == [5, 5]  # bounded: three polls, two waits
     assert [(f.alias, f.version) for f in reported] == [("production", "1")]
     assert found == reported
 
 
-# --------------------------------------------------------------------------- pull
+# --------------------------------------------------------------------------- pull and clear failures
 
 
-def test_pull_verifies_every_file_and_prints_the_card(repo, tmp_path):
+def test_pull_verifies_every_file_accepts_models_uris_and_prints_the_card(repo, tmp_path):
     register_ok()
-    code, out, exc = run_cli("registry", "pull", f"{POLICY}@candidate", "--to", str(tmp_path / "pulled"))
-    assert code == 0, (out, exc)
-    assert dvc_md5(tmp_path / "pulled") == dvc_md5(repo / "models/policy/grpo")
-    assert "# reappraisal-policy-grpo" in out and "every hash verified" in out
-    code, _, _ = run_cli("registry", "pull", f"{RM}/1", "--to", str(tmp_path / "rm"))
-    assert code == 0 and dvc_md5(tmp_path / "rm") == dvc_md5(repo / "models/rm/ensemble")
+    for i, spec in enumerate((f"{POLICY}@candidate", f"models:/{POLICY}@candidate", f"models:/{POLICY}/1")):
+        code, out, exc = run_cli("registry", "pull", spec, "--to", str(tmp_path / f"pulled{i}"))
+        assert code == 0, (spec, out, exc)
+        assert dvc_md5(tmp_path / f"pulled{i}" / "artifacts/grpo") == dvc_md5(repo / "models/policy/grpo")
+        assert "# reappraisal-policy-grpo" in out and "each sha256 equal to the statement signed by local key" in out
 
 
-def test_a_tampered_artifact_makes_pull_fail_and_leave_nothing_behind(repo, tmp_path):
+def test_pull_refuses_failing_gates_unless_allowed_and_records_it(tmp_path, monkeypatch, templates):
+    root = make_repo(tmp_path, monkeypatch, templates, healthy=False)
     register_ok()
-    source = client_for(repo).get_model_version(POLICY, "1").source
-    stored = Path(source.removeprefix("file://")) / "model.safetensors"
-    stored.write_text("weights swapped in the artifact store")
-    target = tmp_path / "pulls" / "policy"
-    target.parent.mkdir()
-    code, _, exc = run_cli("registry", "pull", f"{POLICY}/1", "--to", str(target))
-    assert isinstance(exc, IntegrityError)
-    assert "model.safetensors: md5" in str(exc) and "partial download was deleted" in str(exc)
-    assert list(target.parent.iterdir()) == []  # neither the target nor a partial download
+    client = client_for(root)
+    client.set_registered_model_alias(POLICY, "production", "1")
+    code, _, exc = run_cli("registry", "pull", f"{POLICY}@production", "--to", str(tmp_path / "p"))
+    assert isinstance(exc, IntegrityError) and "healthy_training" in str(exc) and "--allow-failing-gates" in str(exc)
+    assert not (tmp_path / "p").exists()
+    code, out, exc = run_cli("registry", "pull", f"{POLICY}@production", "--to", str(tmp_path / "p"), "--allow-failing-gates",
+                             "--actor", "carol")
+    assert code == 0, (out, exc) and "FAILING GATES" in out
+    recorded = [v for k, v in client.get_model_version(POLICY, "1").tags.items() if k.startswith("reappreg.pulled_failing.")]
+    assert len(recorded) == 1 and "pulled by carol" in recorded[0]
 
 
 def test_pull_refuses_a_bad_spec_and_a_non_empty_target(repo, tmp_path):
@@ -414,7 +670,55 @@ def test_pull_refuses_a_bad_spec_and_a_non_empty_target(repo, tmp_path):
     assert "not empty" in str(exc) and (tmp_path / "full" / "keep.txt").read_text() == "mine"
 
 
+def cli_process(root: Path, *args: str) -> subprocess.CompletedProcess:
+    env = {**os.environ, "PYTHONPATH": str(REPO / "src")}
+    return subprocess.run([sys.executable, "-m", "reappreg", *args], cwd=root, env=env, capture_output=True, text=True, timeout=300)
+
+
+def test_missing_model_version_or_alias_is_one_line_and_exit_1(repo):
+    register_ok()
+    for args, says in ((["registry", "promote", POLICY, "99", "--reason", "x"], f"registered model '{POLICY}' has no version 99"),
+                       (["registry", "promote", "no-such-model", "1", "--reason", "x"], "not declared"),
+                       (["registry", "pull", f"{POLICY}@nope", "--to", "x"], f"registered model '{POLICY}' has no alias 'nope'"),
+                       (["registry", "pull", "ghost@champion", "--to", "x"], "no registered model 'ghost'")):
+        done = cli_process(repo, *args)
+        assert done.returncode == 1, (args, done.stdout, done.stderr)
+        lines = [l for l in (done.stdout + done.stderr).splitlines() if l.strip()]
+        assert len(lines) == 1 and says in lines[0] and "Traceback" not in lines[0], (args, lines)
+
+
+def test_verify_on_an_empty_or_unreachable_registry_is_not_a_pass(repo, monkeypatch):
+    code, out, _ = run_cli("registry", "verify")
+    assert code == 1 and "nothing to verify" in out
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    monkeypatch.setenv("MLFLOW_TRACKING_URI", f"http://127.0.0.1:{port}")
+    code, _, exc = run_cli("registry", "verify")
+    assert code == 1 and isinstance(exc, RegistryUnavailable) and "verified" in str(exc)
+
+
+def test_a_gate_is_one_declaration(tmp_path):
+    from reappreg.registry import Gate, evaluate_gates
+
+    text = (REPO / "registry/models.yaml").read_text()
+    text = text.replace("      - {name: healthy_training,",
+                        '      - {name: beats_pinned_reference, evidence: eval.bar.cluster_low, op: ">", value: 0.608, source: "pinned"}\n'
+                        "      - {name: healthy_training,", 1)
+    (tmp_path / "models.yaml").write_text(text)
+    gates = load_declarations(tmp_path / "models.yaml").models[POLICY].gates
+    assert [g.name for g in gates][-2:] == ["beats_pinned_reference", "healthy_training"]
+    checks = {c.gate: c for c in evaluate_gates(gates, {"eval.bar.cluster_low": 0.6, "training.healthy": True})}
+    assert not checks["beats_pinned_reference"].passed and "0.6 > 0.608 [pinned]" in checks["beats_pinned_reference"].detail
+    assert not checks["guard_pass"].passed and "missing from the signed evidence" in checks["guard_pass"].detail
+    assert checks["healthy_training"].passed
+    with pytest.raises(Exception, match="exactly one of 'value' and 'than'"):
+        Gate(name="x", evidence="a", op=">")
+    assert all(not c.passed for c in evaluate_gates(gates, None, unsigned_reason="no envelope"))
+
+
 # --------------------------------------------------------------------------- declarations
+
 
 
 def test_webhook_signature_check_follows_mlflow_and_rejects_forgeries():

@@ -1,17 +1,22 @@
-"""CLI commands for the MLflow model registry: register, promote, verify, watch, pull.
+"""CLI commands for the MLflow model registry: register, promote, verify, watch, pull, keygen.
 
 The tracking/registry URI is ``MLFLOW_TRACKING_URI`` when set (e.g. a remote
 ``mlflow server``), else ``tracking.uri`` from params (the sqlite store under registry/).
 
+Keys (README "Trust model"): versions and promotions are signed with ``$REAPPREG_SIGNING_KEY``
+(a PEM private key) or, when unset, with this clone's local key under ``--local-keys``
+(generated on first registration, gitignored, trusted by this clone only). Verification
+trusts the team keys listed in ``--keys``/keyring.yaml, plus the local key when
+``registry.trust_local_key``.
+
 Two ways to move things, for two audiences:
 
 * A team that only needs a model: ``reappreg registry pull NAME@champion --to DIR`` (or
-  ``NAME/VERSION``) downloads exactly that version from the registry, checks every file
-  against the hashes recorded at registration, and prints its card. No DVC, no git checkout.
+  ``NAME/VERSION``, or ``models:/…``) downloads exactly that version, checks its signed
+  statement and every byte, refuses failing gates, and prints its card. No DVC, no git.
 * A team that reproduces or extends the pipeline: ``git checkout <revision on the card>``,
-  ``dvc pull`` (data, intermediate artifacts and models from the configured DVC remote;
-  ``dvc push`` sends them), then ``dvc repro``. The version's ``md5.<path>`` tags are DVC
-  hashes, so they can be compared with ``dvc.lock`` directly.
+  ``dvc pull`` then ``dvc repro``. The statement's materials are DVC md5s, comparable with
+  ``dvc.lock`` directly.
 """
 
 from __future__ import annotations
@@ -22,10 +27,14 @@ from pathlib import Path
 
 import typer
 from rich.console import Console
+from rich.markup import escape
 
 from reappreg.commands.card import CALIB, CERT, CLAIMS, EVAL, MODELS, PARAMS, POLICY_METRICS, PROMPT, RM_METRICS, evidence_from
 
-app = typer.Typer(no_args_is_help=True, help="MLflow model registry: register, promote, verify, watch, pull.")
+app = typer.Typer(no_args_is_help=True, help="MLflow model registry: register, promote, verify, watch, pull, keygen.")
+
+KEYS = typer.Option("registry/keys", "--keys", help="team public keys (keyring.yaml + *.pub.pem), committed")
+LOCAL_KEYS = typer.Option("work/registry/keys", "--local-keys", help="this clone's local signing key (gitignored)")
 
 
 def _client(settings):
@@ -34,6 +43,16 @@ def _client(settings):
 
     uri = resolve_tracking_uri(settings.tracking.uri)
     return connect(uri, attempts=settings.registry.connect_attempts, backoff_s=settings.registry.connect_backoff_s), uri
+
+
+def _keyring(settings, keys: Path, local_keys: Path):
+    from reappreg.registry import load_keyring
+
+    return load_keyring(keys, local_keys if settings.registry.trust_local_key else None)
+
+
+def _actor(actor: str | None) -> str:
+    return actor or os.environ.get("REAPPREG_ACTOR") or getpass.getuser()
 
 
 def _plan(name, model, evidence, cards: Path):
@@ -58,6 +77,16 @@ def _plan(name, model, evidence, cards: Path):
     return name, model, manifest, training, others, card_path.read_text(encoding="utf-8")
 
 
+def _log_dvc_inputs(md5s: dict[str, str], context: str) -> None:
+    """The DVC-tracked inputs as MLflow dataset inputs (name = path, digest = DVC md5), for the UI's lineage."""
+    import mlflow
+    from mlflow.data.dataset_source_registry import resolve_dataset_source
+    from mlflow.data.meta_dataset import MetaDataset
+
+    for path, md5 in sorted(md5s.items()):
+        mlflow.log_input(MetaDataset(source=resolve_dataset_source(path), name=path, digest=md5), context=context)
+
+
 @app.command()
 def register(
     params: Path = PARAMS,
@@ -70,15 +99,35 @@ def register(
     rm_metrics: Path = RM_METRICS,
     policy_metrics: Path = POLICY_METRICS,
     prompt: Path = PROMPT,
+    keys: Path = KEYS,
+    local_keys: Path = LOCAL_KEYS,
     lock_file: Path = typer.Option("work/registry/register.lock", "--lock-file", help="host-wide registration lock"),
     receipt: Path = typer.Option("reports/registry/registration.json", "--receipt", help="what was registered"),
 ) -> None:
-    """Register every declared model (one new version per changed artifact; alias `candidate`)."""
+    """Register every declared model as a signed MLflow Model version (one per changed artifact; alias `candidate`)."""
+    import datetime as dt
+    import importlib.metadata
+
     import mlflow
     from rich.progress import Progress
 
+    from reappreg.hashing import dvc_md5
     from reappreg.io import write_json
-    from reappreg.registry import bounded_http, folder_md5, load_declarations, provenance_tags, register_version, registration_lock
+    from reappreg.registry import (
+        bounded_http,
+        evaluate_gates,
+        evidence_of,
+        folder_md5,
+        load_declarations,
+        readable_tags,
+        register_version,
+        registration_key,
+        registration_lock,
+        signing_key,
+        statement,
+    )
+    from reappreg.registry.declarations import gate_table
+    from reappreg.registry.provenance import material, params_md5
     from reappreg.settings import load_params
     from reappreg.tracking import git_state, stage_run
 
@@ -86,6 +135,12 @@ def register(
     reg = settings.registry
     decl = load_declarations(models)
     evidence = evidence_from(certificate, eval_metrics, judge_calibration, claims, rm_metrics, policy_metrics, prompt)
+    key = signing_key(local_keys, create=True)
+    if reg.trust_local_key is False and key.keyid not in _keyring(settings, keys, local_keys).keys:
+        from reappreg.errors import InputError
+
+        raise InputError(f"signing key {key.path} (id {key.keyid[:16]}) is not a team key in {keys} and registry.trust_local_key "
+                         "is false: its versions would fail every gate; add its public key to the keyring or set $REAPPREG_SIGNING_KEY")
     plans = []
     # Refuse before touching the registry: every model's training text must be certified.
     with Progress(transient=True) as progress:
@@ -96,7 +151,11 @@ def register(
     git = git_state()
     console = Console()
     results = []
-    # The artifacts' hashes come from their manifests (set below): a checkpoint is read once.
+    evidence_md5s = {str(p): dvc_md5(p) for p in evidence.sources.values()}
+    cert = evidence.certificate
+    builder = {"id": f"reappreg registry register ({_actor(None)})",
+               "version": {pkg: importlib.metadata.version(pkg) for pkg in ("reappreg", "mlflow", "model-signing", "securesystemslib")}}
+    started = dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds").replace("+00:00", "Z")
     inputs = {"models": models, "cards": cards, **evidence.sources}
     with bounded_http(reg.http_retries, reg.http_timeout_s), registration_lock(lock_file, reg.lock_timeout_s):
         client, _ = _client(settings)
@@ -107,21 +166,44 @@ def register(
                 return mlflow.get_artifact_uri(artifact_path)
 
             for name, model, manifest, training, others, card in plans:
-                mlflow.set_tag(f"input.{model.artifact}.md5", folder_md5(manifest))
+                content = folder_md5(manifest)
+                mlflow.set_tag(f"input.{model.artifact}.md5", content)
                 mlflow.log_text(card, f"{name}/README.md")
+                _log_dvc_inputs({**training}, "training")
+                _log_dvc_inputs({**others, model.artifact: content, **evidence_md5s}, f"{name}")
+                flat = evidence_of(model.kind, evidence)
+                checks = evaluate_gates(list(model.gates), flat)
+                tags = readable_tags(model, flat, evidence, input_md5s={**training, **others}, git=git)
+                tags.update({f"gate.{c.gate}": "pass" if c.passed else "fail" for c in checks})
+                materials = [material(p, m, role="training_input") for p, m in sorted(training.items())]
+                materials += [material(p, m, role="input") for p, m in sorted(others.items())]
+                materials += [material(str(cert.path), cert.md5, role="guard_certificate", result=cert.result)]
+                materials += [material(p, m, role="evidence") for p, m in sorted(evidence_md5s.items()) if p != str(cert.path)]
+
+                def attest(version, run_id, source, subjects, readable, *, _model=model, _name=name, _manifest=manifest,
+                           _training=training, _materials=materials, _flat=flat, _checks=checks):
+                    return statement(
+                        subjects=subjects, name=_name, version=version, run_id=run_id, source=source,
+                        registration={"registration_key": registration_key(folder_md5(_manifest), _training),
+                                      "artifact": _model.artifact, "artifact_dvc_md5": folder_md5(_manifest),
+                                      "params_md5": params_md5(settings.model_dump(by_alias=True)),
+                                      "git_commit": git.get("git.commit", "none"), "git_dirty": git.get("git.dirty", "unknown"),
+                                      "gates": gate_table(list(_model.gates))},
+                        materials=_materials, flat_evidence=_flat, gate_results=[c.as_dict() for c in _checks],
+                        tags=readable, builder=builder, started=started,
+                    )
+
                 result = register_version(
-                    client, name=name, model_description=" ".join(model.description.split()),
-                    artifact_dir=Path(model.artifact), manifest=manifest, training_md5s=training,
-                    tags=provenance_tags(model, evidence, input_md5s={**training, **others}, git=git),
-                    card=card, log_artifacts=log_folder, candidate_alias=reg.candidate_alias,
-                    stale_after_s=reg.stale_registration_s,
+                    client, name=name, model=model, artifact_dir=Path(model.artifact), manifest=manifest,
+                    training_md5s=training, tags=tags, card=card, log_artifacts=log_folder, attest=attest, key=key,
+                    candidate_alias=reg.candidate_alias, stale_after_s=reg.stale_registration_s,
                 )
                 results.append(result.as_dict())
                 mlflow.set_tag(f"registered.{name}", f"v{result.version} ({'new' if result.created else 'unchanged'})")
                 mlflow.log_metric(f"registry/{name}/created", int(result.created))
                 colour = "green" if result.created else "yellow"
                 console.print(f"[{colour}]{name}[/] version {result.version}: {result.note}", highlight=False, soft_wrap=True)
-            write_json(receipt, {"registered": results})
+            write_json(receipt, {"registered": results, "signing_keyid": key.keyid})
 
 
 @app.command()
@@ -129,59 +211,89 @@ def promote(
     name: str = typer.Argument(..., help="registered model name"),
     version: str = typer.Argument(..., help="version number"),
     alias: str = typer.Option("champion", "--alias", help="alias to point at the version"),
-    reason: str = typer.Option(..., "--reason", help="why (recorded on the version)"),
+    reason: str = typer.Option(..., "--reason", help="why (recorded in the signed history)"),
     force: bool = typer.Option(False, "--force", help="promote despite failing gates (recorded loudly)"),
+    expect: str = typer.Option(None, "--expect", help="compare-and-set: the version the alias must point at now "
+                                                      "('none': unset); default: what it points at when the command starts"),
     actor: str = typer.Option(None, "--actor", help="who promotes (default: $REAPPREG_ACTOR or the login name)"),
     params: Path = PARAMS,
     models: Path = MODELS,
+    keys: Path = KEYS,
+    local_keys: Path = LOCAL_KEYS,
 ) -> None:
-    """Point ALIAS at NAME/VERSION if it passes the gates in registry/models.yaml; record who/when/why."""
-    from reappreg.registry import bounded_http, load_declarations
+    """Point ALIAS at NAME/VERSION if its signed evidence passes the gates; compare-and-set; signed history entry."""
+    from reappreg.registry import bounded_http, load_declarations, signing_key
     from reappreg.registry import promote as do_promote
     from reappreg.settings import load_params
 
     settings = load_params(params)
+    reg = settings.registry
     decl = load_declarations(models)
-    who = actor or os.environ.get("REAPPREG_ACTOR") or getpass.getuser()
+    who = _actor(actor)
+    key = signing_key(local_keys, create=True)
+    keyring = _keyring(settings, keys, local_keys)
+    expected = ... if expect is None else (None if expect.lower() == "none" else expect.removeprefix("v"))
     console = Console()
-    with bounded_http(settings.registry.http_retries, settings.registry.http_timeout_s):
-        client, _ = _client(settings)
-        result = do_promote(client, decl, name=name, version=version, alias=alias, reason=reason, actor=who, force=force)
+    with bounded_http(reg.http_retries, reg.http_timeout_s):
+        client, uri = _client(settings)
+        result = do_promote(client, decl, keyring, key, name=name, version=version, alias=alias, reason=reason, actor=who,
+                            tracking_uri=uri, lock_timeout_s=reg.promotion_lock_timeout_s, lock_stale_s=reg.promotion_lock_stale_s,
+                            expected=expected, force=force)
+    was = "unset" if result.previous is None else f"v{result.previous}"
     if result.forced:
-        gates = "; ".join(f"{c.gate} ({c.detail})" for c in result.failed_gates)
-        console.print(f"[bold white on red] FORCED PROMOTION [/] {name}@{alias} -> v{version} by {who} despite failing gates: {gates}. "
-                      f"Recorded as tags promotion.{alias}.* and model tag FORCED.{alias}.", highlight=False, soft_wrap=True)
+        console.print(f"[bold white on red] FORCED PROMOTION [/] {name}@{alias} -> v{version} (was {was}) by {who} despite: "
+                      f"{result.check.problems()}. Recorded in the signed history ({result.history_tag}) and model tag FORCED.{alias}.",
+                      highlight=False, soft_wrap=True)
     else:
-        console.print(f"[green]promoted[/] {name}@{alias} -> v{version} (all gates pass) by {who}", highlight=False, soft_wrap=True)
+        console.print(f"[green]promoted[/] {name}@{alias} -> v{version} (was {was}) by {who}: signed gates pass "
+                      f"({', '.join(c.gate for c in result.check.gates)}); history {result.history_tag}", highlight=False, soft_wrap=True)
+
+
+def _print_audit(console, result) -> None:
+    for finding in result.findings:
+        colour = "red" if finding.violation else ("yellow" if not finding.declared else "green")
+        console.print(f"[{colour}]{'VIOLATION' if finding.violation else 'ok'}[/] {escape(finding.describe())}", highlight=False, soft_wrap=True)
+    for problem in result.history_problems:
+        console.print(f"[red]HISTORY[/] {problem}", highlight=False, soft_wrap=True)
 
 
 @app.command()
-def verify(params: Path = PARAMS, models: Path = MODELS) -> None:
-    """List every alias pointing at a version that fails its gates (exit 1 if any)."""
-    from reappreg.registry import bounded_http, load_declarations, verify_aliases
+def verify(params: Path = PARAMS, models: Path = MODELS, keys: Path = KEYS, local_keys: Path = LOCAL_KEYS) -> None:
+    """Verify every alias: signature, bytes, tags vs signed copy, gates from signed evidence, signed history (exit 1 on any problem)."""
+    from reappreg.registry import audit, bounded_http, load_declarations
     from reappreg.settings import load_params
 
     settings = load_params(params)
     decl = load_declarations(models)
+    keyring = _keyring(settings, keys, local_keys)
     with bounded_http(settings.registry.http_retries, settings.registry.http_timeout_s):
-        client, _ = _client(settings)
-        findings = verify_aliases(client, decl)
+        client, uri = _client(settings)
+        result = audit(client, decl, keyring, tracking_uri=uri)
     console = Console()
-    for finding in findings:
-        colour = "red" if finding.violation else ("yellow" if not finding.declared else "green")
-        console.print(f"[{colour}]{'VIOLATION' if finding.violation else 'ok'}[/] {finding.describe()}", highlight=False, soft_wrap=True)
-    bad = [f for f in findings if f.violation]
-    if bad:
-        console.print(f"[bold red]{len(bad)} alias(es) point at versions that fail their gates[/]")
+    _print_audit(console, result)
+    if not result.findings:
+        console.print(f"[bold red]nothing to verify[/]: {result.models} registered model(s), no alias at {uri}. "
+                      "An empty registry is not a pass.", highlight=False, soft_wrap=True)
         raise typer.Exit(1)
-    console.print(f"[green]{len(findings)} alias(es) checked; none fails its gates[/]")
+    bad = result.violations
+    if bad or result.history_problems:
+        console.print(f"[bold red]{len(bad)} alias(es) fail their signed gates or show tampering; "
+                      f"{len(result.history_problems)} history problem(s)[/]", highlight=False)
+        raise typer.Exit(1)
+    console.print(f"[green]{len(result.findings)} alias(es) verified[/]: each envelope signed by a trusted key, every file re-hashed "
+                  "against its signed sha256, every recorded tag equal to its signed copy, every gate read from signed evidence. "
+                  "Not checked: whether the signing key's holder ran the pipeline honestly.", highlight=False, soft_wrap=True)
 
 
 @app.command()
 def watch(
     params: Path = PARAMS,
     models: Path = MODELS,
+    keys: Path = KEYS,
+    local_keys: Path = LOCAL_KEYS,
     mode: str = typer.Option("auto", "--mode", help="auto (webhook on an mlflow server, else poll) | webhook | poll"),
+    enforce: bool = typer.Option(False, "--enforce", help="move a failing alias back to the last passing version (or remove it)"),
+    actor: str = typer.Option(None, "--actor", help="who enforces (default: $REAPPREG_ACTOR or the login name)"),
     interval: float = typer.Option(None, "--interval", help="seconds between polls (default: registry.watch_interval_s)"),
     max_polls: int = typer.Option(None, "--max-polls", help="number of polls (default: registry.watch_max_polls)"),
     listen: str = typer.Option("127.0.0.1:0", "--listen", help="webhook listener HOST:PORT (0 = any free port)"),
@@ -189,20 +301,34 @@ def watch(
     duration: float = typer.Option(3600.0, "--duration", help="webhook mode: stop after this many seconds"),
     max_events: int = typer.Option(1000, "--max-events", help="webhook mode: stop after this many alias events"),
 ) -> None:
-    """Watch the registry and report every alias that points at a version failing its gates (exit 1 if any)."""
+    """Watch every alias against its signed gates; report (exit 1 if any) and with --enforce undo violations."""
     from reappreg.errors import InputError
-    from reappreg.registry import bounded_http, load_declarations, verify_aliases, watch_poll, watch_webhook
+    from reappreg.registry import audit, bounded_http, load_declarations, signing_key, watch_poll, watch_webhook
+    from reappreg.registry import enforce as do_enforce
     from reappreg.settings import load_params
 
     settings = load_params(params)
     reg = settings.registry
     decl = load_declarations(models)
+    keyring = _keyring(settings, keys, local_keys)
+    key = signing_key(local_keys, create=True) if enforce else None
+    who = _actor(actor)
     console = Console()
-    report = lambda f: console.print(f"[red]VIOLATION[/] {f.describe()}", highlight=False, soft_wrap=True)  # noqa: E731
     if mode not in ("auto", "webhook", "poll"):
         raise InputError(f"--mode must be auto, webhook or poll, got {mode!r}")
     with bounded_http(reg.http_retries, reg.http_timeout_s):
         client, uri = _client(settings)
+
+        def report(finding) -> None:
+            console.print(f"[red]VIOLATION[/] {escape(finding.describe())}", highlight=False, soft_wrap=True)
+            if enforce and not finding.ungated:
+                note = do_enforce(client, decl, keyring, key, finding, actor=who, tracking_uri=uri,
+                                  lock_timeout_s=reg.promotion_lock_timeout_s, lock_stale_s=reg.promotion_lock_stale_s)
+                console.print(f"[yellow]ENFORCED[/] {note}", highlight=False, soft_wrap=True)
+
+        def full_check():
+            return audit(client, decl, keyring, tracking_uri=uri).findings
+
         served = uri.startswith(("http://", "https://"))
         if mode == "webhook" and not served:
             raise InputError(f"--mode webhook needs an `mlflow server` tracking URI; {uri} delivers no webhooks (use --mode poll)")
@@ -210,41 +336,67 @@ def watch(
             host, _, port = listen.rpartition(":")
             if not host or not port.isdigit():
                 raise InputError(f"--listen must be HOST:PORT, got {listen!r}")
-            findings = watch_webhook(client, decl, listen_host=host, listen_port=int(port), public_url=public_url,
-                                     duration_s=duration, max_events=max_events, report=report,
-                                     on_ready=lambda url: console.print(f"watching via webhook -> {url}", highlight=False))
+            findings = watch_webhook(client, decl, keyring, tracking_uri=uri, full_check=full_check, listen_host=host,
+                                     listen_port=int(port), public_url=public_url, duration_s=duration, max_events=max_events,
+                                     report=report, on_ready=lambda url: console.print(f"watching via webhook -> {url}", highlight=False))
         else:
             every = min(max(interval if interval is not None else reg.watch_interval_s, 1.0), 3600.0)
             polls = max_polls if max_polls is not None else reg.watch_max_polls
             if polls < 1:
                 raise InputError("--max-polls must be at least 1")
             console.print(f"watching by polling every {every:g}s, {polls} time(s)", highlight=False)
-            findings = watch_poll(lambda: verify_aliases(client, decl), interval_s=every, max_polls=polls, report=report)
+            findings = watch_poll(full_check, interval_s=every, max_polls=polls, report=report)
     if findings:
         raise typer.Exit(1)
-    console.print("[green]no alias pointed at a version failing its gates[/]")
+    console.print("[green]no alias pointed at a version failing its signed gates[/]")
 
 
 @app.command()
 def pull(
-    spec: str = typer.Argument(..., help="NAME@ALIAS or NAME/VERSION"),
+    spec: str = typer.Argument(..., help="NAME@ALIAS, NAME/VERSION, models:/NAME@ALIAS or models:/NAME/VERSION"),
     to: Path = typer.Option(None, "--to", help="target folder (default: ./<name>-v<version>); must be new or empty"),
+    allow_failing_gates: bool = typer.Option(False, "--allow-failing-gates",
+                                             help="take a version that fails its gates (recorded on the version); never tampered bytes"),
+    actor: str = typer.Option(None, "--actor", help="who pulls (recorded with --allow-failing-gates)"),
     params: Path = PARAMS,
+    models: Path = MODELS,
+    keys: Path = KEYS,
+    local_keys: Path = LOCAL_KEYS,
 ) -> None:
-    """Download one registered version, verify every file against its recorded hashes, print its card."""
-    from reappreg.registry import bounded_http, parse_spec, resolve_version
+    """Download one registered MLflow Model version, verified against its signed statement; print its card."""
+    from reappreg.registry import bounded_http, load_declarations, parse_spec, resolve_version
     from reappreg.registry import pull as do_pull
     from reappreg.settings import load_params
 
     parse_spec(spec)  # a malformed spec fails before any connection
     settings = load_params(params)
+    decl = load_declarations(models)
+    keyring = _keyring(settings, keys, local_keys)
     console = Console()
     with bounded_http(settings.registry.http_retries, settings.registry.http_timeout_s):
         client, uri = _client(settings)
         if to is None:
             mv = resolve_version(client, spec)
             to = Path(f"{mv.name}-v{mv.version}")
-        pulled = do_pull(client, spec, to, tracking_uri=uri)
+        pulled = do_pull(client, decl, keyring, spec, to, tracking_uri=uri, allow_failing_gates=allow_failing_gates,
+                         actor=_actor(actor))
     console.print(pulled.card, markup=False, highlight=False, soft_wrap=True)
-    console.print(f"[green]pulled[/] {pulled.name} version {pulled.version} -> {pulled.folder} ({pulled.files} files, every hash verified)",
+    if pulled.allowed_failing:
+        console.print(f"[bold white on red] FAILING GATES [/] {pulled.check.problems()} -- taken with --allow-failing-gates; recorded "
+                      "on the version", highlight=False, soft_wrap=True)
+    console.print(f"[green]pulled[/] {pulled.name} version {pulled.version} -> {pulled.folder} ({pulled.files} files, each sha256 "
+                  f"equal to the statement signed by {pulled.check.signer.describe()}; tags equal to their signed copy)",
                   highlight=False, soft_wrap=True)
+
+
+@app.command()
+def keygen(out: Path = typer.Argument(..., help="new private key file (keep it outside the repository)")) -> None:
+    """Create an EC P-256 signing key and print the keyring line that makes its public key a team key."""
+    from reappreg.registry.keys import generate_key, key_id, load_public
+
+    public = generate_key(out)
+    kid = key_id(load_public(public))
+    Console().print(f"private key {out} (mode 600); public key {public}\nkey id {kid}\n"
+                    f"To trust it team-wide: copy {public.name} into registry/keys/ and add to registry/keys/keyring.yaml:\n"
+                    f"  - {{file: {public.name}, holder: <who>, status: active, keyid: {kid}}}\n"
+                    f"Then sign with it: export REAPPREG_SIGNING_KEY={out}", highlight=False, soft_wrap=True)

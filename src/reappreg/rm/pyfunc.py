@@ -9,7 +9,6 @@ fresh process (or ``mlflow models serve``) needs only the pinned requirements:
 from __future__ import annotations
 
 import tempfile
-import warnings
 from pathlib import Path
 
 import mlflow.pyfunc
@@ -38,23 +37,35 @@ def _requirements() -> list[str]:
             ("mlflow", "torch", "transformers", "safetensors", "pysbd", "numpy", "pandas", "scipy", "pydantic")]
 
 
-def log_pyfunc(ensemble_dir: str | Path, name: str = "reward_ensemble"):
-    """Log the ensemble folder as a pyfunc model in the active run; returns mlflow's ModelInfo."""
+INPUT_EXAMPLE = {"scenario": ["A friend forgot your birthday."], "answer": ["Maybe she was overwhelmed."]}
+
+
+def _model_kwargs(ensemble_dir: str | Path, code_dir: Path) -> dict:
+    """What ``log_pyfunc`` and ``save_pyfunc`` share: the model, its artifact, code, requirements, signature, example."""
     from mlflow.models import infer_signature
 
-    example = pd.DataFrame({"scenario": ["A friend forgot your birthday."], "answer": ["Maybe she was overwhelmed."]})
-    signature = infer_signature(example, pd.Series([0.0], name="reward").to_numpy())
-    with warnings.catch_warnings(), tempfile.TemporaryDirectory() as tmp:
-        # The signature is given explicitly; mlflow's hint about input examples does not apply.
-        warnings.filterwarnings("ignore", message=".*input example was not provided.*")
-        return mlflow.pyfunc.log_model(
-            name=name,
-            python_model=RewardEnsembleModel(),
-            artifacts={ARTIFACT_KEY: str(ensemble_dir)},
-            code_paths=[str(model_code_copy(Path(tmp)))],
-            pip_requirements=_requirements(),
-            signature=signature,
-        )
+    example = pd.DataFrame(INPUT_EXAMPLE)
+    return dict(
+        python_model=RewardEnsembleModel(),
+        artifacts={ARTIFACT_KEY: str(ensemble_dir)},
+        code_paths=[str(model_code_copy(code_dir))],
+        pip_requirements=_requirements(),
+        signature=infer_signature(example, pd.Series([0.0], name="reward").to_numpy()),
+        input_example=example,
+    )
+
+
+def log_pyfunc(ensemble_dir: str | Path, name: str = "reward_ensemble"):
+    """Log the ensemble folder as a pyfunc model in the active run; returns mlflow's ModelInfo."""
+    with tempfile.TemporaryDirectory() as tmp:
+        return mlflow.pyfunc.log_model(name=name, **_model_kwargs(ensemble_dir, Path(tmp)))
+
+
+def save_pyfunc(ensemble_dir: str | Path, path: str | Path) -> Path:
+    """The same MLflow Model written to a local folder (the registry signs it before uploading)."""
+    with tempfile.TemporaryDirectory() as tmp:
+        mlflow.pyfunc.save_model(path=str(path), **_model_kwargs(ensemble_dir, Path(tmp)))
+    return Path(path)
 
 
 # The sample-data phrase banks include the held-out answers' wording; a reward model needs

@@ -29,3 +29,11 @@ class RegistrySettings(Section):
     # Polling watcher (sqlite stores; a server uses webhooks): interval and number of polls.
     watch_interval_s: float = Field(60, ge=1, le=3600)
     watch_max_polls: int = Field(60, ge=1, le=10000)
+    # Trust this clone's own signing key (generated on first registration into a gitignored
+    # folder) besides the team keys under registry/keys/. It proves only that someone with
+    # this clone's key file signed; turn it off where only team-signed versions count.
+    trust_local_key: bool = True
+    # Promotion compare-and-set: how long to wait for the alias lock, and the age at which
+    # a lock is the remains of a killed promotion and is broken.
+    promotion_lock_timeout_s: float = Field(120, gt=0)
+    promotion_lock_stale_s: float = Field(300, gt=0)

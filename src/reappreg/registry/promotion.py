@@ -1,0 +1,275 @@
+"""Atomic, gated promotion and the signed, append-only promotion history.
+
+Compare-and-set. MLflow has no conditional alias write, so a promotion takes a lock that
+the registry itself makes atomic: creating a registered model named
+``<name>.reappreg-lock`` succeeds for exactly one caller (a unique key in the store's
+database, on sqlite and on a server alike, across hosts). Holding it, the promotion
+re-reads the alias; if it no longer points where the caller saw it (``expected``), the
+promotion stops with :class:`AliasMoved` ("alias moved under you") and writes nothing.
+Otherwise it appends a signed history entry, moves the alias and releases the lock; if
+moving the alias fails, the entry is deleted again, so no record is left for a
+promotion that did not happen. A lock older than ``stale_after_s`` is the remains of a
+killed process and is broken.
+
+History. Each entry is a DSSE envelope (the promoter's key) over
+``{seq, name, alias, from, to, by, at, reason, kind, forced, gates, prev}`` stored as the
+registered-model tag ``reappreg.history.<seq>``; ``prev`` is the sha256 of the previous
+envelope, so an entry cannot be edited, reordered or inserted without a key. Deleting the
+newest entries (truncation) is not detectable from the chain alone; ``verify`` then finds
+an alias that no entry explains and says so.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import hashlib
+import json
+import os
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+from reappreg.errors import GateFailed, InputError, ReappregError
+from reappreg.registry.declarations import RegistryDecl, declared
+from reappreg.registry.gates import GateCheck, describe_failures
+from reappreg.registry.keys import Keyring, SignatureInvalid, SigningKey, open_statement, sign_statement
+from reappreg.registry.verification import VersionCheck, gates_for, get_version, verify_version
+
+HISTORY_PREFIX = "reappreg.history."
+HISTORY_TYPE = "https://github.com/reappreg/reappreg/promotion/v1"
+LOCK_SUFFIX = ".reappreg-lock"
+
+
+class AliasMoved(ReappregError):
+    """Another promotion (or a UI edit) moved the alias between our read and our write."""
+
+    exit_code = 1
+
+
+def lock_name(name: str) -> str:
+    # One lock per model, not per alias: the history's entry numbers are per model.
+    return f"{name}{LOCK_SUFFIX}"
+
+
+def is_lock_model(name: str) -> bool:
+    return name.endswith(LOCK_SUFFIX)
+
+
+def _now() -> dt.datetime:
+    return dt.datetime.now(dt.timezone.utc)
+
+
+def acquire_lock(client: Any, name: str, alias: str, *, holder: str, timeout_s: float, stale_after_s: float,
+                 sleep: Callable[[float], None] = time.sleep) -> str:
+    """Create the lock model (atomic in the store); wait up to ``timeout_s``; break a lock older than ``stale_after_s``."""
+    from mlflow.exceptions import MlflowException
+
+    lock = lock_name(name)
+    deadline = time.monotonic() + timeout_s
+    pause = 0.05
+    while True:
+        try:
+            client.create_registered_model(lock, description=json.dumps({"holder": holder, "pid": os.getpid(), "at": time.time()}),
+                                           tags={"reappreg.kind": "promotion-lock"})
+            return lock
+        except MlflowException as exc:
+            if exc.error_code != "RESOURCE_ALREADY_EXISTS" and "database is locked" not in str(exc):
+                raise
+        try:
+            held = json.loads(client.get_registered_model(lock).description or "{}")
+            if time.time() - float(held.get("at", time.time())) > stale_after_s:
+                client.delete_registered_model(lock)
+                continue
+        except (MlflowException, ValueError):
+            pass  # released (or being replaced) meanwhile: try again
+        if time.monotonic() > deadline:
+            raise ReappregError(f"{name}@{alias}: another promotion has held the lock for more than {timeout_s:g}s; nothing was changed")
+        sleep(pause)
+        pause = min(pause * 2, 1.0)
+
+
+def release_lock(client: Any, lock: str) -> None:
+    client.delete_registered_model(lock)
+
+
+# --------------------------------------------------------------------------- history
+
+
+@dataclass
+class HistoryEntry:
+    seq: int
+    body: dict[str, Any]
+    digest: str
+    signer: str
+
+
+@dataclass
+class History:
+    entries: list[HistoryEntry] = field(default_factory=list)
+    problems: list[str] = field(default_factory=list)
+
+    def last_for(self, alias: str) -> HistoryEntry | None:
+        for entry in reversed(self.entries):
+            if entry.body.get("alias") == alias:
+                return entry
+        return None
+
+    def for_alias(self, alias: str) -> list[HistoryEntry]:
+        return [e for e in self.entries if e.body.get("alias") == alias]
+
+
+def read_history(client: Any, name: str, keyring: Keyring) -> History:
+    """Every history entry of ``name``, checked: trusted signature, contiguous numbers, hash chain, right model."""
+    model = client.get_registered_model(name)
+    raw = sorted((k, v) for k, v in (model.tags or {}).items() if k.startswith(HISTORY_PREFIX))
+    history = History()
+    prev = ""
+    for i, (key, value) in enumerate(raw, start=1):
+        seq_text = key.removeprefix(HISTORY_PREFIX)
+        if not seq_text.isdigit() or int(seq_text) != i:
+            history.problems.append(f"history entry {key}: expected number {i} (entries missing or inserted)")
+        digest = hashlib.sha256(value.encode("utf-8")).hexdigest()
+        try:
+            body, signer = open_statement(value.encode("utf-8"), keyring)
+        except SignatureInvalid as exc:
+            history.problems.append(f"history entry {key}: {exc}")
+            prev = digest
+            continue
+        if body.get("_type") != HISTORY_TYPE or body.get("name") != name or body.get("seq") != i:
+            history.problems.append(f"history entry {key}: signed for {body.get('name')!r} #{body.get('seq')!r}, not {name} #{i}")
+        if body.get("prev") != prev:
+            history.problems.append(f"history entry {key}: chain broken (prev {str(body.get('prev'))[:12]} != {prev[:12]})")
+        history.entries.append(HistoryEntry(i, body, digest, signer.describe()))
+        prev = digest
+    return history
+
+
+def _append(client: Any, name: str, body: dict[str, Any], key: SigningKey) -> str:
+    """Sign and store the next entry (call holding the alias lock)."""
+    seq = _next_seq(client, name)
+    model = client.get_registered_model(name)
+    prev_value = (model.tags or {}).get(f"{HISTORY_PREFIX}{seq - 1:06d}", "") if seq > 1 else ""
+    body = {"_type": HISTORY_TYPE, "seq": seq, "name": name, "prev": hashlib.sha256(prev_value.encode()).hexdigest() if prev_value else "",
+            **body}
+    tag = f"{HISTORY_PREFIX}{seq:06d}"
+    client.set_registered_model_tag(name, tag, sign_statement(body, key).decode("utf-8"))
+    return tag
+
+
+def _next_seq(client: Any, name: str) -> int:
+    tags = client.get_registered_model(name).tags or {}
+    return 1 + sum(1 for k in tags if k.startswith(HISTORY_PREFIX))
+
+
+# --------------------------------------------------------------------------- promotion
+
+
+@dataclass
+class Promotion:
+    name: str
+    version: str
+    alias: str
+    previous: str | None
+    forced: bool
+    check: VersionCheck
+    history_tag: str
+
+
+def current_target(client: Any, name: str, alias: str) -> str | None:
+    from mlflow.exceptions import MlflowException
+
+    try:
+        return str(client.get_model_version_by_alias(name, alias).version)
+    except MlflowException:
+        return None
+
+
+def promote(
+    client: Any,
+    decl: RegistryDecl,
+    keyring: Keyring,
+    key: SigningKey,
+    *,
+    name: str,
+    version: str,
+    alias: str,
+    reason: str,
+    actor: str,
+    tracking_uri: str,
+    lock_timeout_s: float,
+    lock_stale_s: float,
+    expected: str | None | type(...) = ...,
+    force: bool = False,
+) -> Promotion:
+    """Point ``alias`` at ``version`` if its signed evidence passes the gates (or ``force``), compare-and-set.
+
+    ``expected`` is the version the caller believes the alias points at now (None: no
+    alias); by default what it points at when this call starts.
+    """
+    declared(decl, name)
+    if not reason.strip():
+        raise InputError("promote: --reason must say why (it is recorded in the signed history)")
+    mv = get_version(client, name, version=version)
+    seen = current_target(client, name, alias) if expected is ... else expected
+    check = verify_version(mv, gates_for(decl, name, alias), keyring, tracking_uri=tracking_uri)
+    forced = not check.ok
+    if forced and not force:
+        raise GateFailed(f"{name} version {version} fails its gates for alias '{alias}': {check.problems()}. "
+                         "Not promoted (use --force to override; it is recorded).")
+    lock = acquire_lock(client, name, alias, holder=actor, timeout_s=lock_timeout_s, stale_after_s=lock_stale_s)
+    try:
+        now = current_target(client, name, alias)
+        if now != seen:
+            raise AliasMoved(f"alias moved under you: {name}@{alias} points at {_v(now)}, not {_v(seen)} as when this "
+                             f"promotion started; nothing was recorded. Re-run to promote v{version} over {_v(now)}.")
+        entry = {"kind": "promote", "alias": alias, "from": seen, "to": str(version), "by": actor,
+                 "at": _now().isoformat(timespec="seconds"), "reason": reason, "forced": forced,
+                 "gates": [c.as_dict() for c in check.gates], "tampering": check.tampering,
+                 "signed_by_registration": check.signer.keyid if check.signer else None}
+        tag = _append(client, name, entry, key)
+        try:
+            client.set_registered_model_alias(name, alias, str(version))
+        except BaseException:
+            client.delete_registered_model_tag(name, tag)
+            raise
+    finally:
+        release_lock(client, lock)
+    # Readable copies for the UI (the signed history is what verify reads).
+    prefix = f"promotion.{alias}"
+    for k, v in {"by": actor, "at": entry["at"], "reason": reason, "forced": str(forced).lower(), "history": tag}.items():
+        client.set_model_version_tag(name, str(version), f"{prefix}.{k}", v)
+    if forced:
+        client.set_model_version_tag(name, str(version), f"{prefix}.failed_gates", check.problems())
+        client.set_registered_model_tag(name, f"FORCED.{alias}",
+                                        f"version {version} forced by {actor} at {entry['at']}: {reason} -- failed: {check.problems()}")
+    return Promotion(name, str(version), alias, seen, forced, check, tag)
+
+
+def _v(version: str | None) -> str:
+    return "no version" if version is None else f"v{version}"
+
+
+def record_enforcement(client: Any, name: str, key: SigningKey, *, alias: str, from_version: str, to_version: str | None,
+                       actor: str, why: str, lock_timeout_s: float, lock_stale_s: float) -> str:
+    """Move (or remove) an alias under the lock, with a signed history entry and a UI-visible tag."""
+    lock = acquire_lock(client, name, alias, holder=actor, timeout_s=lock_timeout_s, stale_after_s=lock_stale_s)
+    try:
+        if current_target(client, name, alias) != from_version:
+            return f"{name}@{alias} moved meanwhile; left alone"
+        at = _now().isoformat(timespec="seconds")
+        entry = {"kind": "enforce", "alias": alias, "from": from_version, "to": to_version, "by": actor, "at": at,
+                 "reason": why, "forced": False, "gates": [], "tampering": [], "signed_by_registration": None}
+        tag = _append(client, name, entry, key)
+        if to_version is None:
+            client.delete_registered_model_alias(name, alias)
+            action = f"removed {name}@{alias} (was v{from_version})"
+        else:
+            client.set_registered_model_alias(name, alias, to_version)
+            action = f"moved {name}@{alias} back from v{from_version} to v{to_version}"
+    finally:
+        release_lock(client, lock)
+    note = f"{action} at {at} by {actor}: {why} ({tag})"
+    client.set_registered_model_tag(name, f"reappreg.enforced.{alias}", note)
+    client.set_model_version_tag(name, from_version, f"reappreg.enforced.{alias}", note)
+    return note

@@ -1,0 +1,189 @@
+"""What registration asserts about a version: an in-toto Statement v1 with a SLSA provenance v1 predicate.
+
+* ``subject``: every file of the registered MLflow Model folder with its sha256.
+* ``predicate.buildDefinition.resolvedDependencies`` (the SLSA "materials"): every input
+  with its DVC md5 -- training text, ratings, base models, the RM a policy was trained
+  against, the metrics, claims and calibration files -- and the guard certificate with
+  its digest and result.
+* ``predicate.buildDefinition.externalParameters``: model name, version, registration key,
+  the artifact folder's DVC md5, the params hash, the git commit, the gate declarations.
+* ``predicate.runDetails``: the builder (who, with which reappreg/mlflow), the MLflow run,
+  and two byproducts: the flat evidence dict every gate reads, and the readable tag copy.
+
+Reading the evidence from the card's file contracts (``reports/claims.json``,
+``metrics/*.json``, the calibration) flattens whatever keys they hold, so keys added by
+other stages become evidence a gate can name without a code change here.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from collections.abc import Mapping
+from typing import Any
+
+from reappreg.hashing import dvc_md5
+
+STATEMENT_TYPE = "https://in-toto.io/Statement/v1"
+PREDICATE_TYPE = "https://slsa.dev/provenance/v1"
+BUILD_TYPE = "https://github.com/reappreg/reappreg/registry-register/v1"
+EVIDENCE_BYPRODUCT = "reappreg.evidence"
+TAGS_BYPRODUCT = "reappreg.tags"
+GATES_BYPRODUCT = "reappreg.gates_at_registration"
+
+
+def _flat(obj: Any, prefix: str) -> dict[str, Any]:
+    if isinstance(obj, Mapping):
+        out: dict[str, Any] = {}
+        for key, value in obj.items():
+            out.update(_flat(value, f"{prefix}.{key}" if prefix else str(key)))
+        return out
+    return {prefix: obj}
+
+
+def evidence_of(kind: str, evidence: Any) -> dict[str, Any]:
+    """The flat evidence a gate may read (``evidence`` is a ``reappreg.card.Evidence``).
+
+    Keys: ``guard.*`` (result, certificate md5, its summary), ``judge.*`` (the calibration
+    file, flattened), ``eval.<metric key>`` (every key of metrics/eval.json), ``eval.bar.*``
+    (the bar claim and the metrics of its opponent), ``claims.<id>.*``, ``rm.<file>.<key>``
+    and ``policy.<file>.<key>`` (metrics folders), ``training.healthy``.
+    """
+    cert = evidence.certificate
+    out: dict[str, Any] = {"model.kind": kind, "guard.result": cert.result, "guard.certificate_md5": cert.md5}
+    out.update({f"guard.{k}": v for k, v in cert.summary.items()})
+    out.update(_flat(evidence.calibration, "judge"))
+    out["judge.trusted"] = evidence.judge_trusted
+    out["judge.model"] = evidence.judge_model
+    out.update({f"eval.{k}": v for k, v in evidence.eval_metrics.items() if not isinstance(v, (dict, list))})
+    claim = evidence.bar_claim("policy")
+    if claim is not None:
+        prefix = f"policy/{claim.get('opponent')}"
+        out.update({f"eval.bar.claim.{k}": v for k, v in claim.items() if isinstance(v, (str, int, float, bool)) or v is None})
+        out["eval.bar.reference"] = claim.get("opponent")
+        out["eval.bar.threshold"] = claim.get("threshold")
+        for col in ("n", "win_rate", "iid_low", "cluster_low", "n_eff"):
+            out[f"eval.bar.{col}"] = evidence.eval_metrics.get(f"{prefix}/{col}")
+    for c in evidence.claims:
+        cid = c.get("claim_id")
+        if cid is not None:
+            out.update({f"claims.{cid}.{k}": v for k, v in c.items() if isinstance(v, (str, int, float, bool)) or v is None})
+    out["claims.supported"] = sorted(str(c["claim_id"]) for c in evidence.claims if c.get("supported") and "claim_id" in c)
+    out.update({f"rm.{k}": v for k, v in evidence.rm_metrics.items()})
+    out.update({f"policy.{k}": v for k, v in evidence.policy_metrics.items()})
+    out["training.healthy"] = evidence.training_healthy
+    return {k: v for k, v in sorted(out.items()) if _jsonable(v)}
+
+
+def _jsonable(value: Any) -> bool:
+    try:
+        json.dumps(value, allow_nan=False)
+        return True
+    except (TypeError, ValueError):
+        return False
+
+
+def _tag_value(value: Any) -> str:
+    if value is None:
+        return "null"
+    if isinstance(value, bool):
+        return str(value).lower()
+    return str(value)
+
+
+def readable_tags(model: Any, flat_evidence: Mapping[str, Any], evidence: Any, *,
+                  input_md5s: Mapping[str, str], git: Mapping[str, str]) -> dict[str, str]:
+    """Version tags for the MLflow UI -- a copy of the signed statement, never read by a gate."""
+    tags: dict[str, str] = {"git.commit": git.get("git.commit", "none"), "git.dirty": git.get("git.dirty", "unknown"),
+                            "model.kind": model.kind}
+    for path, md5 in sorted(input_md5s.items()):
+        tags[f"md5.{path}"] = md5
+    for path in sorted(str(p) for p in evidence.sources.values()):
+        tags[f"md5.{path}"] = dvc_md5(path)
+    tags["guard.result"] = str(flat_evidence["guard.result"])
+    tags["guard.certificate_md5"] = str(flat_evidence["guard.certificate_md5"])
+    if model.kind == "policy":
+        if "eval.bar.reference" in flat_evidence:
+            tags.update({
+                "eval.reference": _tag_value(flat_evidence["eval.bar.reference"]),
+                "eval.bar": _tag_value(flat_evidence["eval.bar.threshold"]),
+                "eval.bar_claim_status": _tag_value(flat_evidence.get("eval.bar.claim.status")),
+                "eval.n": _tag_value(flat_evidence["eval.bar.n"]),
+                "eval.win_rate": _tag_value(flat_evidence["eval.bar.win_rate"]),
+                "eval.iid_ci_low": _tag_value(flat_evidence["eval.bar.iid_low"]),
+                "eval.cluster_ci_low": _tag_value(flat_evidence["eval.bar.cluster_low"]),
+                "eval.n_eff": _tag_value(flat_evidence["eval.bar.n_eff"]),
+            })
+        summary = {f"{r['condition']}/{r['opponent']}": {k: r[k] for k in ("win_rate", "n", "cluster_low", "n_eff")}
+                   for r in evidence.comparisons()}
+        tags["eval.summary"] = json.dumps(summary, sort_keys=True, separators=(",", ":"))
+        tags["eval.supported_claims"] = ", ".join(flat_evidence["claims.supported"]) or "none"
+        tags["judge.trusted"] = _tag_value(flat_evidence["judge.trusted"])
+        tags["judge.model"] = _tag_value(flat_evidence["judge.model"])
+        healthy = flat_evidence["training.healthy"]
+        tags["training.healthy"] = "unknown" if healthy is None else _tag_value(healthy)
+    return tags
+
+
+def params_md5(params: Mapping[str, Any]) -> str:
+    return hashlib.md5(json.dumps(params, sort_keys=True, default=str).encode("utf-8")).hexdigest()
+
+
+def statement(
+    *,
+    subjects: Mapping[str, str],
+    name: str,
+    version: str,
+    run_id: str,
+    source: str,
+    registration: Mapping[str, Any],
+    materials: list[dict[str, Any]],
+    flat_evidence: Mapping[str, Any],
+    gate_results: list[dict[str, Any]],
+    tags: Mapping[str, str],
+    builder: Mapping[str, Any],
+    started: str,
+) -> dict[str, Any]:
+    """An in-toto Statement v1 / SLSA provenance v1, checked against the in-toto-attestation schemas."""
+    from google.protobuf import json_format
+    from in_toto_attestation.predicates.provenance.v1 import provenance_pb2
+    from in_toto_attestation.v1.resource_descriptor import ResourceDescriptor
+    from in_toto_attestation.v1.statement import Statement
+
+    predicate = {
+        "buildDefinition": {
+            "buildType": BUILD_TYPE,
+            "externalParameters": {"model": name, "version": str(version), "mlflow_run_id": run_id, "source": source, **registration},
+            "resolvedDependencies": materials,
+        },
+        "runDetails": {
+            "builder": dict(builder),
+            "metadata": {"invocationId": run_id, "startedOn": started},
+            "byproducts": [
+                {"name": EVIDENCE_BYPRODUCT, "mediaType": "application/json", "annotations": dict(flat_evidence)},
+                {"name": GATES_BYPRODUCT, "mediaType": "application/json", "annotations": {"results": gate_results}},
+                {"name": TAGS_BYPRODUCT, "mediaType": "application/json", "annotations": dict(tags)},
+            ],
+        },
+    }
+    json_format.ParseDict(predicate, provenance_pb2.Provenance())  # raises on a field SLSA v1 does not define
+    subject = [ResourceDescriptor(name=rel, digest={"sha256": digest}) for rel, digest in sorted(subjects.items())]
+    built = Statement([s.pb for s in subject], PREDICATE_TYPE, predicate)
+    built.validate()
+    return json.loads(json_format.MessageToJson(built.pb, preserving_proto_field_name=False))
+
+
+def material(path: str, md5: str, **annotations: Any) -> dict[str, Any]:
+    item: dict[str, Any] = {"name": path, "digest": {"md5": md5.removesuffix(".dir")}}
+    if md5.endswith(".dir"):
+        annotations["dvc_dir_hash"] = True
+    if annotations:
+        item["annotations"] = annotations
+    return item
+
+
+def byproduct(stmt: Mapping[str, Any], name: str) -> dict[str, Any]:
+    for item in stmt.get("predicate", {}).get("runDetails", {}).get("byproducts", []):
+        if item.get("name") == name:
+            return dict(item.get("annotations", {}))
+    return {}

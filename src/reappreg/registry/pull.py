@@ -1,0 +1,79 @@
+"""Pulling one version: verified against its signed statement, refused when it fails its gates.
+
+:func:`pull` downloads into a temporary folder beside the target, runs the full
+:func:`~reappreg.registry.verification.verify_version` on those very bytes, and only then
+moves them into place. A version whose envelope does not verify, whose bytes differ from
+the signed digests, whose tags were edited, or which fails its gates (for ``NAME@ALIAS``
+the alias's gates, for ``NAME/VERSION`` the model's promotion gates) is refused and the
+partial download deleted -- unless ``allow_failing_gates``, which is recorded on the
+version (tag ``reappreg.pulled_failing.<time>``) and still refuses bytes that do not match.
+This is the way to get a model without the pipeline; the DVC side moves with ``dvc pull``.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import os
+import secrets
+import shutil
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from reappreg.errors import InputError, ReappregError
+from reappreg.registry.declarations import RegistryDecl, parse_spec
+from reappreg.registry.keys import Keyring
+from reappreg.registry.verification import VersionCheck, gates_for, get_version, verify_version
+
+
+class IntegrityError(ReappregError):
+    """A downloaded artifact does not match its signed statement, or the statement is not trusted."""
+
+    exit_code = 1
+
+
+@dataclass
+class Pulled:
+    name: str
+    version: str
+    folder: Path
+    files: int
+    card: str
+    check: VersionCheck
+    allowed_failing: bool = False
+    tags: dict[str, str] = field(default_factory=dict)
+
+
+def resolve_version(client: Any, spec: str) -> Any:
+    name, version, alias = parse_spec(spec)
+    return get_version(client, name, version=version, alias=alias)
+
+
+def pull(client: Any, decl: RegistryDecl, keyring: Keyring, spec: str, to: str | os.PathLike, *, tracking_uri: str,
+         allow_failing_gates: bool = False, actor: str = "unknown") -> Pulled:
+    """Download exactly the version ``spec`` names into ``to``, verified byte by byte against its signed statement."""
+    name, _, alias = parse_spec(spec)
+    mv = resolve_version(client, spec)
+    target = Path(to)
+    if target.exists() and any(target.iterdir()):
+        raise InputError(f"{target}: already exists and is not empty; pull into a new folder")
+    target.parent.mkdir(parents=True, exist_ok=True)
+    partial = target.with_name(f".{target.name}.partial-{secrets.token_hex(4)}")
+    try:
+        check = verify_version(mv, gates_for(decl, name, alias), keyring, tracking_uri=tracking_uri, download_to=partial / "model")
+        if check.evidence is None:
+            raise IntegrityError(f"{mv.name} version {mv.version}: {check.unsigned_reason}. Refused; the partial download was deleted.")
+        if not check.ok:
+            if not allow_failing_gates or check.tampering:
+                hint = "" if check.tampering else " (--allow-failing-gates takes it anyway, and records that)"
+                raise IntegrityError(f"{mv.name} version {mv.version} refused: {check.problems()}{hint}. "
+                                     "The partial download was deleted.")
+            when = dt.datetime.now(dt.timezone.utc).strftime("%Y%m%dT%H%M%SZ")
+            client.set_model_version_tag(mv.name, str(mv.version), f"reappreg.pulled_failing.{when}",
+                                         f"pulled by {actor} with --allow-failing-gates despite: {check.problems()}")
+        if target.exists():
+            target.rmdir()
+        os.replace(partial / "model", target)
+    finally:
+        shutil.rmtree(partial, ignore_errors=True)
+    return Pulled(mv.name, str(mv.version), target, check.files, mv.description or "", check, not check.ok, dict(mv.tags))

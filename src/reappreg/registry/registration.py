@@ -1,0 +1,321 @@
+"""Registration: preconditions (guard certificate, metrics describe the artifact), then one signed MLflow Model version.
+
+A version is identified by its *registration key*: the md5 of the artifact folder's DVC
+hash plus the DVC hashes of its training inputs. Registering an unchanged key adds no
+version. Otherwise the artifact folder is packaged as an MLflow Model (the RM ensemble as
+a scoring pyfunc, the policy as a generating pyfunc), that folder is signed with
+model-signing, uploaded, and registered; then an in-toto/SLSA statement naming the new
+version, its files' sha256, every input and the evidence is signed (DSSE) and stored
+beside it as ``<name>/attestations/v<version>.provenance.dsse.json`` in the registration
+run, its sha256 in the tag ``reappreg.provenance_sha256``.
+
+Concurrency and failure. Registration runs under a file lock and re-checks the existing
+versions' keys after taking it, so two runs on one host create exactly one version. A run
+on another host is caught after the fact: once its version exists, a registration looks at
+every version with the same key and the lowest number wins (the loser deletes its own).
+A version is created with ``reappreg.status=registering`` and marked ``complete`` only
+after it is signed and its alias set; anything else is rolled back when possible, and it
+fails every gate anyway (no envelope), and the next registration deletes it once stale.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import re
+import tempfile
+import time
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from reappreg.errors import GateFailed, InputError
+from reappreg.hashing import dir_entries
+from reappreg.registry.connection import RegistryUnavailable, short
+from reappreg.registry.declarations import ModelDecl
+from reappreg.registry.keys import SigningKey, sha256_file, sign_folder, sign_statement
+
+STATUS_TAG = "reappreg.status"
+KEY_TAG = "reappreg.registration_key"
+CONTENT_TAG = "reappreg.content_md5"
+MANIFEST_TAG = "reappreg.manifest"
+ENVELOPE_TAG = "reappreg.provenance_sha256"
+KEYID_TAG = "reappreg.signing_keyid"
+GATE_TAG_PREFIX = "gate."
+# MLflow's limit on a model-version tag value; the manifest must fit in one tag.
+MAX_TAG_VALUE = 100_000
+# MLflow's SQL schema stores a version description in VARCHAR(5000) (enforced by
+# PostgreSQL/MySQL, not by sqlite), so the card is cut at a section boundary to fit.
+MAX_DESCRIPTION = 5000
+
+
+def attestation_paths(name: str, version: str) -> tuple[str, str]:
+    """(provenance envelope, model-signing bundle) run-relative artifact paths of a version."""
+    return f"{name}/attestations/v{version}.provenance.dsse.json", f"{name}/attestations/model.sig.json"
+
+
+def model_folder_path(name: str) -> str:
+    return f"{name}/model"
+
+
+# --------------------------------------------------------------------------- preconditions
+
+def require_passed(cert: Any, *, model: str) -> None:
+    """Refuse a failed guard certificate (``cert`` is a ``reappreg.card.Certificate``)."""
+    if not cert.passed:
+        raise GateFailed(f"{model}: guard certificate {cert.path} did not pass (result: {cert.result!r}); refusing to register")
+
+
+def check_metrics_describe(model: ModelDecl, metrics: Mapping[str, Any], artifact_md5: str, *, name: str) -> None:
+    """Refuse an artifact whose training metrics were computed on another folder."""
+    if model.artifact_md5_metric is None:
+        return
+    recorded = metrics.get(model.artifact_md5_metric)
+    if recorded is None:
+        raise GateFailed(f"{name}: training metrics have no '{model.artifact_md5_metric}' naming the artifact they describe")
+    if recorded != artifact_md5:
+        raise GateFailed(f"{name}: {model.artifact} has md5 {artifact_md5} but its training metrics describe {recorded} "
+                         f"('{model.artifact_md5_metric}'); rerun the training stage or restore the artifact")
+
+
+def check_certificate(cert: Any, inputs: Mapping[str, str], *, model: str) -> None:
+    """Refuse unless the certificate passed and certifies every training input's current hash.
+
+    ``cert`` is a ``reappreg.card.Certificate``; ``inputs`` maps each training input path
+    to its md5 as hashed now.
+    """
+    require_passed(cert, model=model)
+    problems = []
+    for path, md5 in inputs.items():
+        want = cert.certified.get(path)
+        if path in cert.heldout:
+            problems.append(f"{path} is the held-out set, never a training input")
+        elif want is None:
+            problems.append(f"{path} is not covered by the certificate")
+        elif want != md5:
+            problems.append(f"{path} has md5 {md5} but the certificate records {want}")
+    if problems:
+        raise GateFailed(f"{model}: training inputs do not match the guard certificate {cert.path}: " + "; ".join(problems)
+                         + "; refusing to register")
+
+
+# --------------------------------------------------------------------------- packaging
+
+
+def package_model(kind: str, artifact_dir: Path, dest: Path) -> Path:
+    """The artifact folder as an MLflow Model at ``dest``: the RM ensemble scores, the policy generates."""
+    if kind == "reward-model":
+        from reappreg.rm.pyfunc import save_pyfunc
+    else:
+        from reappreg.policy.pyfunc import save_pyfunc
+    return save_pyfunc(artifact_dir, dest)
+
+
+def subject_digests(folder: Path) -> dict[str, str]:
+    """relpath -> sha256 of every file under ``folder`` (the statement's subjects)."""
+    out = {}
+    for path in sorted(folder.rglob("*")):
+        if path.is_symlink():
+            raise InputError(f"{path}: symlinks are not registered (the bytes behind them are not signed)")
+        if path.is_file():
+            out[path.relative_to(folder).as_posix()] = sha256_file(path)
+    return out
+
+
+# --------------------------------------------------------------------------- registration
+
+def manifest_of(folder: str | os.PathLike) -> list[dict[str, str]]:
+    """Per-file (relpath, md5) entries of an artifact folder: hashed once, reused for its DVC hash."""
+    folder = Path(folder)
+    if not folder.is_dir():
+        raise InputError(f"{folder}: model artifact folder not found")
+    entries = dir_entries(folder)
+    if not entries:
+        raise InputError(f"{folder}: model artifact folder is empty")
+    return entries
+
+
+def folder_md5(entries: list[dict[str, str]]) -> str:
+    """The DVC ``.dir`` hash from already computed entries (same serialisation as reappreg.hashing.dvc_md5),
+    so a multi-gigabyte checkpoint is read once, not once per hash."""
+    listing = json.dumps(sorted(entries, key=lambda e: e["relpath"]), sort_keys=True).encode("utf-8")
+    return hashlib.md5(listing).hexdigest() + ".dir"
+
+
+def registration_key(content_md5: str, training_md5s: Mapping[str, str]) -> str:
+    payload = json.dumps({"artifact": content_md5, "training_inputs": dict(sorted(training_md5s.items()))}, sort_keys=True)
+    return hashlib.md5(payload.encode("utf-8")).hexdigest()
+
+
+def for_ui(card: str) -> str:
+    """The card as the MLflow UI renders it well: the YAML front matter as a fenced block.
+
+    (A bare ``---`` front matter renders as rules and a stray heading in the UI's markdown.)
+    """
+    if card.startswith("---\n"):
+        end = card.find("\n---\n", 4)
+        if end > 0:
+            return "```yaml\n" + card[4:end] + "\n```\n" + card[end + 5:]
+    return card
+
+
+def fit_description(card: str, full_card_at: str, limit: int = MAX_DESCRIPTION) -> str:
+    """The card, cut at the last section heading that fits when it exceeds ``limit``."""
+    if len(card) <= limit:
+        return card
+    note = f"\n\n_(Cut to the registry's {limit}-character description limit; the full card is the artifact `{full_card_at}`.)_\n"
+    head = card[: limit - len(note)]
+    cut = head.rfind("\n## ")
+    return (head[:cut] if cut > 0 else head) + note
+
+
+@dataclass
+class Registration:
+    name: str
+    version: str
+    created: bool
+    content_md5: str
+    key: str
+    note: str = ""
+    keyid: str = ""
+
+    def as_dict(self) -> dict[str, Any]:
+        return {"name": self.name, "version": self.version, "created": self.created, "content_md5": self.content_md5,
+                "registration_key": self.key, "note": self.note, "signing_keyid": self.keyid}
+
+
+def _versions_with_key(client: Any, name: str, key: str) -> list[Any]:
+    found = client.search_model_versions(f"name='{name}' and tags.`{KEY_TAG}` = '{key}'")
+    return sorted(found, key=lambda v: int(v.version))
+
+
+def _is_stale(version: Any, stale_after_s: float, now_ms: float) -> bool:
+    return version.tags.get(STATUS_TAG) != "complete" and now_ms - version.creation_timestamp > stale_after_s * 1000
+
+
+def _ensure_model(client: Any, name: str, description: str) -> None:
+    from mlflow.exceptions import MlflowException
+
+    try:
+        client.get_registered_model(name)
+    except MlflowException as exc:
+        if exc.error_code != "RESOURCE_DOES_NOT_EXIST":
+            raise
+        try:
+            client.create_registered_model(name, description=description, tags={"reappreg.kind": "declared"})
+        except MlflowException as exc2:  # created concurrently by another registration: fine
+            if exc2.error_code != "RESOURCE_ALREADY_EXISTS":
+                raise
+
+
+# (version, run_id, source, subjects, readable tags) -> the in-toto statement to sign
+Attest = Callable[[str, str, str, Mapping[str, str], Mapping[str, str]], dict[str, Any]]
+
+
+def register_version(
+    client: Any,
+    *,
+    name: str,
+    model: ModelDecl,
+    artifact_dir: str | os.PathLike,
+    manifest: list[dict[str, str]],
+    training_md5s: Mapping[str, str],
+    tags: Mapping[str, str],
+    card: str,
+    log_artifacts: Callable[[Path, str], str],
+    attest: Attest,
+    key: SigningKey,
+    candidate_alias: str,
+    stale_after_s: float,
+    package: Callable[[str, Path, Path], Path] = package_model,
+    now_ms: Callable[[], float] = lambda: time.time() * 1000,
+) -> Registration:
+    """Register ``artifact_dir`` as a new, signed MLflow Model version of ``name`` unless its key already exists.
+
+    ``manifest`` is :func:`manifest_of` the folder. ``log_artifacts(folder, artifact_path)``
+    uploads a folder into the registration run and returns its artifact URI. ``attest``
+    builds the statement once the version number is known; it is signed with ``key``.
+    Call this while holding :func:`registration_lock`.
+    """
+    content_md5 = folder_md5(manifest)
+    reg_key = registration_key(content_md5, training_md5s)
+    manifest_json = json.dumps([[e["relpath"], e["md5"]] for e in manifest], separators=(",", ":"))
+    if len(manifest_json) > MAX_TAG_VALUE:
+        raise InputError(f"{artifact_dir}: {len(manifest)} files give a manifest too long for one registry tag; pack the folder")
+
+    _ensure_model(client, name, model_description(model))
+    existing = _versions_with_key(client, name, reg_key)
+    for stale in [v for v in existing if _is_stale(v, stale_after_s, now_ms())]:
+        # A registration that died before completing (e.g. the server went away).
+        client.delete_model_version(name, stale.version)
+    complete = [v for v in existing if v.tags.get(STATUS_TAG) == "complete"]
+    if complete:
+        return Registration(name, str(complete[0].version), False, content_md5, reg_key, "unchanged: same registration key",
+                            complete[0].tags.get(KEYID_TAG, ""))
+
+    with tempfile.TemporaryDirectory(prefix="reappreg-register-") as tmp:
+        folder = package(model.kind, Path(artifact_dir), Path(tmp) / "model")
+        subjects = subject_digests(folder)
+        signatures = Path(tmp) / "attestations"
+        signatures.mkdir()
+        sign_folder(folder, signatures / "model.sig.json", key)
+        source = log_artifacts(folder, model_folder_path(name))
+        log_artifacts(signatures, f"{name}/attestations")
+    readable = {
+        **{k: str(v) for k, v in tags.items()},
+        CONTENT_TAG: content_md5,
+        KEY_TAG: reg_key,
+        MANIFEST_TAG: manifest_json,
+        KEYID_TAG: key.keyid,
+    }
+    run_id = _run_id_of(source)
+    if run_id is None:
+        raise InputError(f"{source}: the model was not logged into an MLflow run; cannot store its attestations")
+    description = fit_description(for_ui(card), f"{name}/README.md of run {run_id}")
+    mv = client.create_model_version(name, source=source, run_id=run_id, tags={**readable, STATUS_TAG: "registering"},
+                                     description=description)
+    version = str(mv.version)
+    try:
+        # Cross-host race: every registration that created a version with this key sees
+        # the same set; the lowest number wins and the others delete themselves.
+        rivals = [v for v in _versions_with_key(client, name, reg_key) if not _is_stale(v, stale_after_s, now_ms())]
+        winner = min(rivals, key=lambda v: int(v.version)) if rivals else mv
+        if int(winner.version) < int(version):
+            client.delete_model_version(name, version)
+            return Registration(name, str(winner.version), False, content_md5, reg_key,
+                                f"duplicate of concurrent version {winner.version}; removed {version}", key.keyid)
+        envelope = sign_statement(attest(version, run_id, source, subjects, readable), key)
+        client.log_text(run_id, envelope.decode("utf-8"), attestation_paths(name, version)[0])
+        client.set_model_version_tag(name, version, ENVELOPE_TAG, hashlib.sha256(envelope).hexdigest())
+        client.set_registered_model_alias(name, candidate_alias, version)
+        client.set_model_version_tag(name, version, STATUS_TAG, "complete")
+    except BaseException as exc:
+        _rollback(client, name, version, exc)
+        raise
+    return Registration(name, version, True, content_md5, reg_key, f"new version, signed by key {key.keyid[:16]}; alias '{candidate_alias}'",
+                        key.keyid)
+
+
+def model_description(model: ModelDecl) -> str:
+    return " ".join(model.description.split())
+
+
+_RUN_ID = re.compile(r"/([0-9a-f]{32})/artifacts/")
+
+
+def _run_id_of(source: str) -> str | None:
+    match = _RUN_ID.search(source)
+    return match.group(1) if match else None
+
+
+def _rollback(client: Any, name: str, version: str, cause: BaseException) -> None:
+    try:
+        client.delete_model_version(name, version)
+    except Exception as exc:
+        raise RegistryUnavailable(
+            f"{name} version {version} was created but could not be completed ({short(cause if isinstance(cause, Exception) else None)}) "
+            f"nor rolled back ({short(exc)}); it stays tagged {STATUS_TAG}=registering and has no signed provenance, so it fails "
+            "every gate, and the next registration deletes it once stale"
+        ) from cause

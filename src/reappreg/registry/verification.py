@@ -1,0 +1,203 @@
+"""Checking a version against its signed statement: signature, bytes, tags, then the gates from the signed evidence.
+
+:func:`verify_version` is the one check ``verify``, ``promote``, ``pull`` and ``watch``
+share. In order:
+
+1. fetch ``<name>/attestations/v<version>.provenance.dsse.json`` from the version's run
+   and open it with a trusted key (team keyring or this clone's local key);
+2. the statement must name this model, this version number, this run and this source
+   (an envelope copied from another version is refused);
+3. download the version's files, hash every byte (sha256) and compare the set and each
+   digest with the statement's subjects; then model-signing verifies the folder against
+   its own bundle with a trusted key;
+4. every readable tag the statement recorded must still hold its signed value (an edited
+   or deleted tag is reported as tampering), and the envelope's sha256 tag must match;
+5. only then do the gates read the signed evidence. A version without a valid envelope,
+   or whose bytes differ, fails every gate.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import shutil
+import tempfile
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from reappreg.errors import InputError
+from reappreg.registry.declarations import Gate, RegistryDecl
+from reappreg.registry.gates import GateCheck, evaluate_gates, failed
+from reappreg.registry.keys import Keyring, SignatureInvalid, TrustedKey, open_statement, verify_folder
+from reappreg.registry.provenance import EVIDENCE_BYPRODUCT, PREDICATE_TYPE, STATEMENT_TYPE, TAGS_BYPRODUCT, byproduct
+from reappreg.registry.registration import ENVELOPE_TAG, attestation_paths, subject_digests
+
+
+class NotFound(InputError):
+    """A registered model, version or alias that does not exist (one line, exit 1)."""
+
+    exit_code = 1
+
+
+@dataclass
+class VersionCheck:
+    name: str
+    version: str
+    signer: TrustedKey | None
+    unsigned_reason: str | None            # why there is no valid signed evidence (None: there is)
+    byte_problems: list[str] = field(default_factory=list)
+    tampering: list[str] = field(default_factory=list)
+    gates: list[GateCheck] = field(default_factory=list)
+    evidence: dict[str, Any] | None = None
+    statement: dict[str, Any] | None = None
+    files: int = 0
+
+    @property
+    def failed_gates(self) -> list[GateCheck]:
+        return failed(self.gates)
+
+    @property
+    def ok(self) -> bool:
+        return not self.failed_gates and not self.tampering
+
+    def problems(self) -> str:
+        parts = [f"{c.gate} ({c.detail})" for c in self.failed_gates]
+        parts += [f"TAMPERING: {t}" for t in self.tampering]
+        return "; ".join(parts)
+
+
+def _quiet() -> None:
+    # One progress bar per file per version would bury the findings.
+    import os
+
+    os.environ.setdefault("MLFLOW_ENABLE_ARTIFACTS_PROGRESS_BAR", "false")
+
+
+def _download(run_id: str, path: str, dst: Path, tracking_uri: str) -> Path | None:
+    _quiet()
+    import mlflow
+    from mlflow.exceptions import MlflowException
+
+    try:
+        return Path(mlflow.artifacts.download_artifacts(run_id=run_id, artifact_path=path, dst_path=str(dst), tracking_uri=tracking_uri))
+    except (MlflowException, OSError):
+        return None
+
+
+def download_source(mv: Any, dst: Path, tracking_uri: str) -> Path:
+    _quiet()
+    import mlflow
+
+    # A folder URI downloads into dst/<its last component>; the returned path says where.
+    return Path(mlflow.artifacts.download_artifacts(artifact_uri=mv.source, dst_path=str(dst), tracking_uri=tracking_uri))
+
+
+def _statement_mismatch(stmt: dict[str, Any], mv: Any) -> str | None:
+    if stmt.get("_type") != STATEMENT_TYPE or stmt.get("predicateType") != PREDICATE_TYPE:
+        return f"statement type {stmt.get('_type')!r}/{stmt.get('predicateType')!r} is not in-toto v1 / SLSA provenance v1"
+    params = stmt.get("predicate", {}).get("buildDefinition", {}).get("externalParameters", {})
+    want = {"model": mv.name, "version": str(mv.version), "mlflow_run_id": mv.run_id, "source": mv.source}
+    wrong = [f"{k}={params.get(k)!r} (this version: {v!r})" for k, v in want.items() if params.get(k) != v]
+    return "signed statement describes another version: " + ", ".join(wrong) if wrong else None
+
+
+def verify_version(
+    mv: Any,
+    gates: list[Gate],
+    keyring: Keyring,
+    *,
+    tracking_uri: str,
+    download_to: Path | None = None,
+) -> VersionCheck:
+    """The full check of one model version (see the module docstring). ``download_to``: keep the verified files there."""
+    check = VersionCheck(str(mv.name), str(mv.version), None, None)
+    stmt = None
+    with tempfile.TemporaryDirectory(prefix="reappreg-verify-") as tmp:
+        tmp_path = Path(tmp)
+        envelope_rel, bundle_rel = attestation_paths(mv.name, str(mv.version))
+        envelope_file = _download(mv.run_id, envelope_rel, tmp_path / "env", tracking_uri) if mv.run_id else None
+        if envelope_file is None or not envelope_file.is_file():
+            check.unsigned_reason = f"no provenance envelope ({envelope_rel} not found in the version's run)"
+        else:
+            data = envelope_file.read_bytes()
+            recorded = mv.tags.get(ENVELOPE_TAG)
+            if recorded != hashlib.sha256(data).hexdigest():
+                check.tampering.append(f"tag {ENVELOPE_TAG}={recorded} but the stored envelope has sha256 {hashlib.sha256(data).hexdigest()}")
+            try:
+                stmt, check.signer = open_statement(data, keyring)
+                mismatch = _statement_mismatch(stmt, mv)
+                if mismatch:
+                    check.unsigned_reason, stmt = mismatch, None
+            except SignatureInvalid as exc:
+                check.unsigned_reason = f"provenance envelope rejected: {exc}"
+        files_dir = tmp_path / "files"
+        files_dir.mkdir()
+        try:
+            local = download_source(mv, files_dir, tracking_uri)
+        except Exception as exc:  # missing or unreadable artifact store: reported, never a pass
+            local = None
+            check.byte_problems.append(f"cannot download the version's files from {mv.source} ({type(exc).__name__}: {exc})")
+        if local is not None and stmt is not None:
+            want = {s["name"]: s.get("digest", {}).get("sha256") for s in stmt.get("subject", [])}
+            have = subject_digests(local)
+            check.files = len(have)
+            check.byte_problems += [f"missing {rel}" for rel in sorted(set(want) - set(have))]
+            check.byte_problems += [f"unexpected file {rel}" for rel in sorted(set(have) - set(want))]
+            check.byte_problems += [f"{rel}: sha256 {have[rel][:16]}… != signed {str(want[rel])[:16]}…"
+                                    for rel in sorted(set(want) & set(have)) if have[rel] != want[rel]]
+            bundle = _download(mv.run_id, bundle_rel, tmp_path / "bundle", tracking_uri)
+            if bundle is None:
+                check.byte_problems.append(f"model-signing bundle {bundle_rel} not found")
+            elif not check.byte_problems:
+                try:
+                    verify_folder(local, bundle, keyring)
+                except SignatureInvalid as exc:
+                    check.byte_problems.append(str(exc))
+        if stmt is not None:
+            signed_tags = byproduct(stmt, TAGS_BYPRODUCT)
+            for key, value in sorted(signed_tags.items()):
+                now = mv.tags.get(key)
+                if now is None:
+                    check.tampering.append(f"tag {key} was deleted (signed value {_clip(value)})")
+                elif now != value:
+                    check.tampering.append(f"tag {key}={_clip(now)} but the signed statement says {_clip(value)}")
+            check.statement = stmt
+            if not check.byte_problems:
+                check.evidence = byproduct(stmt, EVIDENCE_BYPRODUCT)
+            elif check.unsigned_reason is None:
+                check.unsigned_reason = "stored files do not match the signed digests: " + "; ".join(check.byte_problems)
+        elif check.unsigned_reason is None:
+            check.unsigned_reason = "no valid signed evidence"
+        check.gates = evaluate_gates(gates, check.evidence, unsigned_reason=check.unsigned_reason)
+        if download_to is not None and local is not None and check.evidence is not None:
+            download_to.parent.mkdir(parents=True, exist_ok=True)
+            shutil.move(str(local), str(download_to))
+    return check
+
+
+def _clip(value: Any, width: int = 60) -> str:
+    text = value if isinstance(value, str) else json.dumps(value)
+    return text if len(text) <= width else text[: width - 1] + "…"
+
+
+def gates_for(decl: RegistryDecl, name: str, alias: str | None) -> list[Gate]:
+    """The gates an alias needs: none (besides signed evidence) for ungated aliases or undeclared models."""
+    if name not in decl.models or (alias is not None and alias in decl.ungated_aliases):
+        return []
+    return list(decl.models[name].gates)
+
+
+def get_version(client: Any, name: str, version: str | None = None, alias: str | None = None) -> Any:
+    """A model version by number or alias; a missing model, version or alias is one clear line."""
+    from mlflow.exceptions import MlflowException
+
+    try:
+        client.get_registered_model(name)
+    except MlflowException as exc:
+        raise NotFound(f"no registered model '{name}'") from exc
+    try:
+        return client.get_model_version_by_alias(name, alias) if alias else client.get_model_version(name, version)
+    except MlflowException as exc:
+        what = f"alias '{alias}'" if alias else f"version {version}"
+        raise NotFound(f"registered model '{name}' has no {what}") from exc

@@ -1,0 +1,181 @@
+"""Watching aliases, and enforcing gates on aliases set outside ``registry promote`` (e.g. in the MLflow UI).
+
+The installed MLflow (3.17) has registry webhooks (``MlflowClient.create_webhook``, event
+``model_version_alias.created``), delivered by ``mlflow server`` only and signed with
+HMAC-SHA256. :func:`watch_webhook` registers one, receives the events on a local HTTP
+listener, checks each signature and each new alias, and deletes its webhook when done. The
+server's SSRF policy accepts only public https URLs unless it runs with
+``MLFLOW_WEBHOOK_ALLOWED_SCHEMES=http,https`` and ``MLFLOW_WEBHOOK_ALLOW_PRIVATE_IPS=true``,
+and it caches each event's webhook list for ``MLFLOW_WEBHOOK_CACHE_TTL`` seconds (60), so a
+new webhook may miss events in its first minute; the watcher runs one full check after
+subscribing to cover that gap. A sqlite store has no server to send webhooks, so
+:func:`watch_poll` re-runs the audit at a bounded interval, a bounded number of times.
+
+Enforcement (``--enforce``): an alias pointing at a version that fails its gates (or whose
+evidence was tampered with) is moved back to the newest version the signed history put
+there that still passes, or removed when there is none; the reason goes into the signed
+history and into the tag ``reappreg.enforced.<alias>`` on the model and on the version.
+"""
+
+from __future__ import annotations
+
+import base64
+import hashlib
+import hmac
+import json
+import secrets
+import time
+from collections.abc import Callable, Mapping
+from typing import Any
+
+from reappreg.registry.audit import AliasFinding, check_alias
+from reappreg.registry.declarations import RegistryDecl
+from reappreg.registry.keys import Keyring, SigningKey
+from reappreg.registry.promotion import read_history, record_enforcement
+from reappreg.registry.verification import gates_for, verify_version
+
+
+def watch_poll(
+    check: Callable[[], list[AliasFinding]],
+    *,
+    interval_s: float,
+    max_polls: int,
+    report: Callable[[AliasFinding], None],
+    sleep: Callable[[float], None] = time.sleep,
+) -> list[AliasFinding]:
+    """Re-run ``check`` ``max_polls`` times, ``interval_s`` apart; report each violation once."""
+    seen: dict[tuple[str, str, str], AliasFinding] = {}
+    for poll in range(max_polls):
+        for finding in check():
+            key = (finding.name, finding.alias, finding.version)
+            if finding.violation and key not in seen:
+                seen[key] = finding
+                report(finding)
+        if poll + 1 < max_polls:
+            sleep(interval_s)
+    return list(seen.values())
+
+
+def enforce(client: Any, decl: RegistryDecl, keyring: Keyring, key: SigningKey, finding: AliasFinding, *, actor: str,
+            tracking_uri: str, lock_timeout_s: float, lock_stale_s: float) -> str:
+    """Move ``finding``'s alias back to the newest signed-history target that passes its gates now, or remove it."""
+    history = read_history(client, finding.name, keyring)
+    gates = gates_for(decl, finding.name, finding.alias)
+    tried: set[str] = {finding.version}
+    target = None
+    for entry in reversed(history.for_alias(finding.alias)):
+        candidate = entry.body.get("to")
+        if candidate is None or str(candidate) in tried:
+            continue
+        tried.add(str(candidate))
+        try:
+            mv = client.get_model_version(finding.name, str(candidate))
+        except Exception:  # deleted since: not a place to go back to
+            continue
+        if verify_version(mv, gates, keyring, tracking_uri=tracking_uri).ok:
+            target = str(candidate)
+            break
+    why = f"v{finding.version} fails its gates: {finding.check.problems()}"
+    return record_enforcement(client, finding.name, key, alias=finding.alias, from_version=finding.version, to_version=target,
+                              actor=actor, why=why, lock_timeout_s=lock_timeout_s, lock_stale_s=lock_stale_s)
+
+
+def verify_signature(secret: str, headers: Mapping[str, str], body: bytes) -> bool:
+    """MLflow's webhook signature: HMAC-SHA256 over ``delivery_id.timestamp.payload`` (v1, base64)."""
+    from mlflow.webhooks.constants import WEBHOOK_DELIVERY_ID_HEADER, WEBHOOK_SIGNATURE_HEADER, WEBHOOK_TIMESTAMP_HEADER
+
+    lower = {k.lower(): v for k, v in headers.items()}
+    signature = lower.get(WEBHOOK_SIGNATURE_HEADER.lower(), "")
+    delivery = lower.get(WEBHOOK_DELIVERY_ID_HEADER.lower(), "")
+    stamp = lower.get(WEBHOOK_TIMESTAMP_HEADER.lower(), "")
+    signed = f"{delivery}.{stamp}.{body.decode('utf-8')}".encode("utf-8")
+    expected = "v1," + base64.b64encode(hmac.new(secret.encode("utf-8"), signed, hashlib.sha256).digest()).decode("ascii")
+    return hmac.compare_digest(expected, signature)
+
+
+def watch_webhook(
+    client: Any,
+    decl: RegistryDecl,
+    keyring: Keyring,
+    *,
+    tracking_uri: str,
+    full_check: Callable[[], list[AliasFinding]],
+    listen_host: str,
+    listen_port: int,
+    public_url: str | None,
+    duration_s: float,
+    max_events: int,
+    report: Callable[[AliasFinding], None],
+    on_ready: Callable[[str], None] | None = None,
+) -> list[AliasFinding]:
+    """Subscribe to ``model_version_alias.created`` on an ``mlflow server`` and check each new alias.
+
+    Runs ``full_check`` once after subscribing, then checks each new alias as it is set.
+    Stops after ``duration_s`` seconds or ``max_events`` alias events, then deletes its
+    webhook. ``report`` is called once per violating (model, alias, version).
+    """
+    import queue
+    import threading
+    from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+    secret = secrets.token_hex(16)
+    events: queue.Queue = queue.Queue()
+
+    class Handler(BaseHTTPRequestHandler):
+        def do_POST(self) -> None:  # noqa: N802 (http.server API)
+            body = self.rfile.read(int(self.headers.get("Content-Length", "0")))
+            if not verify_signature(secret, dict(self.headers.items()), body):
+                self.send_response(401)
+                self.end_headers()
+                return
+            self.send_response(200)
+            self.end_headers()
+            events.put(json.loads(body))
+
+        def log_message(self, *args: Any) -> None:  # keep the console for findings
+            pass
+
+    server = ThreadingHTTPServer((listen_host, listen_port), Handler)
+    url = public_url or f"http://{listen_host}:{server.server_address[1]}/"
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    hook = client.create_webhook(name=f"reappreg-watch-{secrets.token_hex(4)}", url=url,
+                                 events=["model_version_alias.created"], secret=secret,
+                                 description="reappreg registry watch: checks every new alias against its signed gates")
+    findings: list[AliasFinding] = []
+    seen: set[tuple[str, str, str]] = set()
+
+    def found(finding: AliasFinding) -> None:
+        key = (finding.name, finding.alias, finding.version)
+        if finding.violation and key not in seen:
+            seen.add(key)
+            findings.append(finding)
+            report(finding)
+
+    try:
+        # Aliases set before the webhook existed (or while the server's webhook cache was
+        # stale) are caught by one full check once the subscription is in place.
+        for finding in full_check():
+            found(finding)
+        if on_ready:
+            on_ready(url)
+        deadline = time.monotonic() + duration_s
+        handled = 0
+        while handled < max_events:
+            remaining = deadline - time.monotonic()
+            if remaining <= 0:
+                break
+            try:
+                event = events.get(timeout=min(remaining, 1.0))
+            except queue.Empty:
+                continue
+            if (event.get("entity"), event.get("action")) != ("model_version_alias", "created"):
+                continue
+            data = event.get("data", {})
+            handled += 1
+            found(check_alias(client, decl, keyring, data["name"], data["alias"], str(data["version"]), tracking_uri=tracking_uri))
+    finally:
+        client.delete_webhook(hook.webhook_id)
+        server.shutdown()
+        server.server_close()
+    return findings
