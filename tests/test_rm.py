@@ -298,6 +298,16 @@ def test_trained_rm_ranks_held_out_reappraisals_well_above_chance(members) -> No
     assert lovo["spearman_within_vignette"] >= 0.6
     assert set(lovo["per_vignette"]) == {f"v{i}" for i in range(1, 7)}
     assert (members[0].parent / "plots" / "calibration.png").stat().st_size > 1000
+    # The trivial rankers on the same pairs; the sample's length ranker is near chance.
+    for split in (holdout, lovo):
+        trivial = split["trivial_baselines"]
+        assert trivial["model"]["n_pairs"] == split["n_pairs"]
+        assert {fig["n_pairs"] for fig in trivial["rankers"].values()} == {split["n_pairs"]}
+        assert split["pairwise_accuracy_low"] <= split["pairwise_accuracy"] <= split["pairwise_accuracy_high"]
+    assert metrics["baselines"]["lovo"]["length_chars"] <= 0.6
+    assert metrics["baselines"]["lovo"]["model_minus_length_cluster_low"] > 0
+    assert lovo["trivial_baselines"]["model"]["n_vignettes"] == 6
+    assert metrics["pool"]["truncation"]["pairs"] == metrics["pool"]["reappraisals"]
 
 
 def test_bt_objective_also_learns_the_ordering(sample_pool) -> None:
@@ -376,6 +386,29 @@ def test_ensemble_reward_matches_the_formula_and_the_gate(ensemble_dir, members,
     assert list(ensemble.gate(ANSWERS)) == [True, True, False, False]
     # The better reappraisal earns the higher reward.
     assert rewards[0] > rewards[1]
+
+
+def test_ensemble_beats_length_on_unseen_vignettes_with_its_evidence(members, tmp_path: Path) -> None:
+    """The sample's ensemble passes beats_length_baseline on LOVO pairs; the figures, the
+    per-vignette plot and the format-gate effect (kept apart) are written."""
+    from reappreg.rm.ensemble import evaluate_ensemble
+
+    metrics, table = evaluate_ensemble(members, k=0.5, pair_margin=1.0, bins=4, plots_dir=tmp_path / "plots",
+                                       objective="multidim", format_penalty=-1.0)
+    gate = metrics["beats_length_baseline"]
+    assert gate["passed"] and gate["cluster_low"] > 0 and gate["n_vignettes"] == 6
+    lovo = metrics["lovo"]["reward"]
+    assert gate["difference"] == pytest.approx(
+        lovo["pairwise_accuracy"] - lovo["trivial_baselines"]["rankers"][gate["ranker"]]["accuracy"])
+    assert metrics["baselines"]["lovo"]["model"] == lovo["pairwise_accuracy"]
+    # ungated RM metrics; the gate's effect is reported apart
+    effect = metrics["lovo"]["format_gate"]
+    assert effect["ungated"]["accuracy"] == pytest.approx(lovo["pairwise_accuracy"])
+    assert 0 <= effect["gated_fraction_by_source"]["human"] <= 1
+    per_vignette = pd.read_csv(tmp_path / "plots" / "per_vignette.csv")
+    assert set(per_vignette["vignette"]) == {*(f"v{i}" for i in range(1, 7)), "all (pooled)"}
+    assert (tmp_path / "plots" / "per_vignette.png").stat().st_size > 5000
+    assert "baseline:length_chars" in set(table["model"])
 
 
 def test_ensemble_folder_is_self_contained(ensemble_dir, tmp_path: Path) -> None:
@@ -476,6 +509,10 @@ def test_cli_stages_and_pyfunc_loads_in_a_fresh_process(sample_pool, tmp_path: P
     ensemble_metrics = read_json(tmp_path / "metrics" / "ensemble.json")
     assert ensemble_metrics["seeds"] == [0, 1]
     assert ensemble_metrics["holdout"]["reward"]["pairwise_accuracy"] >= 0.8
+    # no leave-one-vignette-out evaluation here: the gate cannot pass and says why
+    assert ensemble_metrics["beats_length_baseline"]["passed"] is False
+    assert "leave_one_vignette_out is off" in ensemble_metrics["beats_length_baseline"]["checked"]
+    assert set(ensemble_metrics["holdout"]["format_gate"]["gated_fraction_by_source"]) == {"human"}
     members_table = pd.read_csv(tmp_path / "plots" / "ensemble" / "members.csv")
     assert list(members_table["model"]) == ["seed_0", "seed_1", "ensemble_mean", "ensemble_reward_k0.5",
                                             *(f"baseline:{name}" for name in RANKERS)]

@@ -193,4 +193,7 @@ def compare(
         mlflow.log_table(table, "rm_comparison.json")
         mlflow.log_artifact(str(out))
         mlflow.log_artifact(str(figure))
-    typer.echo(table.to_string(index=False))
+    shown = [c for c in ("model", "holdout_pairwise_accuracy", "lovo_pairwise_accuracy", "lovo_cluster_low",
+                         "lovo_cluster_high", "lovo_minus_length", "lovo_minus_length_cluster_low", "lovo_n_pairs")
+             if c in table.columns and table[c].notna().any()]
+    typer.echo(table[shown].to_string(index=False, float_format=lambda v: f"{v:.3f}"))

@@ -41,7 +41,16 @@ from reappreg.rm.evaluate import (
 from reappreg.rm.gate import format_gate_ok
 from reappreg.rm.member import load_member, member_encoder_location, read_eval_predictions
 from reappreg.rm.objectives import ScoreMap, objective_class
-from reappreg.rm.trivial import RANKERS, beats_length_gate, compare_with_rankers, difference, figure, outcomes
+from reappreg.rm.trivial import (
+    RANKERS,
+    beats_length_gate,
+    compare_with_rankers,
+    difference,
+    figure,
+    headline,
+    outcomes,
+    with_interval,
+)
 
 FORMAT = "reappreg-rm-ensemble/1"
 
@@ -268,6 +277,7 @@ def evaluate_ensemble(member_dirs: list[str | Path], *, k: float, pair_margin: f
             rankers = _rankers(targets)
             reward_metrics = evaluate_scores(reward, targets, pair_margin)
             reward_metrics["trivial_baselines"] = compare_with_rankers(reward, targets, rankers, pair_margin)
+            with_interval(reward_metrics)
 
             def versus_length(scores):
                 out = evaluate_scores(scores, targets, pair_margin)
@@ -315,6 +325,8 @@ def evaluate_ensemble(member_dirs: list[str | Path], *, k: float, pair_margin: f
                 plot_disagreement(dis, tmp / "disagreement.png", f"{objective} ensemble: disagreement vs error (held out)")
         table = pd.DataFrame(list(table_rows.values()))
         write_csv(table, tmp / "members.csv")
+    metrics["baselines"] = headline({s: metrics[s]["reward"]["trivial_baselines"] for s in ("holdout", "lovo")
+                                     if s in metrics})
     if "lovo" in metrics:
         metrics["beats_length_baseline"] = beats_length_gate(metrics["lovo"]["reward"]["trivial_baselines"])
     else:

@@ -45,7 +45,7 @@ from reappreg.rm.evaluate import (
 from reappreg.rm.gate import format_gate_ok
 from reappreg.rm.model import MemberTrainer, deterministic_torch, make_head
 from reappreg.rm.objectives import ScoreMap, make_objective, objective_class
-from reappreg.rm.trivial import LengthRegression, compare_with_rankers, cosine, ranker_scores
+from reappreg.rm.trivial import LengthRegression, compare_with_rankers, cosine, headline, ranker_scores, with_interval
 from reappreg.settings.rm import RmSettings
 
 # /2: score maps name their rating columns; models may lack absent rating dimensions.
@@ -188,7 +188,7 @@ def _train_member(objective_name, seed, settings, vignettes, reappraisals, ratin
     def evaluation_metrics(scores, targets, rankers) -> dict:
         metrics = evaluate_scores(scores, targets, evaluation.pair_margin)
         metrics["trivial_baselines"] = compare_with_rankers(scores, targets, rankers, evaluation.pair_margin)
-        return metrics
+        return with_interval(metrics)
 
     t1 = time.perf_counter()
     train_ratings, test_ratings = holdout_split(pool, evaluation.holdout, evaluation.holdout_fraction, evaluation.split_seed)
@@ -285,6 +285,7 @@ def _train_member(objective_name, seed, settings, vignettes, reappraisals, ratin
     }
     if lovo is not None:
         metrics["lovo"] = lovo
+    metrics["baselines"] = headline({s: metrics[s]["trivial_baselines"] for s in ("holdout", "lovo") if s in metrics})
     timings["total_s"] = time.perf_counter() - started
     timings["cpu_s"] = time.process_time() - cpu_started
     timings["load_cpu_s"] = timings_cpu_load

@@ -205,3 +205,25 @@ def beats_length_gate(comparison: dict[str, Any]) -> dict[str, Any]:
             "other length features, and length gaming by texts unlike the evaluation pool"
         ),
     }
+
+
+def headline(by_split: dict[str, dict[str, Any]]) -> dict[str, Any]:
+    """The few numbers a reader compares, per split: each ranker's accuracy and the model's
+    margin over the stronger length ranker with its cluster interval (``baselines`` key)."""
+    out: dict[str, Any] = {}
+    for split, comparison in by_split.items():
+        row = {name: fig["accuracy"] for name, fig in comparison["rankers"].items()}
+        vs = comparison["vs_length"]
+        row.update({"model": comparison["model"]["accuracy"], "model_minus_length": vs["difference"],
+                    "model_minus_length_cluster_low": vs["cluster_low"],
+                    "model_minus_length_cluster_high": vs["cluster_high"], "length_ranker": vs["ranker"],
+                    "longer_is_worse_model": comparison["longer_is_worse"]["model"]["accuracy"]})
+        out[split] = row
+    return out
+
+
+def with_interval(metrics: dict[str, Any]) -> dict[str, Any]:
+    """``pairwise_accuracy_low/high``: the vignette-cluster interval of the accuracy."""
+    model = metrics["trivial_baselines"]["model"]
+    metrics["pairwise_accuracy_low"], metrics["pairwise_accuracy_high"] = model["cluster_low"], model["cluster_high"]
+    return metrics
