@@ -475,7 +475,8 @@ def card_inputs_for(
         kind=model.kind,
         description=" ".join(model.description.split()),
         front_matter=front,
-        gates=model.gates.model_dump(),
+        # One entry per declared gate (registry/models.yaml); a ">=" threshold is shown as "at least".
+        gates={g.name: (g.value if g.op == ">=" and g.than is None else True) for g in model.gates},
         training_inputs={p: dvc_md5(root / p) for p in model.training_inputs},
         other_inputs={p: dvc_md5(root / p) for p in model.other_inputs},
         hyperparameters=hyper,

@@ -138,7 +138,7 @@ def main(argv: list[str] | None = None) -> None:
         sys.exit(code if isinstance(code, int) else 0)
     except ReappregError as exc:
         typer.echo(f"error: {exc}", err=True)
-        sys.exit(USAGE_EXIT)
+        sys.exit(getattr(exc, "exit_code", USAGE_EXIT))  # an error class may name its own code
     except click_exceptions.UsageError as exc:
         sys.exit(_usage_error(exc, root, argv))
     except click_exceptions.ClickException as exc:  # e.g. a file option that cannot be opened
