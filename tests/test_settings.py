@@ -90,3 +90,15 @@ def test_unknown_profile():
 def test_typo_in_full_profile_fails_on_cpu_too():
     with pytest.raises(InputError, match=r"(?s)profiles.full.*unknown key 'data.sorce'"):
         parse_params({"profiles": {"full": {"data": {"sorce": "x"}}}})
+
+
+def test_params_file_errors_name_the_file_and_line(tmp_path):
+    path = tmp_path / "params.yaml"
+    with pytest.raises(InputError, match="params file not found"):
+        load_params(path)
+    path.write_text("data:\n  source: sample\n    seed: 3\n", encoding="utf-8")
+    with pytest.raises(InputError, match=r"params.yaml: invalid YAML at line 3"):
+        load_params(path)
+    path.write_text("split:\n  train_sources: [human]\nsplit:\n  train_sources: [gpt]\n", encoding="utf-8")
+    with pytest.raises(InputError, match="split"):  # a repeated key is refused, not silently last-one-wins
+        load_params(path)

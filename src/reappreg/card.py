@@ -40,7 +40,7 @@ from reappreg.card_meta import (card_body, card_metadata, card_revision, numbers
                                 validate_card)
 from reappreg.errors import InputError, ReappregError
 from reappreg.hashing import dvc_md5
-from reappreg.io import read_json
+from reappreg.io import read_json, read_yaml
 from reappreg.stats.claims import BLOCKING_FLAGS  # claim flags that can never back a printed claim
 CLAIM_KEYS = ("claim_id", "statement", "metric_refs", "supported", "status", "reason", "flags")
 # Per-comparison stats shown in the evaluation table, in column order.
@@ -238,7 +238,7 @@ def load_evidence(
     if prompt is not None:
         if not Path(prompt).exists():
             raise InputError(f"{prompt}: prompt file not found")
-        prompt_obj = yaml.safe_load(Path(prompt).read_text(encoding="utf-8")) or {}
+        prompt_obj = read_yaml(prompt) or {}
     sources = {
         "certificate": Path(certificate),
         "eval": Path(eval_metrics),

@@ -12,10 +12,10 @@ import copy
 from pathlib import Path
 from typing import Any
 
-import yaml
 from pydantic import Field, ValidationError
 
 from reappreg.errors import InputError
+from reappreg.io import read_yaml
 from reappreg.settings.base import Section
 from reappreg.settings.card import CardSettings
 from reappreg.settings.data import DataSettings
@@ -108,11 +108,7 @@ def load_params(path: str | Path = "params.yaml") -> Params:
     path = Path(path)
     if not path.exists():
         raise InputError(f"{path}: params file not found")
-    try:
-        raw = yaml.safe_load(path.read_text(encoding="utf-8")) or {}
-    except yaml.YAMLError as exc:
-        raise InputError(f"{path}: not valid YAML: {exc}") from exc
-    return parse_params(raw, str(path))
+    return parse_params(read_yaml(path) or {}, str(path))
 
 
 __all__ = ["Params", "Section", "deep_merge", "load_params", "parse_params", "resolve_profile"]
