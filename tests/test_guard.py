@@ -25,13 +25,13 @@ from reappreg.guard import (
     check_units,
     index_from_sketch,
     load_sketch,
-    letters,
     lsh_error_rates,
     read_key,
     run_guard,
     scan_texts,
     tokens,
 )
+from reappreg.guard.normalise import text_views
 from reappreg.hashing import dvc_md5
 from reappreg.io import read_json, read_jsonl, write_jsonl
 from reappreg.settings.guard import GuardSettings
@@ -71,14 +71,22 @@ def brute_force_pairs(heldout: list[str], texts: list[str], config: GuardConfig)
             inter = len(t_sh & a_sh)
             if t_sh and inter / (len(t_sh) + len(a_sh) - inter) >= config.jaccard:
                 out[(i, a, "minhash")] = inter / (len(t_sh) + len(a_sh) - inter)
-            # chars: windows of the letter view, as strings
-            t_view, a_view = letters(toks), letters(atoks)
+            # chars: windows of the letter view, as strings; the letters of the answer inside
+            # shared windows (each distinct window at its first place in the text)
+            t_view, a_view = text_views(text)[1], text_views(heldout[a])[1]
             n = config.chars_n
             a_win = {a_view[p : p + n] for p in range(len(a_view) - n + 1)}
             if not a_win:
                 continue
             t_win = [t_view[p : p + n] for p in range(len(t_view) - n + 1)]
-            contained = len(set(t_win) & a_win) / len(a_win)
+            first = {}
+            for p, w in enumerate(t_win):
+                if w in a_win and w not in first:
+                    first[w] = p
+            covered_letters = set()
+            for p in first.values():
+                covered_letters.update(range(p, p + n))
+            contained = min(len(covered_letters) / len(a_view), 1.0)
             run = best = 0
             for w in t_win:
                 run = run + 1 if w in a_win else 0

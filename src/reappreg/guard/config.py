@@ -38,6 +38,8 @@ class GuardConfig:
     fragments_min_piece: int
     fragments_group_fields: tuple[str, ...]
     fragments_whole_file: bool
+    fragments_stock_answers: int
+    fragments_stock_records: int
 
     @classmethod
     def from_dict(cls, detectors: dict[str, Any]) -> "GuardConfig":
@@ -62,6 +64,8 @@ class GuardConfig:
                 fragments_min_piece=int(fr["min_piece"]),
                 fragments_group_fields=tuple(str(f) for f in fr["group_fields"]),
                 fragments_whole_file=bool(fr["whole_file"]),
+                fragments_stock_answers=int(fr["stock_answers"]),
+                fragments_stock_records=int(fr["stock_records"]),
             )
         except (KeyError, TypeError, ValueError) as exc:
             raise InputError(f"guard detector settings incomplete or malformed: missing or bad {exc!r}") from exc
@@ -90,6 +94,10 @@ class GuardConfig:
             problems.append(f"chars.min_run must be >= chars.n ({self.chars_n}) or null (got {self.chars_min_run})")
         if not 0 < self.fragments_coverage <= 1:
             problems.append(f"fragments.coverage must be in (0, 1] (got {self.fragments_coverage})")
+        if self.fragments_stock_answers < 2:
+            problems.append(f"fragments.stock_answers must be >= 2 (got {self.fragments_stock_answers})")
+        if self.fragments_stock_records < 2:
+            problems.append(f"fragments.stock_records must be >= 2 (got {self.fragments_stock_records})")
         if self.fragments_min_piece < self.chars_n:
             problems.append(f"fragments.min_piece must be >= chars.n ({self.chars_n}) (got {self.fragments_min_piece})")
         if problems:
@@ -130,6 +138,8 @@ class GuardConfig:
                 "min_piece": self.fragments_min_piece,
                 "group_fields": list(self.fragments_group_fields),
                 "whole_file": self.fragments_whole_file,
+                "stock_answers": self.fragments_stock_answers,
+                "stock_records": self.fragments_stock_records,
             },
         }
 

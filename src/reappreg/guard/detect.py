@@ -21,9 +21,12 @@ letters.
   conversation, one source file: ``check_units(groups=...)``). Each record contributes its
   *pieces*: runs of shared letter windows at least ``fragments.min_piece`` letters long
   (a short stock phrase is not a piece). A hit when the pieces of two or more records of a
-  group together cover at least ``fragments.coverage`` of an answer's letter windows while
-  no single record does (that one is the per-record detectors' case); the hit names every
-  contributing record. Exact.
+  group together cover at least ``fragments.coverage`` of an answer's letters while no single
+  record does (that one is the per-record detectors' case); the hit names every
+  contributing record. Stock phrasing does not count: windows found in at least
+  ``fragments.stock_answers`` held-out answers and, inside short runs, in at least
+  ``fragments.stock_records`` clean training records (an opener or closer many texts share)
+  are removed before pieces are measured. Exact.
 
 Tokenizer views (``views``): every text is also checked as ``decode(encode(text))`` of each
 consuming model's tokenizer, against the answers seen through the same tokenizer, whenever
@@ -45,7 +48,7 @@ from reappreg.errors import InputError
 from reappreg.guard.config import MINHASH_SCHEME, GuardConfig
 from reappreg.guard.hashing import _NGRAM, _SHINGLE, FastHasher
 from reappreg.guard.minhash import lsh_candidates, minhash_permutations, minhash_signatures
-from reappreg.guard.normalise import letters, tokens
+from reappreg.guard.normalise import letter_tokens, letters, text_views, tokens
 from reappreg.guard.text import TextUnit
 
 DETECTORS = ("ngram", "minhash", "chars", "fragments")
@@ -126,6 +129,7 @@ class HeldoutIndex:
 
         self.ngrams = GramTable(self.ngram_sets, self.token_counts)
         self.letters = GramTable(self.letter_sets, self.letter_counts)
+        self.stock = stock_windows(self.letters, self.answers, self.config.fragments_stock_answers)
         self.shingle_sizes = np.array([len(s) for s in self.shingle_sets], dtype=np.int64)
         self._permutations = minhash_permutations(self.config.num_perm, self.config.seed)
         self._lsh = MinHashLSH(num_perm=self.config.num_perm, params=(self.config.bands, self.config.rows))
@@ -157,21 +161,22 @@ class HeldoutIndex:
               views: Sequence[TextView] = ()) -> "HeldoutIndex":
         if not answers:
             raise InputError("held-out set is empty: there is nothing to guard against")
-        token_lists = [tokens(t) for t in texts]
+        both = [text_views(t) for t in texts]
+        token_lists, views_text = [b[0] for b in both], [b[1] for b in both]
         for meta, toks in zip(answers, token_lists):
             if not toks:
                 raise InputError(f"held-out answer '{meta.answer_id}' has no words after normalisation")
         metas = list(answers)
         for view in views:
-            for meta, toks, decoded in zip(answers, token_lists, view.roundtrip(list(texts))):
-                view_tokens = tokens(decoded)
+            for meta, toks, decoded in zip(answers, token_lists[: len(answers)], view.roundtrip(list(texts))):
+                view_tokens, view_letters = text_views(decoded)
                 if view_tokens and view_tokens != toks:
                     metas.append(AnswerMeta(meta.answer_id, meta.source, meta.vignette_id, view.name))
                     token_lists.append(view_tokens)
+                    views_text.append(view_letters)
         (ng, ng_off), (sh, sh_off) = hasher.grams_many(
             token_lists, [(config.ngram_n, _NGRAM), (config.shingle_words, _SHINGLE)]
         )
-        views_text = [letters(t) for t in token_lists]
         lg, lg_off = hasher.letter_grams(views_text, config.chars_n)
 
         def sets(keys, off):
@@ -181,6 +186,16 @@ class HeldoutIndex:
         return cls(config, hasher, metas, sets(ng, ng_off), sets(sh, sh_off), signatures,
                    [len(t) for t in token_lists], sets(lg, lg_off), [len(v) for v in views_text],
                    tuple(v.name for v in views))
+
+
+def stock_windows(table: GramTable, answers: Sequence[AnswerMeta], min_answers: int) -> np.ndarray:
+    """Mask over ``table.keys``: letter windows found in >= ``min_answers`` distinct held-out
+    answers (their stock phrasing: an opener or closer many answers share). A piece made
+    only of such windows never counts towards a fragment."""
+    ids = np.unique(np.array([a.answer_id for a in answers], dtype=object), return_inverse=True)[1].ravel()
+    coo = table.matrix.tocoo()
+    pairs = np.unique(np.stack([coo.row.astype(np.int64), ids[coo.col].astype(np.int64)]), axis=1)
+    return np.bincount(pairs[0], minlength=len(table.keys)) >= min_answers
 
 
 # ----------------------------------------------------------------------------- hits
@@ -232,9 +247,32 @@ def _longest_runs(member: np.ndarray) -> np.ndarray:
     return (idx - last_false).max(axis=0)
 
 
+def _covered(member: np.ndarray, n: int) -> np.ndarray:
+    """Per column: how many positions lie inside at least one window of ``n`` starting at a
+    True position (the letters a set of matched windows covers)."""
+    padded = np.concatenate([member, np.zeros((n - 1, member.shape[1]), dtype=bool)])
+    csum = np.concatenate([np.zeros((1, member.shape[1]), dtype=np.int64), np.cumsum(padded, axis=0)])
+    idx = np.arange(len(padded))
+    window = csum[idx + 1] - csum[np.maximum(idx + 1 - n, 0)]
+    return (window > 0).sum(axis=0)
+
+
+def _first_occurrences(grams: np.ndarray) -> np.ndarray:
+    first = np.zeros(len(grams), dtype=bool)
+    first[np.unique(grams, return_index=True)[1]] = True
+    return first
+
+
 def _containment_hits(table: GramTable, n_texts: int, grams: np.ndarray, offsets: np.ndarray, *, n: int,
-                      containment: float, min_run: int | None, detector: str) -> list[RawHit]:
-    """Exact containment and longest shared run for every (text, answer) sharing a gram."""
+                      containment: float, min_run: int | None, detector: str,
+                      letter_coverage: bool = False) -> list[RawHit]:
+    """Exact containment and longest shared run for every (text, answer) sharing a gram.
+
+    Containment is the fraction of the answer's grams found in the text, or with
+    ``letter_coverage`` the fraction of the answer's letters that lie inside shared windows
+    (each distinct window counted once, at its first place in the text), so pieces of an
+    answer spread through a text add up to what they cover.
+    """
     from scipy.sparse import csr_matrix
 
     pos, matched = table.lookup(grams)
@@ -248,13 +286,18 @@ def _containment_hits(table: GramTable, n_texts: int, grams: np.ndarray, offsets
     distinct.data[:] = 1  # a repeated gram in the text counts once
     shared_csr = distinct @ table.matrix
     shared = shared_csr.tocoo()  # entries in CSR order (row by row)
-    with np.errstate(divide="ignore", invalid="ignore"):
-        score = shared.data / table.counts[shared.col]
-    by_containment = score >= containment
+    if letter_coverage:
+        # a window covers at most n letters: pairs that cannot reach the threshold are skipped
+        need_score = shared.data * n >= containment * table.lengths[shared.col]
+        score = np.zeros(len(shared.data))
+    else:
+        with np.errstate(divide="ignore", invalid="ignore"):
+            score = shared.data / table.counts[shared.col]
+        need_score = np.zeros(len(shared.data), dtype=bool)
     # Longest shared run for every pair that is a hit by containment or could be one by run:
     # a run of R units is R - n + 1 consecutive matched positions, so only pairs with at
     # least that many matched positions (counted with multiplicity) can have one.
-    run_needed = by_containment.copy()
+    run_needed = (score >= containment) | need_score
     if min_run:
         need = max(min_run - n + 1, 1)
         with_mult = positions @ table.matrix
@@ -277,6 +320,10 @@ def _containment_hits(table: GramTable, n_texts: int, grams: np.ndarray, offsets
         runs = _longest_runs(member)
         units = np.where(runs > 0, runs + n - 1, 0)
         longest[js] = np.minimum(units, table.lengths[cols])
+        if letter_coverage:
+            covered = _covered(member & _first_occurrences(grams[lo:hi])[:, None], n)
+            score[js] = np.minimum(covered / np.maximum(table.lengths[cols], 1), 1.0)
+    by_containment = score >= containment
     by_run = longest >= min_run if min_run else np.zeros(len(longest), dtype=bool)
     return [
         (int(shared.row[j]), int(shared.col[j]), detector, float(score[j]),
@@ -319,42 +366,42 @@ def _minhash_hits(index: HeldoutIndex, n_texts: int, sh: np.ndarray, sh_off: np.
 
 
 def _pieces(table: GramTable, grams: np.ndarray, offsets: np.ndarray, n: int, min_piece: int) -> np.ndarray:
-    """(local text index, held-out letter-gram position) of every shared window that lies in a
-    run of shared windows spanning at least ``min_piece`` letters; distinct pairs, 2 x k."""
+    """(local text index, held-out letter-gram position, place in the text) of every shared
+    window that lies in a run of shared windows spanning at least ``min_piece`` letters; 3 x k."""
     pos, matched = table.lookup(grams)
     idx = np.flatnonzero(matched)
     if not len(idx):
-        return np.zeros((2, 0), dtype=np.int64)
+        return np.zeros((3, 0), dtype=np.int64)
     text_of = np.repeat(np.arange(len(offsets) - 1, dtype=np.int64), np.diff(offsets))[idx]
     starts = np.ones(len(idx), dtype=bool)
     starts[1:] = (np.diff(idx) != 1) | (np.diff(text_of) != 0)
     run_id = np.cumsum(starts) - 1
     run_letters = np.bincount(run_id)[run_id] + n - 1
     keep = run_letters >= min_piece
-    pairs = np.unique(np.stack([text_of[keep], pos[idx[keep]]]), axis=1)
-    return pairs
+    return np.stack([text_of[keep], pos[idx[keep]], idx[keep] - offsets[text_of[keep]]])
 
 
 @dataclass
 class ScanResult:
     hits: list[RawHit]
-    pieces: np.ndarray  # 2 x k (text index, held-out letter-gram position)
+    pieces: np.ndarray  # 3 x k (text index, held-out letter-gram position, place in the text)
 
 
 def _scan(index: HeldoutIndex, texts: Sequence[str]) -> ScanResult:
     """Every per-text detector over one batch of texts, and the batch's fragment pieces."""
     config = index.config
-    token_lists = [tokens(t) for t in texts]
+    both = [text_views(t) for t in texts]
+    token_lists = [b[0] for b in both]
     (ng, ng_off), (sh, sh_off) = index.hasher.grams_many(
         token_lists, [(config.ngram_n, _NGRAM), (config.shingle_words, _SHINGLE)]
     )
-    lg, lg_off = index.hasher.letter_grams([letters(t) for t in token_lists], config.chars_n)
+    lg, lg_off = index.hasher.letter_grams([b[1] for b in both], config.chars_n)
     n = len(texts)
     hits = _containment_hits(index.ngrams, n, ng, ng_off, n=config.ngram_n, containment=config.ngram_containment,
                              min_run=config.ngram_min_run, detector="ngram")
     hits += _minhash_hits(index, n, sh, sh_off)
     hits += _containment_hits(index.letters, n, lg, lg_off, n=config.chars_n, containment=config.chars_containment,
-                              min_run=config.chars_min_run, detector="chars")
+                              min_run=config.chars_min_run, detector="chars", letter_coverage=True)
     return ScanResult(hits, _pieces(index.letters, lg, lg_off, config.chars_n, config.fragments_min_piece))
 
 
@@ -382,11 +429,11 @@ def scan_batches(index: HeldoutIndex, texts: Sequence[str], *, workers: int = 1,
         raise InputError(f"guard: workers ({workers}) and chunk_size ({chunk_size}) must be >= 1")
     chunks = [(s, list(texts[s : s + chunk_size])) for s in range(0, len(texts), chunk_size)]
     hits: list[RawHit] = []
-    pieces: list[np.ndarray] = [np.zeros((2, 0), dtype=np.int64)]
+    pieces: list[np.ndarray] = [np.zeros((3, 0), dtype=np.int64)]
 
     def collect(start: int, result: ScanResult) -> None:
         hits.extend((start + i, *rest) for i, *rest in result.hits)
-        pieces.append(result.pieces + np.array([[start], [0]], dtype=np.int64))
+        pieces.append(result.pieces + np.array([[start], [0], [0]], dtype=np.int64))
 
     if workers == 1 or len(chunks) <= 1:
         for start, chunk in chunks:
@@ -404,7 +451,7 @@ def scan_batches(index: HeldoutIndex, texts: Sequence[str], *, workers: int = 1,
                     progress(futures[future])
     hits.sort(key=lambda h: (h[0], h[1], h[2]))
     all_pieces = np.concatenate(pieces, axis=1)
-    order = np.lexsort((all_pieces[1], all_pieces[0]))
+    order = np.lexsort((all_pieces[2], all_pieces[0]))
     return ScanResult(hits, all_pieces[:, order])
 
 
@@ -426,37 +473,100 @@ class Group:
     members: tuple[int, ...]   # unit indices
 
 
+def _letters_covered(places: np.ndarray, n: int) -> int:
+    """Letters inside the union of windows of ``n`` starting at ``places`` (sorted)."""
+    if not len(places):
+        return 0
+    ends = places + n
+    gaps = np.maximum(places[1:] - ends[:-1], 0)  # places are sorted, so windows overlap or follow
+    return int(ends[-1] - places[0] - gaps.sum()) if len(places) > 1 else n
+
+
 def fragment_hits(index: HeldoutIndex, pieces: np.ndarray, groups: Sequence[tuple[int, Sequence[int]]],
-                  n_texts: int) -> list[tuple[int, int, float, int, list[int]]]:
+                  n_texts: int, record_of: np.ndarray | None = None,
+                  flagged: np.ndarray | None = None) -> list[tuple[int, int, float, int, list[int]]]:
     """(group index, answer index, coverage, shared windows, contributing texts) for every group
-    whose members' pieces cover >= ``fragments.coverage`` of an answer, with >= 2 contributors."""
+    whose members' pieces cover >= ``fragments.coverage`` of an answer's letters while no
+    single member does, with >= 2 contributors. Pieces of stock phrasing do not count: runs
+    whose every window is in >= ``stock_answers`` held-out answers (``stock_windows``) and in
+    >= ``stock_records`` clean training records (``record_of`` maps a text to its record,
+    default each text its own; ``flagged`` marks texts the per-record detectors flagged,
+    which do not count: copies of answers cannot make their phrases stock).
+
+    Each distinct window counts once in a group (at its first place), so the same stock
+    piece repeated over many records covers no more than it does once.
+    """
     from scipy.sparse import csr_matrix
 
     config, table = index.config, index.letters
+    n, threshold = config.chars_n, config.fragments_coverage
+    lengths = table.lengths
+    if pieces.shape[1]:
+        # A piece (a run of shared windows in one text) made only of windows that many answers
+        # and many training records share is stock phrasing, not a piece of an answer.
+        new_run = np.ones(pieces.shape[1], dtype=bool)
+        new_run[1:] = (np.diff(pieces[0]) != 0) | (np.diff(pieces[2]) != 1)
+        run_id = np.cumsum(new_run) - 1
+        # Records using a window inside a short run (a phrase, not a copied passage) count
+        # towards its use in training text; copies of a whole answer do not make it stock.
+        short = (np.bincount(run_id)[run_id] + n - 1) < (config.chars_min_run or 2 * config.fragments_min_piece)
+        if flagged is not None:
+            short &= ~np.asarray(flagged)[pieces[0]]
+        records = (np.arange(n_texts) if record_of is None else np.asarray(record_of))[pieces[0]]
+        record_key = np.unique(np.stack([pieces[1][short], records[short]]), axis=1)
+        in_records = np.bincount(record_key[0], minlength=len(table.keys))
+        stock = index.stock & (in_records >= config.fragments_stock_records)
+        # Coverage is then measured on the letters outside stock phrasing: each stock window
+        # takes about one letter off its answer's length.
+        lengths = np.maximum(table.lengths - np.asarray(table.matrix.T @ stock.astype(np.int64)).ravel(), 1)
+        # Without its stock windows, what is left of a run must still be a piece.
+        pieces = pieces[:, ~stock[pieces[1]]]
+        if pieces.shape[1]:
+            new_run = np.ones(pieces.shape[1], dtype=bool)
+            new_run[1:] = (np.diff(pieces[0]) != 0) | (np.diff(pieces[2]) != 1)
+            run_id = np.cumsum(new_run) - 1
+            pieces = pieces[:, (np.bincount(run_id)[run_id] + n - 1) >= config.fragments_min_piece]
     if not pieces.shape[1] or not groups:
         return []
     text_pieces = csr_matrix((np.ones(pieces.shape[1], dtype=np.int32), (pieces[0], pieces[1])),
                              shape=(n_texts, len(table.keys)))
+    text_pieces.data[:] = 1
     rows = np.repeat(np.arange(len(groups)), [len(m) for _, m in groups])
     cols = np.fromiter((t for _, m in groups for t in m), dtype=np.int64, count=len(rows))
     membership = csr_matrix((np.ones(len(rows), dtype=np.int32), (rows, cols)), shape=(len(groups), n_texts))
     covered = membership @ text_pieces
     covered.data[:] = 1
     shared = (covered @ table.matrix).tocoo()
-    with np.errstate(divide="ignore", invalid="ignore"):
-        coverage = shared.data / table.counts[shared.col]
+    # a window covers at most n letters: only pairs that could reach the threshold are scored
+    candidates = np.flatnonzero((shared.data * n >= threshold * lengths[shared.col]) & (lengths[shared.col] > 0))
+    if not len(candidates):
+        return []
+    starts = np.searchsorted(pieces[0], np.arange(n_texts + 1))  # pieces are sorted by text
     out = []
-    for j in np.flatnonzero(coverage >= config.fragments_coverage):
+    for j in candidates:
         g, a = int(shared.row[j]), int(shared.col[j])
-        members = np.array(groups[g][1], dtype=np.int64)
-        own = (text_pieces[members] @ table.matrix[:, a]).toarray().ravel()
-        # A record that alone covers the answer is the per-record detectors' case (and stock
-        # phrases of its neighbours must not flag them with it).
-        if own.max() >= config.fragments_coverage * table.counts[a]:
+        answer_keys = set(table.matrix[:, a].nonzero()[0].tolist())
+        seen: set[int] = set()
+        per_text: dict[int, int] = {}
+        for t in groups[g][1]:
+            block = pieces[:, starts[t] : starts[t + 1]]
+            mine = [(int(k), int(p)) for k, p in zip(block[1], block[2]) if int(k) in answer_keys]
+            fresh = sorted(p for k, p in mine if k not in seen)
+            seen.update(k for k, _ in mine)
+            if fresh:
+                per_text[t] = _letters_covered(np.array(fresh), n)
+        length = int(lengths[a])
+        coverage = min(sum(per_text.values()) / length, 1.0)
+        if coverage < threshold or len(per_text) < 2:
             continue
-        contributors = members[own > 0].tolist()
-        if len(contributors) >= 2:
-            out.append((g, a, float(coverage[j]), int(shared.data[j]), contributors))
+        # A record that alone covers the answer is the per-record detectors' case (and stock
+        # phrases of its neighbours must not be flagged with it).
+        alone = max(_letters_covered(np.array(sorted(int(p) for k, p in zip(pieces[1, starts[t]:starts[t + 1]],
+                                                                          pieces[2, starts[t]:starts[t + 1]])
+                                                      if int(k) in answer_keys)), n) for t in per_text)
+        if alone >= threshold * length:
+            continue
+        out.append((g, a, coverage, int(shared.data[j]), sorted(per_text)))
     return out
 
 
@@ -479,6 +589,7 @@ def shared_spans(index: HeldoutIndex, text: str, answer: int, detector: str, lim
     config = index.config
     toks = tokens(text)
     if detector in ("chars", "fragments"):
+        toks = letter_tokens(text)
         view_letters = [letters([t]) for t in toks]
         ends = np.cumsum([len(v) for v in view_letters])
         view = "".join(view_letters)
@@ -559,7 +670,13 @@ def check_units(
         for ti, ui in enumerate(unit_of):
             variants_of.setdefault(ui, []).append(ti)
         expanded = [(gi, [t for u in g.members for t in variants_of[u]]) for gi, g in enumerate(groups)]
-        for gi, ai, coverage, shared_count, contributors in fragment_hits(index, result.pieces, expanded, len(texts)):
+        record_keys = {(u.source, u.record_id) for u in units}
+        record_index = {key: i for i, key in enumerate(sorted(record_keys))}
+        record_of = np.array([record_index[(units[u].source, units[u].record_id)] for u in unit_of], dtype=np.int64)
+        flagged_records = {record_of[ti] for ti, *_ in result.hits}
+        flagged = np.array([r in flagged_records for r in record_of], dtype=bool)
+        for gi, ai, coverage, shared_count, contributors in fragment_hits(index, result.pieces, expanded, len(texts),
+                                                                          record_of, flagged):
             group, meta = groups[gi], index.answers[ai]
             member_ids = list(dict.fromkeys(units[unit_of[t]].record_id for t in contributors))
             if len(member_ids) < 2:

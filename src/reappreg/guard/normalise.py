@@ -108,21 +108,13 @@ def _symbol_letters() -> dict[int, str]:
         # e.g. a dash never becomes a length mark.
         if skel and skel != ch and all(unicodedata.category(c) == "Ll" for c in skel):
             table[cp] = skel
+    ascii_part = {chr(cp): v for cp, v in table.items() if cp < 0x80}
+    if ascii_part != {"|": "l"}:  # the ASCII fast path (``_symbols_to_letters``) assumes exactly this
+        raise RuntimeError(f"guard normalisation: ICU's ASCII symbol skeletons changed to {ascii_part}; update the fast path")
     return table
 
 
-@lru_cache(maxsize=1)
-def _ascii_table() -> tuple[bytes, bytes]:
-    """The ASCII part of the general path as a ``bytes.translate`` (table, deletions) pair
-    (tests check the equality with the general path)."""
-    table = bytearray(range(256))
-    for cp, letters in _symbol_letters().items():
-        if cp < 0x80:
-            if len(letters) != 1 or not letters.isascii():
-                raise RuntimeError(f"guard normalisation: ASCII symbol {chr(cp)!r} folds to {letters!r}; the fast path needs one ASCII letter")
-            table[cp] = ord(letters)
-    delete = bytes(cp for cp in range(0x20) if chr(cp) not in _WHITESPACE_CONTROLS) + b"\x7f*_~`'"
-    return bytes(table), delete
+_ASCII_DELETE = bytes(cp for cp in range(0x20) if chr(cp) not in _WHITESPACE_CONTROLS) + b"\x7f*_~`'"
 
 
 def _strip_markup(text: str) -> str:
@@ -139,23 +131,17 @@ def _strip_markup(text: str) -> str:
     return text
 
 
-def fold(text: str) -> str:
-    """The normalised text (steps 1-4 of the module docstring), before splitting into words."""
+def _fold_core(text: str) -> str:
+    """Steps 1-4 without the symbol-to-letter step."""
     text = _strip_markup(text)
     if text.isascii():
         # Same result as the general path, faster: ASCII is NFKD-invariant, has no marks,
         # casefold is lower (tests check the equality on random ASCII).
-        table, delete = _ascii_table()
-        text = text.encode("ascii").translate(table, delete).decode("ascii").lower()
+        text = text.encode("ascii").translate(None, _ASCII_DELETE).decode("ascii").lower()
         if "-" in text:
             text = _ASCII_INTRAWORD_DASH.sub("", text)
         return text
     return _fold_unicode(text)
-
-
-def fold_general(text: str) -> str:
-    """``fold`` without the ASCII fast path (the reference the fast path is tested against)."""
-    return _fold_unicode(_strip_markup(text))
 
 
 def _fold_unicode(text: str) -> str:
@@ -163,16 +149,52 @@ def _fold_unicode(text: str) -> str:
     text = unicodedata.normalize("NFKD", text).casefold()
     text = unicodedata.normalize("NFKD", text)  # casefold can produce decomposable sequences
     text = _INVISIBLE.sub("", _MARKS.sub("", text))
-    text = text.translate(_DELETE_APOSTROPHES).translate(_MD_MARKS).translate(_symbol_letters())
+    text = text.translate(_DELETE_APOSTROPHES).translate(_MD_MARKS)
     return _INTRAWORD_DASH.sub("", text)
+
+
+def _symbols_to_letters(folded: str) -> str:
+    if folded.isascii():
+        return folded.replace("|", "l") if "|" in folded else folded
+    return folded.translate(_symbol_letters())
+
+
+def fold(text: str) -> str:
+    """The normalised text of the word view (steps 1-4), before splitting into words."""
+    return _symbols_to_letters(_fold_core(text))
+
+
+def fold_general(text: str) -> str:
+    """``fold`` without the ASCII fast path (the reference the fast path is tested against)."""
+    return _fold_unicode(_strip_markup(text)).translate(_symbol_letters())
+
+
+def _words(folded: str) -> list[str]:
+    return _ASCII_TOKEN.findall(folded) if folded.isascii() else _TOKEN.findall(folded)
 
 
 def tokens(text: str) -> list[str]:
     """The readable word tokens of ``text`` (what reports show)."""
-    folded = fold(text)
-    if folded.isascii():
-        return _ASCII_TOKEN.findall(folded)
-    return _TOKEN.findall(folded)
+    return _words(fold(text))
+
+
+def text_views(text: str) -> tuple[list[str], str]:
+    """(word tokens, letter view) of ``text`` from one pass of normalisation.
+
+    The letter view skips the symbol-to-letter step: a ``|`` standing in for ``l`` is folded
+    in the word view, a ``|`` standing between words is dropped from the letter view, so
+    neither use of a symbol hides a copy from both views.
+    """
+    core = _fold_core(text)
+    word_view = _symbols_to_letters(core)
+    toks = _words(word_view)
+    return toks, letters(toks if word_view == core else _words(core))
+
+
+def letter_tokens(text: str) -> list[str]:
+    """The words the letter view is made of (``text_views``), for reporting its passages."""
+    core = _fold_core(text)
+    return _words(core)
 
 
 def normalise(text: str) -> str:

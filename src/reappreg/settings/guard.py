@@ -38,9 +38,13 @@ class FragmentsSettings(Section):
     # An answer spread over several records of one group: pieces of >= min_piece letters that
     # together cover >= coverage of the answer's letter windows (no single record does).
     coverage: float = Field(0.5, gt=0, le=1)
-    min_piece: int = Field(40, ge=4)
+    min_piece: int = Field(30, ge=4)
     group_fields: tuple[str, ...] = ("author_id", "conversation_id")   # record fields that define a group
     whole_file: bool = True                                            # every source file is a group too
+    # Stock phrasing: a piece made only of letter windows found in >= stock_answers held-out
+    # answers AND in >= stock_records training records is an opener/closer, not a piece.
+    stock_answers: int = Field(3, ge=2)
+    stock_records: int = Field(5, ge=2)
 
 
 class SemanticSettings(Section):

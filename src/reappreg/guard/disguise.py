@@ -1,0 +1,276 @@
+"""A seeded generator of disguised leaks: what an adversary does to slip a held-out answer past
+the guard. The tests and ``benchmarks/guard_bench.py`` share it.
+
+``disguise(kind, rng, answer, filler)`` returns a ``Plant``: one or more training records that
+together carry ``answer``. ``filler(n_words)`` supplies innocent text to hide it in. Classes:
+
+* character level (the letters stay, the code points around them change): ``verbatim``,
+  ``zero_width``, ``soft_hyphen``, ``controls`` (Cc, NUL among them), ``format_chars`` (Cf:
+  bidi controls, word joiners, tag characters), ``default_ignorable`` (variation selectors,
+  Hangul fillers, combining grapheme joiner, Mongolian selectors), ``private_unassigned``
+  (Co and Cn code points), ``homoglyphs`` (Cyrillic/Greek look-alike letters), ``compat_forms``
+  (full-width and mathematical letters), ``combining_marks`` (accents added), ``case_punct``
+  (case, punctuation and whitespace scrambled);
+* layout: ``hyphen_broken`` (words broken by hyphens/dashes, also at line ends),
+  ``spaces_removed``, ``odd_separators`` (words joined by symbols), ``html_nbsp``
+  (``&nbsp;`` between words, tags inside words), ``html_escaped``, ``markdown``,
+  ``embedded_2000`` (inside 2,000 words), ``pieces_in_record`` (cut into pieces spread
+  through one long text), ``pieces_across_records`` (pieces inside other texts, one per
+  record), ``halves_on_rows`` (each half its own record), ``mixed`` (several of the above
+  at once);
+* edited: ``reordered_clauses``, ``synonyms_15`` (about 15% of the words replaced).
+
+Multi-record plants (``grouped``) are caught only when their records form a group (one
+author, one conversation or one file), as they do in a training source.
+"""
+
+from __future__ import annotations
+
+import html
+import random
+import re
+from collections.abc import Callable
+from dataclasses import dataclass
+
+Filler = Callable[[int], str]
+
+
+@dataclass(frozen=True)
+class Plant:
+    kind: str
+    texts: list[str]
+    edited: bool = False   # an edited copy (recall target 0.99) rather than the same letters (1.0)
+    grouped: bool = False  # spread over several records
+
+# Look-alike letters of other scripts (Cyrillic, Greek) that UTS #39 folds to Latin.
+HOMOGLYPHS = {"a": "\u0430", "c": "\u0441", "e": "\u0435", "o": "\u043e", "p": "\u0440", "x": "\u0445", "y": "\u0443",
+              "i": "\u0456", "s": "\u0455", "j": "\u0458", "h": "\u04bb", "A": "\u0391", "B": "\u0392", "E": "\u0395",
+              "H": "\u0397", "I": "\u0399", "K": "\u039a", "M": "\u039c", "N": "\u039d", "O": "\u039f", "T": "\u03a4",
+              "n": "\u0578", "v": "\u03bd"}
+CONTROLS = ["\x00", "\x01", "\x02", "\x07", "\x08", "\x0e", "\x1b", "\x7f", "\x80", "\x9f"]
+FORMAT_CHARS = ["\u200b", "\u200c", "\u200d", "\u200e", "\u200f", "\u202a", "\u202e", "\u2060", "\u2061", "\u2063",
+                "\u2064", "\u2066", "\u2069", "\ufeff", "\U000e0041", "\U000e0020", "\U000e007f", "\u061c", "\u180e"]
+DEFAULT_IGNORABLE = ["\ufe00", "\ufe0f", "\U000e0100", "\u034f", "\u115f", "\u1160", "\u3164", "\uffa0", "\u180b",
+                     "\u17b4", "\u2065", "\ufff0"]
+PRIVATE_UNASSIGNED = ["\ue000", "\uf8ff", "\U000f0000", "\U0010fffd", "\u0378", "\u0560", "\U0002fffe", "\ufdd0"]
+DASHES = ["-", "\u2010", "\u2011", "\u2012", "\u2013", "\u2014", "\u2212", "\u2e3a", "-\n", "\u2010\n"]
+SEPARATORS = ["\u00b7", "/", "_", ".", "\u2022", "|", "+", "~", "\u2219", ":"]
+MARKS = ["\u0301", "\u0300", "\u0308", "\u0302", "\u0327", "\u030c", "\u0323", "\u0331"]
+OTHER_WORDS = ["banana", "zeppelin", "quietly", "harbour", "lantern", "copper", "meadow", "violin", "granite", "orbit",
+               "pepper", "saddle", "thimble", "walnut", "marble", "candle", "ribbon", "pillow", "tunnel", "juniper"]
+
+
+def _fullwidth(ch: str) -> str:
+    return chr(ord(ch) + 0xFEE0) if "!" <= ch <= "~" else ch
+
+
+def _math_bold(ch: str) -> str:
+    if "a" <= ch <= "z":
+        return chr(0x1D41A + ord(ch) - ord("a"))
+    if "A" <= ch <= "Z":
+        return chr(0x1D400 + ord(ch) - ord("A"))
+    return ch
+
+
+def _sprinkle(rng: random.Random, text: str, pool: list[str], rate: float = 0.35) -> str:
+    """Insert code points from ``pool`` between letters of words."""
+    out = []
+    for i, ch in enumerate(text):
+        out.append(ch)
+        if ch.isalpha() and i + 1 < len(text) and text[i + 1].isalpha() and rng.random() < rate:
+            out.append(rng.choice(pool))
+    return "".join(out)
+
+
+def _words_map(text: str, fn: Callable[[str], str]) -> str:
+    return re.sub(r"\S+", lambda m: fn(m.group(0)), text)
+
+
+def _pieces(rng: random.Random, answer: str, count: int) -> list[str]:
+    words = answer.split()
+    count = max(2, min(count, len(words) // 3 or 2))
+    cuts = sorted(rng.sample(range(1, len(words)), count - 1)) if len(words) > count else list(range(1, count))
+    bounds = [0, *cuts, len(words)]
+    return [" ".join(words[a:b]) for a, b in zip(bounds, bounds[1:]) if b > a]
+
+
+def _even_pieces(answer: str, count: int) -> list[str]:
+    words = answer.split()
+    size = -(-len(words) // count)
+    return [" ".join(words[i : i + size]) for i in range(0, len(words), size)]
+
+
+# ----------------------------------------------------------------------------- classes
+
+
+def _verbatim(rng, answer, filler):
+    return [answer]
+
+
+def _zero_width(rng, answer, filler):
+    return [_sprinkle(rng, answer, ["\u200b"])]
+
+
+def _soft_hyphen(rng, answer, filler):
+    return [_sprinkle(rng, answer, ["\u00ad"])]
+
+
+def _controls(rng, answer, filler):
+    return [_sprinkle(rng, answer, CONTROLS)]
+
+
+def _format_chars(rng, answer, filler):
+    return [_sprinkle(rng, answer, FORMAT_CHARS)]
+
+
+def _default_ignorable(rng, answer, filler):
+    return [_sprinkle(rng, answer, DEFAULT_IGNORABLE)]
+
+
+def _private_unassigned(rng, answer, filler):
+    return [_sprinkle(rng, answer, PRIVATE_UNASSIGNED)]
+
+
+def _homoglyphs(rng, answer, filler):
+    return ["".join(HOMOGLYPHS[ch] if ch in HOMOGLYPHS and rng.random() < 0.6 else ch for ch in answer)]
+
+
+def _compat_forms(rng, answer, filler):
+    form = rng.choice([_fullwidth, _math_bold])
+    return ["".join(form(ch) if rng.random() < 0.7 else ch for ch in answer)]
+
+
+def _combining_marks(rng, answer, filler):
+    return ["".join(ch + rng.choice(MARKS) if ch.isalpha() and rng.random() < 0.4 else ch for ch in answer)]
+
+
+def _case_punct(rng, answer, filler):
+    def word(w):
+        w = "".join(c.upper() if rng.random() < 0.5 else c.lower() for c in w)
+        return w + rng.choice(["", "", ",", " ;", "!!", " -", "...", "\u201d"])
+
+    return ["\u201c" + rng.choice(["  ", "\t", " \n "]).join(word(w) for w in answer.split()) + "?!"]
+
+
+def _hyphen_broken(rng, answer, filler):
+    def word(w):
+        if len(w) < 4:
+            return w
+        cut = rng.randrange(2, len(w) - 1)
+        return w[:cut] + rng.choice(DASHES) + w[cut:]
+
+    return [_words_map(answer, word)]
+
+
+def _spaces_removed(rng, answer, filler):
+    return [re.sub(r"\s+", "", answer)]
+
+
+def _odd_separators(rng, answer, filler):
+    sep = rng.choice(SEPARATORS)
+    return [sep.join(answer.split())]
+
+
+def _html_nbsp(rng, answer, filler):
+    words = [html.escape(w) for w in answer.split()]
+    words = [f"<span>{w[:2]}</span>{w[2:]}" if len(w) > 3 and rng.random() < 0.3 else w for w in words]
+    return ["<p>" + "&nbsp;".join(words) + "</p>"]
+
+
+def _html_escaped(rng, answer, filler):
+    text = html.escape(answer, quote=True)
+    return ["".join(f"&#{ord(ch)};" if ch.isalpha() and rng.random() < 0.3 else ch for ch in text)]
+
+
+def _markdown(rng, answer, filler):
+    def word(w):
+        r = rng.random()
+        if r < 0.2:
+            return f"**{w}**"
+        if r < 0.35:
+            return f"_{w}_"
+        if r < 0.45:
+            return f"`{w}`"
+        if r < 0.5:
+            return f"[{w}](https://example.org/x)"
+        return w
+
+    return ["> " + " ".join(word(w) for w in answer.split())]
+
+
+def _embedded_2000(rng, answer, filler):
+    return [f"{filler(1000)} {answer} {filler(1000)}"]
+
+
+def _pieces_in_record(rng, answer, filler):
+    parts = _pieces(rng, answer, 4)
+    return [" ".join(f"{filler(rng.randint(20, 60))} {p}" for p in parts) + " " + filler(30)]
+
+
+def _pieces_across_records(rng, answer, filler):
+    return [f"{filler(rng.randint(10, 40))} {p} {filler(rng.randint(10, 40))}" for p in _even_pieces(answer, 3)]
+
+
+def _halves_on_rows(rng, answer, filler):
+    return _even_pieces(answer, 2)
+
+
+def _mixed(rng, answer, filler):
+    text = _homoglyphs(rng, answer, filler)[0]
+    text = _sprinkle(rng, text, CONTROLS + FORMAT_CHARS + DEFAULT_IGNORABLE, 0.2)
+    text = _hyphen_broken(rng, text, filler)[0]
+    return [f"{filler(80)} {text} {filler(80)}"]
+
+
+def _reordered_clauses(rng, answer, filler):
+    clauses = [c.strip() for c in re.split(r"(?<=[.,;:!?])\s+", answer) if c.strip()]
+    if len(clauses) < 2:
+        words = answer.split()
+        half = len(words) // 2
+        clauses = [" ".join(words[:half]), " ".join(words[half:])]
+    order = list(range(len(clauses)))
+    while order == sorted(order):
+        rng.shuffle(order)
+    return [" ".join(clauses[i] for i in order)]
+
+
+def _synonyms_15(rng, answer, filler):
+    words = answer.split()
+    count = max(1, round(0.15 * len(words)))
+    for i in rng.sample(range(len(words)), count):
+        words[i] = rng.choice(OTHER_WORDS)
+    return [" ".join(words)]
+
+
+CLASSES: dict[str, Callable[[random.Random, str, Filler], list[str]]] = {
+    "verbatim": _verbatim, "zero_width": _zero_width, "soft_hyphen": _soft_hyphen, "controls": _controls,
+    "format_chars": _format_chars, "default_ignorable": _default_ignorable, "private_unassigned": _private_unassigned,
+    "homoglyphs": _homoglyphs, "compat_forms": _compat_forms, "combining_marks": _combining_marks,
+    "case_punct": _case_punct, "hyphen_broken": _hyphen_broken, "spaces_removed": _spaces_removed,
+    "odd_separators": _odd_separators, "html_nbsp": _html_nbsp, "html_escaped": _html_escaped, "markdown": _markdown,
+    "embedded_2000": _embedded_2000, "pieces_in_record": _pieces_in_record,
+    "pieces_across_records": _pieces_across_records, "halves_on_rows": _halves_on_rows, "mixed": _mixed,
+    "reordered_clauses": _reordered_clauses, "synonyms_15": _synonyms_15,
+}
+EDITED = frozenset({"reordered_clauses", "synonyms_15"})
+GROUPED = frozenset({"pieces_across_records", "halves_on_rows"})
+
+
+def disguise(kind: str, rng: random.Random, answer: str, filler: Filler) -> Plant:
+    """``answer`` disguised as ``kind`` (one of ``CLASSES``), as one or more training texts."""
+    if kind not in CLASSES:
+        raise KeyError(f"unknown disguise class '{kind}' (known: {sorted(CLASSES)})")
+    return Plant(kind, CLASSES[kind](rng, answer, filler), edited=kind in EDITED, grouped=kind in GROUPED)
+
+
+def word_filler(texts: list[str], rng: random.Random) -> Filler:
+    """A filler drawing consecutive words from ``texts`` (innocent training text)."""
+    words = " ".join(texts).split()
+    if not words:
+        raise ValueError("word_filler needs some text")
+
+    def fill(count: int) -> str:
+        start = rng.randrange(len(words))
+        return " ".join(words[(start + i) % len(words)] for i in range(count))
+
+    return fill
