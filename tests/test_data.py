@@ -319,3 +319,15 @@ def test_cli_ingest_refuses_a_nul_and_writes_nothing(tmp_path, tracking_uri):
     assert "export.csv: 1 bad cell(s)" in proc.stderr and "line 3 column 'text': U+0000 (control character)" in proc.stderr
     assert "Traceback" not in proc.stderr
     assert not (tmp_path / "canonical").exists()
+
+
+def test_ids_may_be_numbers_texts_may_not(tmp_path):
+    rows = [{"vignette_id": "v1", "scenario": "S", "reappraisal_id": 7, "text": "t", "rater_id": 12,
+             "effectiveness": 4, "empathy": 4, "novelty": 4, "specificity": 4}]
+    path = tmp_path / "ids.jsonl"
+    path.write_text(json.dumps(rows[0]) + "\n")
+    data = import_flat(path, INTEGER)
+    assert data.ratings.loc[0, "rating_id"] == "7-12" and data.reappraisals.loc[0, "reappraisal_id"] == "7"
+    path.write_text(json.dumps({**rows[0], "text": 3.5}) + "\n")
+    with pytest.raises(InputError, match=r"1 id or text value\(s\) are not text: line 1 column 'text': 3.5"):
+        import_flat(path, INTEGER)

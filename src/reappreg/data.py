@@ -158,7 +158,7 @@ def import_flat(path: str | Path, settings: DataSettings) -> CanonicalData:
     if has_ratings:
         _rating_columns(path, columns, settings)
     has_emotion = "emotion" in columns
-    records = frame.to_dict("records")
+    records = _strings_where_needed(table)
     _refuse_ratings_without_rater(table, records, dims)
 
     vignettes: dict[str, dict] = {}
@@ -222,6 +222,29 @@ def import_flat(path: str | Path, settings: DataSettings) -> CanonicalData:
         ratings=_frame(list(ratings.values()), rating_columns),
         meta=meta,
     )
+
+
+ID_FIELDS = ("vignette_id", "reappraisal_id", "author_id", "source", "rater_id")
+TEXT_FIELDS = ("title", "scenario", "emotion", "text")
+
+
+def _strings_where_needed(table: RawTable) -> list[dict]:
+    """Records whose id and text fields are strings: whole-number ids (a parquet int64
+    rater_id, a JSON ``12``) become their digits; any other non-string value is an error."""
+    records = table.frame.to_dict("records")
+    wrong = []
+    for position, row in enumerate(records):
+        for column in ID_FIELDS + TEXT_FIELDS:
+            value = row.get(column)
+            if value is None or isinstance(value, str):
+                continue
+            if column in ID_FIELDS and isinstance(value, int) and not isinstance(value, bool):
+                row[column] = str(value)
+            else:
+                wrong.append(f"{table.locations[position]} column {column!r}: {value!r}")
+    if wrong:
+        raise InputError(f"{table.path}: {len(wrong)} id or text value(s) are not text: {_examples(wrong)}")
+    return records
 
 
 def _refuse_ratings_without_rater(table: RawTable, records: list[dict], dims: list[str]) -> None:

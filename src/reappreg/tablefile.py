@@ -18,6 +18,7 @@ from __future__ import annotations
 import csv
 import io
 import math
+import re
 import unicodedata
 from collections.abc import Iterable
 from dataclasses import dataclass
@@ -33,12 +34,18 @@ MAX_EXAMPLES = 5
 ALLOWED_CONTROLS = frozenset("\t\n\r")
 
 
+# Characters that are certainly allowed (printable ASCII, tab, newline, CR); only the others
+# are looked up in the Unicode database, which keeps large mostly-ASCII exports fast.
+UNUSUAL = re.compile("[^\t\n\r\x20-\x7e]")
+
+
 def forbidden_characters(text: str) -> list[tuple[int, str]]:
     """(character index, description) of every character no stored text may hold: control
     characters other than tab/newline/CR (NUL, C0, DEL, C1), surrogates (a lone half of a
     UTF-16 pair) and code points unassigned in this Python's Unicode database."""
     found = []
-    for index, char in enumerate(text):
+    for match in UNUSUAL.finditer(text):
+        index, char = match.start(), match.group()
         category = unicodedata.category(char)
         if category == "Cc" and char not in ALLOWED_CONTROLS:
             kind = "control character"
