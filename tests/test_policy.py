@@ -546,16 +546,12 @@ def test_resume_after_interruption_continues_at_the_right_step(tiny_random_polic
     assert second.steps == [3, 4]
     assert outcome["resumed_from_step"] == 2 and outcome["global_step"] == 4 and outcome["steps_run"] == 2
 
-    # The resumed run ends where an uninterrupted one does (optimizer, scheduler, RNG restored).
+    # The resumed run ends bit for bit where an uninterrupted one does (optimizer, scheduler and
+    # RNG restored; fixed thread count and deterministic algorithms: policy.train.cpu_threads,
+    # policy.train.trl.full_determinism).
     straight = spec(tmp_path / "straight")
     train_grpo(straight, ensemble=StandinEnsemble())
-    from safetensors.torch import load_file
-
-    a = load_file(str(interrupted.final_dir / "model.safetensors"))
-    b = load_file(str(straight.final_dir / "model.safetensors"))
-    assert a.keys() == b.keys()
-    for key in a:
-        np.testing.assert_allclose(a[key].numpy(), b[key].numpy(), rtol=0, atol=1e-6, err_msg=key)
+    assert dvc_md5(interrupted.final_dir / "model.safetensors") == dvc_md5(straight.final_dir / "model.safetensors")
 
 
 @pytest.mark.slow
