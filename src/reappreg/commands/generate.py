@@ -65,3 +65,32 @@ def run(
         mlflow.log_metrics(metrics)
         mlflow.log_artifact(str(out))
     typer.echo(f"generate: {len(rows)} sequences ({int(metrics['n_selected'])} to judge) in {seconds:.0f}s -> {out}")
+
+
+@app.command("reference")
+def reference(
+    name: str = typer.Option(..., help="The reference condition (a key of stats.reference_conditions)"),
+    vignettes: Path = typer.Option(..., help="Eval vignettes JSONL (vignette_id, scenario)"),
+    train: list[str] = typer.Option(..., "--train", help="Training source PATH:ID_FIELD:TEXT_FIELD[,...]; repeat"),
+    out: Path = typer.Option(..., help="Generations JSONL to write (the judge's input)"),
+    guard_report: Path = typer.Option(..., help="JSON summary of the guard check to write"),
+    params: Path = typer.Option(Path("params.yaml"), help="params.yaml"),
+) -> None:
+    """A reference condition's answers as generations, refused if any training text overlaps them."""
+    from reappreg.conditions import read_reference_answers, reference_generations
+    from reappreg.errors import InputError
+    from reappreg.io import read_jsonl, write_json, write_jsonl
+    from reappreg.settings import load_params
+
+    p = load_params(params)
+    declared = p.stats.reference_conditions
+    if name not in declared:
+        raise InputError(f"generate reference: {name!r} is not in stats.reference_conditions ({sorted(declared)})")
+    answers_path = Path(declared[name].answers)
+    answers = read_reference_answers(answers_path)
+    rows, summary = reference_generations(name, answers, read_jsonl(vignettes), training_specs=train, guard=p.guard,
+                                          source_name=str(answers_path))
+    write_jsonl(out, rows)
+    write_json(guard_report, {"condition": name, "answers": str(answers_path), **summary})
+    typer.echo(f"generate reference: {len(rows)} answers of {name!r}, guard: 0 overlaps with "
+               f"{len(train)} training source(s) -> {out}")

@@ -74,3 +74,56 @@ def run(
         console.print(f"  {claim['status']:<12} supported={claim['supported']!s:<5} {claim['claim_id']}\n"
                       f"      win-rate {rate}  worst-case cluster CI {ci}  n {ev['n']} contests  n_eff {n_eff}"
                       f"  flags: {flags}", highlight=False, markup=False)
+
+
+@app.command("results")
+def results_cmd(
+    policy_judgments: Path = typer.Option(..., help="Judgments of the GRPO policy (the judge stage's output)"),
+    conditions_dir: Path = typer.Option(..., help="Folder of the other conditions: <name>/judgments.jsonl"),
+    calibration: Path = typer.Option(..., help="Judge calibration JSON"),
+    out_json: Path = typer.Option(..., "--json", help="metrics/results.json to write"),
+    markdown: Path = typer.Option(..., help="reports/results.md to write"),
+    plot: Path = typer.Option(..., help="Forest plot PNG of every row to write"),
+    fresh_judgments: Path = typer.Option(None, help="Fresh-pool judgments of the selected candidate (optional)"),
+    fresh_condition: str = typer.Option(None, help="The condition the fresh-pool judgments belong to"),
+    models: Path = typer.Option(Path("registry/models.yaml"), help="Registry declarations (reference_bar:)"),
+    params: Path = typer.Option(Path("params.yaml"), help="params.yaml"),
+) -> None:
+    """The results table: one row per condition with both interval kinds, selection and claims."""
+    from reappreg.errors import InputError
+    from reappreg.results import ConditionInput, DeclaredStrength, ResultsInputs, build_results, write_results
+    from reappreg.settings import load_params
+    from reappreg.stats import TrustPolicy, load_calibration, load_reference_bar
+
+    p = load_params(params)
+    s = p.stats
+    conditions = [ConditionInput("policy", "policy", policy_judgments)]
+    conditions += [ConditionInput(name, "model", conditions_dir / name / "judgments.jsonl")
+                   for name in s.model_conditions]
+    conditions += [ConditionInput(name, "reference", conditions_dir / name / "judgments.jsonl",
+                                  answer_source=ref.source) for name, ref in s.reference_conditions.items()]
+    conditions += [ConditionInput(f"policy-ood-{name}", "ood", conditions_dir / f"ood-{name}" / "judgments.jsonl",
+                                  ood=True) for name in s.ood_sets]
+    fresh = None
+    if (fresh_judgments is None) != (fresh_condition is None):
+        raise InputError("stats results: give both --fresh-judgments and --fresh-condition, or neither")
+    if fresh_judgments is not None:
+        fresh = ConditionInput(fresh_condition, "policy", fresh_judgments)
+    inputs = ResultsInputs(
+        conditions=conditions, calibration=load_calibration(calibration), reference=load_reference_bar(models),
+        settings=s, trust_policy=TrustPolicy(max_position_bias=s.max_position_bias,
+                                             max_unparseable_rate=s.max_unparseable_rate,
+                                             min_agreement_floor=p.judge.min_agreement,
+                                             min_pairs_floor=p.judge.calibration_min_pairs),
+        selection_candidates=s.selection_candidates, fresh_pool=fresh,
+        declared_strengths={k: DeclaredStrength(v.win_rate, v.source) for k, v in s.opponent_strength.items()},
+        optimism_iterations=s.optimism_bootstrap_iterations)
+    results = build_results(inputs)
+    write_results(results, json_path=out_json, markdown_path=markdown, plot_path=plot, settings=s)
+    sel = results["selection"]
+    for row in results["rows"]:
+        ci = "-" if row["cluster_low"] is None else f"[{row['cluster_low']:.3f}, {row['cluster_high']:.3f}]"
+        rate = "-" if row["win_rate"] is None else f"{row['win_rate']:.3f}"
+        typer.echo(f"  {row['row_id']:<40} {row['status']:<9} win-rate {rate}  cluster CI {ci}  n {row['n']}")
+    typer.echo(f"stats results: {len(results['rows'])} rows, promotable: {str(sel['promotable']).lower()} "
+               f"({sel['reason']}) -> {out_json}, {markdown}")

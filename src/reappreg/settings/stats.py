@@ -1,6 +1,7 @@
+import re
 from typing import Literal
 
-from pydantic import Field
+from pydantic import Field, model_validator
 
 from reappreg.settings.base import Section
 
@@ -31,3 +32,59 @@ class StatsSettings(Section):
     # Vignette-cluster bootstrap of the length-controlled win-rate (one GLM fit each).
     lc_bootstrap_iterations: int = Field(400, ge=50)
     seed: int = 0
+
+    # --- conditions and the results table (reappreg.results, reappreg.conditions) ---
+    # Model conditions besides the GRPO `policy`: models/policy/<name> answers and is judged
+    # like it (dvc.yaml matrix stages generate_condition / judge_condition). Interpolated
+    # into dvc.yaml from the top-level params: a profile lists its own, the matrix runs these.
+    model_conditions: list[str] = ["base"]
+    # Reference conditions: name -> a file of answers (vignette_id, text, source), guard-checked
+    # against every training source (foreach stages reference_condition / judge_reference).
+    reference_conditions: dict[str, "ReferenceCondition"] = {}
+    # Conditions a winner is picked from (best of K on the selection pool): its optimism is
+    # estimated, and it is promotable only on a fresh pool.
+    selection_candidates: list[str] = ["policy"]
+    # Opponent strengths not measured by the pipeline (win-rate vs the bar opponent, with a source).
+    opponent_strength: dict[str, "DeclaredOpponentStrength"] = {}
+    # Off-distribution sets: name -> fresh scenarios + an opponent's answers (default off).
+    ood_sets: dict[str, "OodSet"] = {}
+    optimism_bootstrap_iterations: int = Field(2000, ge=100)
+
+    @model_validator(mode="after")
+    def _condition_names(self) -> "StatsSettings":
+        names = ["policy", *self.model_conditions, *self.reference_conditions]
+        dup = sorted({n for n in names if names.count(n) > 1})
+        if dup:
+            raise ValueError(f"condition name(s) used twice (policy, model_conditions, reference_conditions): {dup}")
+        bad = [n for n in names if not re.fullmatch(r"[A-Za-z0-9][A-Za-z0-9_.-]*", n)]
+        if bad:
+            raise ValueError(f"condition names must be folder-safe ([A-Za-z0-9_.-]): {bad}")
+        unknown = [c for c in self.selection_candidates if c not in names]
+        if unknown:
+            raise ValueError(f"selection_candidates {unknown} are not conditions ({names})")
+        return self
+
+
+class ReferenceCondition(Section):
+    """Answers a reference model wrote, judged like a condition (never training text)."""
+
+    answers: str                  # JSONL: vignette_id, text, source
+    source: str                   # whose answers: its strength as an opponent is measured from this row
+
+
+class DeclaredOpponentStrength(Section):
+    win_rate: float = Field(ge=0.0, le=1.0)   # its win-rate against the bar opponent
+    source: str = Field(min_length=1)         # where the number comes from
+
+
+class OodSet(Section):
+    """Fresh scenarios no training text contains (guard-checked), with an opponent's answers."""
+
+    csv: str                      # read in place (e.g. ../shared/data/sharma2023/reframing_dataset.csv)
+    scenario_field: str = "situation"
+    answer_field: str = "reframe"
+    opponent: str                 # the answers' source name
+    max_scenarios: int | None = Field(None, ge=2)
+
+
+StatsSettings.model_rebuild()

@@ -66,7 +66,7 @@ def write_forest_plot(
             ax.axvline(bar, color="tab:green", ls="--", lw=1.2)
         ax.set_xlim(0, 1)
         ax.set_ylim(-0.7, len(panel) - 0.3)
-        title = f"{CONDITION_LABELS[condition]} vs {opponent}"
+        title = f"{CONDITION_LABELS.get(condition, condition)} vs {opponent}"
         if not judge_trusted:
             title += "  [UNTRUSTED JUDGE]"
         ax.set_title(title, fontsize=9, color="black" if judge_trusted else "tab:red")

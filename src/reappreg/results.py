@@ -1,0 +1,495 @@
+"""The results table: one row per evaluated condition (and opponent), with both interval kinds.
+
+Why: the seeds' headline table compared an iid bound with the reference bar, picked a winner
+on the pool it then reported, and called a win against a weak opponent on fresh scenarios a
+generalisation. This module builds ``metrics/results.json`` and ``reports/results.md`` from
+the judgments of every condition (``reappreg.conditions``) with the statistics package
+(``reappreg.stats``: contest-level scores, worst-case vignette-cluster bounds, n_eff, the
+length-controlled win-rate) and closes each of those holes:
+
+* **Both interval kinds, side by side, never mixed.** Each row carries the iid Wilson
+  interval over contests, marked *screening only*, and the worst-case vignette-cluster
+  interval the claims use. The bar column (the reference bar pinned in registry/models.yaml)
+  reads ONLY the cluster lower bound: no cell compares an iid bound with a reference point.
+* **The winner's curse** (:func:`best_of_k_optimism`): when a winner is picked among K
+  candidates (``results.selection_candidates``) on the same judgments it is reported on, its
+  win-rate is optimistic. The expected optimism is estimated by a bootstrap over vignettes
+  (resample vignettes, pick the best of K in the resample, take its resampled minus its
+  full-sample win-rate). A selected candidate is ``promotable`` past ``candidate`` only if
+  judgments of a FRESH pool (new generations, so new contests; no generation or sampling seed
+  shared with the selection pool) give a worst-case cluster bound that clears the bar.
+* **Opponent strength** (:func:`opponent_strengths`): an opponent's strength is its own
+  win-rate against the bar opponent on the in-distribution vignettes where the pipeline
+  measured it (a reference condition whose answers come from that source), otherwise the
+  strength declared in params (``results.opponent_strength``, with a source); the bar
+  opponent's strength is 0.5 by definition. A generalisation claim (an off-distribution row,
+  cluster bound above 0.5 over scenarios) against an opponent weaker than the bar opponent,
+  or of unknown strength, is labelled ``weak_opponent`` and supports nothing.
+
+``metrics/results.json`` (schema version 1)::
+
+    {"schema_version": 1, "confidence", "reference_bar": {bar, opponent, source},
+     "judge": {model, trusted, trust_reason},
+     "rows": [{"row_id": "<condition>/<opponent>", "condition", "kind": policy|model|reference|ood,
+               "pool": <stats condition: policy | best_of_n_fresh_pool | best_of_n_selection_pool>,
+               "opponent", "ood", "status": evaluated|not_run, "reason",
+               "win_rate", "n" (contests), "n_eff", "n_vignettes", "n_generations",
+               "iid_screening_low", "iid_screening_high" (Wilson on contests: screening only),
+               "cluster_low", "cluster_high", "binding_interval" (worst-case cluster interval),
+               "lc_win_rate", "lc_low", "lc_high",
+               "bar", "bar_cleared" (cluster_low > bar; null unless the opponent is the bar's),
+               "bar_status", "bar_supported", "flags"}],
+     "opponents": {name: {strength, measured, source}},
+     "selection": {candidates, k, selected, selection_pool_win_rate, expected_optimism,
+                   optimism_adjusted_win_rate, fresh_pool_win_rate, fresh_pool_cluster_low,
+                   selection_minus_fresh, promotable, reason},
+     "claims": [{claim_id: "generalisation/<condition>/<opponent>", kind: "generalisation",
+                 label: supported|weak_opponent|not_confirmed, supported, reason, ...}],
+     "complete": bool, "not_run": [condition names]}
+
+A card links to its row by ``rows[*].row_id`` and to the promotion evidence by
+``selection.promotable``.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Literal
+
+import numpy as np
+import pandas as pd
+
+from reappreg.errors import InputError
+from reappreg.settings.stats import StatsSettings
+from reappreg.stats import (
+    BLOCKING_FLAGS,
+    ReferenceBar,
+    TrustPolicy,
+    assess,
+    contest_table,
+    recompute_trust,
+    summarize_contests,
+)
+from reappreg.stats.contests import order_figures, position_biased
+from reappreg.stats.intervals import finite
+
+RESULTS_SCHEMA_VERSION = 1
+KINDS = ("policy", "model", "reference", "ood")
+BAR_OPPONENT_STRENGTH = 0.5   # the bar opponent against itself
+
+
+@dataclass(frozen=True)
+class ConditionInput:
+    """One condition's judgments (None: declared but not run) and what kind of answer source it is."""
+
+    name: str
+    kind: Literal["policy", "model", "reference", "ood"]
+    judgments: Path | None
+    answer_source: str | None = None   # reference conditions: whose answers (their strength as an opponent)
+    ood: bool = False
+
+
+@dataclass(frozen=True)
+class DeclaredStrength:
+    win_rate: float
+    source: str
+
+
+@dataclass
+class ResultsInputs:
+    conditions: Sequence[ConditionInput]
+    calibration: Mapping[str, Any]
+    reference: ReferenceBar
+    settings: StatsSettings
+    trust_policy: TrustPolicy
+    selection_candidates: Sequence[str] = ()
+    fresh_pool: ConditionInput | None = None      # fresh-pool judgments of the selected candidate
+    declared_strengths: Mapping[str, DeclaredStrength] = field(default_factory=dict)
+    optimism_iterations: int = 2000
+
+
+# ----------------------------------------------------------------------------- rows
+
+
+def _row(condition: ConditionInput, pool: str, opponent: str, summary: Mapping[str, Any] | None,
+         reference: ReferenceBar, settings: StatsSettings, blocked: list[str]) -> dict[str, Any]:
+    row: dict[str, Any] = {
+        "row_id": f"{condition.name}/{opponent}" + ("" if pool == "policy" else f"/{pool}"),
+        "condition": condition.name, "kind": condition.kind, "pool": pool, "opponent": opponent,
+        "ood": condition.ood, "status": "evaluated" if summary is not None else "not_run",
+        "reason": None if summary is not None else f"no judgments for condition {condition.name!r}",
+    }
+    keys = {"win_rate": "win_rate", "n": "n", "n_eff": "n_eff", "n_vignettes": "n_clusters",
+            "n_generations": "n_generations", "iid_screening_low": "iid_low", "iid_screening_high": "iid_high",
+            "cluster_low": "cluster_low", "cluster_high": "cluster_high", "binding_interval": "binding_interval",
+            "lc_win_rate": "lc_win_rate", "lc_low": "lc_low", "lc_high": "lc_high"}
+    for out, key in keys.items():
+        value = None if summary is None else summary.get(key)
+        row[out] = finite(value) if isinstance(value, float) else value
+    is_bar = opponent == reference.opponent and not condition.ood
+    row["bar"] = reference.bar if is_bar else None
+    row["bar_cleared"] = (row["cluster_low"] > reference.bar) if is_bar and row["cluster_low"] is not None else None
+    if summary is not None and is_bar:
+        status, reason, flags = assess(summary, reference.bar, settings)
+        flags = [*flags, *blocked]
+        if pool == "best_of_n_selection_pool":
+            flags.append("selection_pool")
+        row.update(bar_status=status, bar_reason=reason, flags=flags,
+                   bar_supported=status == "confirmed" and not any(f in BLOCKING_FLAGS for f in flags))
+    else:
+        row.update(bar_status=None, bar_reason=None, flags=list(blocked) if summary is not None else [],
+                   bar_supported=None if not is_bar else False)
+    return row
+
+
+def _judge_state(frames: Sequence[pd.DataFrame], calibration: Mapping[str, Any], trust_policy: TrustPolicy,
+                 settings: StatsSettings) -> tuple[dict[str, Any], list[str]]:
+    """Recomputed trust for the one judge every condition must share; blocking flags for every row."""
+    models = sorted({str(m) for f in frames for m in f["judge_model"].unique()})
+    prints = sorted({str(m) for f in frames for m in f["judge_fingerprint"].unique()})
+    if len(models) > 1 or len(prints) > 1:
+        raise InputError(f"results: conditions were judged by different judges or fingerprints ({models}, {prints}); "
+                         "every condition must be judged by the same judge and protocol")
+    if not models:
+        return {"model": None, "trusted": False, "trust_reason": "no judgments"}, ["untrusted_judge"]
+    trust = recompute_trust(calibration, trust_policy, judge_model=models[0], judge_fingerprint=prints[0])
+    blocked = [] if trust.trusted else ["untrusted_judge"]
+    contests = pd.concat([contest_table(f) for f in frames], ignore_index=True)
+    biased, bias_reason = position_biased(order_figures(contests), settings.max_position_bias)
+    if biased:
+        blocked.append("position_biased")
+    return {"model": models[0], "fingerprint": prints[0], "trusted": trust.trusted, "trust_reason": trust.reason,
+            "position_biased": biased, "position_bias_reason": bias_reason}, blocked
+
+
+# ----------------------------------------------------------------------------- winner's curse
+
+
+def vignette_means(contests: pd.DataFrame) -> pd.Series:
+    """The estimand's per-vignette parts: mean observed contest score per vignette."""
+    scored = contests[contests["observed"].notna()]
+    return scored.groupby("vignette_id")["observed"].mean()
+
+
+def best_of_k_optimism(selection: Mapping[str, pd.DataFrame], *, iterations: int, seed: int) -> dict[str, Any]:
+    """Expected optimism of the best of K candidates' win-rate on the pool it was picked on.
+
+    ``selection`` maps each candidate to its contests (``stats.contest_table`` rows against one
+    opponent) on the selection pool. Vignettes are the resampling unit (the candidates share
+    them, so vignette difficulty stays paired across candidates): in each resample the best
+    candidate is picked again and its resampled win-rate minus its full-sample win-rate is the
+    optimism of that resample; the mean over resamples estimates the expected optimism.
+    """
+    if not selection:
+        raise InputError("best-of-K optimism: no candidates")
+    table = pd.DataFrame({name: vignette_means(c) for name, c in selection.items()})
+    incomplete = table.columns[table.isna().any()].tolist()
+    if incomplete:
+        raise InputError(f"best-of-K optimism: candidate(s) {incomplete} lack scored contests on some vignettes "
+                         f"({sorted(table.index[table.isna().any(axis=1)])}); candidates must share the vignettes")
+    names = list(table.columns)
+    matrix = table.to_numpy().T                      # K x G
+    k, g = matrix.shape
+    if g < 2:
+        raise InputError(f"best-of-K optimism: {g} vignette(s): the bootstrap over vignettes needs at least 2")
+    full = matrix.mean(axis=1)
+    rng = np.random.default_rng(seed)
+    picks = rng.integers(0, g, size=(iterations, g))
+    boot = matrix[:, picks].mean(axis=2)             # K x B
+    winners = boot.argmax(axis=0)
+    optimism = boot[winners, np.arange(iterations)] - full[winners]
+    selected = int(full.argmax())
+    return {"candidates": names, "k": k, "n_vignettes": g, "selected": names[selected],
+            "selection_pool_win_rate": float(full[selected]),
+            "candidate_win_rates": {n: float(v) for n, v in zip(names, full)},
+            "expected_optimism": float(optimism.mean()),
+            "optimism_adjusted_win_rate": float(full[selected] - optimism.mean()),
+            "bootstrap_iterations": iterations}
+
+
+def check_fresh_pool(selection: pd.DataFrame, fresh: pd.DataFrame, name: str) -> None:
+    """A fresh pool shares no generation, sampling seed or contest with the selection pool."""
+    for key in ("generation_id", "sampling_seed", "contest_id"):
+        shared = sorted(set(selection[key]) & set(fresh[key]))
+        if shared:
+            raise InputError(f"results: the fresh pool of {name!r} shares {len(shared)} {key}(s) with its selection "
+                             f"pool ({', '.join(map(str, shared[:5]))}): it is not fresh evidence")
+
+
+def promotion(selected: str | None, fresh_summary: Mapping[str, Any] | None, reference: ReferenceBar,
+              settings: StatsSettings, blocked: Sequence[str]) -> dict[str, Any]:
+    """Whether the selected candidate may move past ``candidate``: only on fresh-pool evidence."""
+    if selected is None:
+        return {"promotable": False, "reason": "no selection candidates were evaluated"}
+    if fresh_summary is None:
+        return {"promotable": False, "fresh_pool_win_rate": None, "fresh_pool_cluster_low": None,
+                "reason": f"no fresh-pool judgments for the selected {selected!r}: its evidence comes only from the "
+                          "pool it was selected on"}
+    status, reason, flags = assess(fresh_summary, reference.bar, settings)
+    flags = [*flags, *blocked]
+    ok = status == "confirmed" and not any(f in BLOCKING_FLAGS for f in flags)
+    return {"promotable": ok, "fresh_pool_win_rate": finite(fresh_summary.get("win_rate")),
+            "fresh_pool_cluster_low": finite(fresh_summary.get("cluster_low")), "fresh_pool_status": status,
+            "fresh_pool_flags": flags,
+            "reason": ("fresh pool clears the bar: " if ok else "fresh pool does not clear the bar: ") + reason}
+
+
+# ----------------------------------------------------------------------------- opponents, generalisation
+
+
+def opponent_strengths(rows: Sequence[Mapping[str, Any]], conditions: Sequence[ConditionInput],
+                       opponents: Sequence[str], reference: ReferenceBar,
+                       declared: Mapping[str, DeclaredStrength]) -> dict[str, dict[str, Any]]:
+    """Each opponent's win-rate against the bar opponent: measured in-distribution, else declared."""
+    measured = {}
+    for cond in conditions:
+        if cond.kind != "reference" or cond.ood or cond.answer_source is None:
+            continue
+        for row in rows:
+            if (row["condition"] == cond.name and row["opponent"] == reference.opponent
+                    and row["win_rate"] is not None):
+                measured[cond.answer_source] = row
+    out: dict[str, dict[str, Any]] = {}
+    for opponent in sorted(set(opponents) | {reference.opponent}):
+        if opponent == reference.opponent:
+            out[opponent] = {"strength": BAR_OPPONENT_STRENGTH, "measured": False,
+                             "source": "the bar opponent against itself (0.5 by definition)"}
+        elif opponent in measured:
+            row = measured[opponent]
+            out[opponent] = {"strength": row["win_rate"], "measured": True,
+                             "source": f"results row {row['row_id']} (in-distribution vignettes)"}
+        elif opponent in declared:
+            out[opponent] = {"strength": declared[opponent].win_rate, "measured": False,
+                             "source": declared[opponent].source}
+        else:
+            out[opponent] = {"strength": None, "measured": False, "source": None}
+    return out
+
+
+def generalisation_claim(row: Mapping[str, Any], summary: Mapping[str, Any], strength: Mapping[str, Any],
+                         settings: StatsSettings, blocked: Sequence[str]) -> dict[str, Any]:
+    """"Generalises to these fresh scenarios": off-distribution, scenario-cluster bound above parity,
+    against an opponent at least as strong as the bar opponent."""
+    status, reason, flags = assess(summary, settings.parity, settings)
+    flags = [*flags, *blocked]
+    value = strength.get("strength")
+    if value is None or value < BAR_OPPONENT_STRENGTH:
+        label = "weak_opponent"
+        why = (f"opponent {row['opponent']!r} has no measured or declared strength" if value is None else
+               f"opponent {row['opponent']!r} strength {value:.3f} < the bar opponent's {BAR_OPPONENT_STRENGTH}")
+        supported = False
+        reason = f"{why}: supports nothing ({reason})"
+        flags.append("weak_opponent")
+    else:
+        supported = status == "confirmed" and not any(f in BLOCKING_FLAGS for f in flags)
+        label = "supported" if supported else "not_confirmed"
+    return {"claim_id": f"generalisation/{row['condition']}/{row['opponent']}", "kind": "generalisation",
+            "condition": row["condition"], "opponent": row["opponent"], "label": label, "supported": supported,
+            "status": status, "reason": reason, "flags": flags, "threshold": settings.parity,
+            "opponent_strength": strength, "row_id": row["row_id"], "supports_generalisation": supported}
+
+
+# ----------------------------------------------------------------------------- the table
+
+
+def build_results(inputs: ResultsInputs) -> dict[str, Any]:
+    """Every row, the opponents' strengths, the selection and the generalisation claims."""
+    from reappreg.stats import load_judgments
+
+    settings, reference = inputs.settings, inputs.reference
+    names = [c.name for c in inputs.conditions]
+    dup = sorted({n for n in names if names.count(n) > 1})
+    if dup:
+        raise InputError(f"results: condition name(s) declared twice: {dup}")
+    frames = {c.name: load_judgments(c.judgments) for c in inputs.conditions
+              if c.judgments is not None and c.judgments.exists()}
+    fresh_frame = None
+    if inputs.fresh_pool is not None and inputs.fresh_pool.judgments is not None:
+        fresh_frame = load_judgments(inputs.fresh_pool.judgments)
+    judge, blocked = _judge_state([*frames.values(), *([fresh_frame] if fresh_frame is not None else [])],
+                                  inputs.calibration, inputs.trust_policy, settings)
+    rows, summaries, contests_of = [], {}, {}
+    for cond in inputs.conditions:
+        if cond.name not in frames:
+            rows.append(_row(cond, "policy", reference.opponent, None, reference, settings, blocked))
+            rows[-1]["reason"] = f"not run: no judgments at {cond.judgments}"
+            continue
+        contests = contest_table(frames[cond.name])
+        for pool in sorted(contests["condition"].unique(), key=lambda p: p != "policy"):
+            in_pool = contests[contests["condition"] == pool]
+            for opponent in sorted(in_pool["opponent_source"].unique()):
+                part = in_pool[in_pool["opponent_source"] == opponent]
+                summary = summarize_contests(part, settings)
+                summaries[(cond.name, pool, opponent)] = summary
+                contests_of[(cond.name, pool, opponent)] = part
+                rows.append(_row(cond, pool, opponent, summary, reference, settings, blocked))
+
+    opponents = sorted({r["opponent"] for r in rows})
+    strengths = opponent_strengths(rows, inputs.conditions, opponents, reference, inputs.declared_strengths)
+    claims = [generalisation_claim(r, summaries[(r["condition"], r["pool"], r["opponent"])],
+                                   strengths[r["opponent"]], settings, blocked)
+              for r in rows if r["ood"] and r["status"] == "evaluated"]
+
+    candidates = {c: contests_of[(c, "policy", reference.opponent)] for c in inputs.selection_candidates
+                  if (c, "policy", reference.opponent) in contests_of}
+    missing = [c for c in inputs.selection_candidates if c not in candidates]
+    selection: dict[str, Any] = {"candidates": list(inputs.selection_candidates), "not_evaluated": missing}
+    if candidates:
+        selection.update(best_of_k_optimism(candidates, iterations=inputs.optimism_iterations, seed=settings.seed))
+    fresh_summary = None
+    if fresh_frame is not None:
+        if inputs.fresh_pool.name != selection.get("selected"):
+            raise InputError(f"results: fresh-pool judgments are for {inputs.fresh_pool.name!r}, but the selected "
+                             f"candidate is {selection.get('selected')!r}")
+        fresh = contest_table(fresh_frame)
+        fresh = fresh[(fresh["condition"] == "policy") & (fresh["opponent_source"] == reference.opponent)]
+        check_fresh_pool(candidates[inputs.fresh_pool.name], fresh, inputs.fresh_pool.name)
+        fresh_summary = summarize_contests(fresh, settings)
+    selection.update(promotion(selection.get("selected"), fresh_summary, reference, settings, blocked))
+    if fresh_summary is not None and selection.get("selection_pool_win_rate") is not None \
+            and selection.get("fresh_pool_win_rate") is not None:
+        selection["selection_minus_fresh"] = selection["selection_pool_win_rate"] - selection["fresh_pool_win_rate"]
+    else:
+        selection["selection_minus_fresh"] = None
+    not_run = [r["condition"] for r in rows if r["status"] == "not_run"]
+    return {"schema_version": RESULTS_SCHEMA_VERSION, "confidence": settings.confidence,
+            "reference_bar": reference.model_dump(), "judge": judge, "rows": rows, "opponents": strengths,
+            "selection": selection, "claims": claims, "complete": not not_run, "not_run": not_run}
+
+
+# ----------------------------------------------------------------------------- outputs
+
+
+def _f(value: Any, digits: int = 3) -> str:
+    return "-" if value is None or (isinstance(value, float) and math.isnan(value)) else f"{value:.{digits}f}"
+
+
+def _ci(low: Any, high: Any) -> str:
+    return "-" if low is None or high is None else f"[{low:.3f}, {high:.3f}]"
+
+
+def render_markdown(results: Mapping[str, Any]) -> str:
+    """reports/results.md: the table, the selection and the claims, with what each column means."""
+    conf = f"{results['confidence'] * 100:g}%"
+    ref = results["reference_bar"]
+    judge = results["judge"]
+    lines = [
+        "# Results: every condition against the bar opponent", "",
+        f"Judge: `{judge.get('model')}`, trusted (recomputed): **{str(judge.get('trusted')).lower()}**"
+        + ("" if judge.get("trusted") else f" ({judge.get('trust_reason')})") + ".",
+        f"Reference bar: **{ref['bar']:.3f}** against `{ref['opponent']}` ({ref['source'].strip()}).", "",
+        f"n counts contests (one answer pair judged in both orders). The iid interval ({conf} Wilson over "
+        "contests) is **screening only**: it ignores that contests share vignettes and generations. The "
+        f"cluster interval ({conf}, worst case over unparseable orders, the binding one of the vignette-, "
+        "generation- and answer-level intervals) is the one claims use; the bar column reads only its lower "
+        "bound.", "",
+        f"| row | kind | win-rate | n | n_eff | vignettes | iid {conf} (screening only) | cluster {conf} "
+        f"| LC win-rate [{conf}] | bar {ref['bar']:.3f} cleared by cluster bound | status |",
+        "|---|---|---|---|---|---|---|---|---|---|---|",
+    ]
+    for r in results["rows"]:
+        if r["status"] == "not_run":
+            lines.append(f"| `{r['row_id']}` | {r['kind']} | not run | - | - | - | - | - | - | - | {r['reason']} |")
+            continue
+        if r["bar"] is None:
+            bar = "n/a (not the bar opponent)" if not r["ood"] else "n/a (off-distribution)"
+        else:
+            bar = "yes" if r["bar_cleared"] else ("no" if r["bar_cleared"] is False else "-")
+            bar += f" (claim {r['bar_status']}{', supported' if r['bar_supported'] else ''})"
+        kind = r["kind"] + (" OOD" if r["ood"] else "") + ("" if r["pool"] == "policy" else f", {r['pool']}")
+        flags = ", ".join(r["flags"]) or "-"
+        lines.append(
+            f"| `{r['row_id']}` | {kind} | {_f(r['win_rate'])} | {r['n']} | {_f(r['n_eff'], 1)} | {r['n_vignettes']} "
+            f"| {_ci(r['iid_screening_low'], r['iid_screening_high'])} | {_ci(r['cluster_low'], r['cluster_high'])} "
+            f"| {_f(r['lc_win_rate'])} {_ci(r['lc_low'], r['lc_high'])} | {bar} | {flags} |")
+    sel = results["selection"]
+    lines += ["", "## Selection (winner's curse)", ""]
+    if sel.get("selected") is None:
+        lines.append(f"No selection candidate was evaluated ({', '.join(sel['candidates']) or 'none declared'}).")
+    else:
+        lines += [
+            f"Best of K = {sel['k']} ({', '.join(sel['candidates'])}) on the selection pool: `{sel['selected']}` "
+            f"at {_f(sel['selection_pool_win_rate'])}; expected optimism of the best of {sel['k']} (bootstrap over "
+            f"{sel['n_vignettes']} vignettes, {sel['bootstrap_iterations']} resamples) {_f(sel['expected_optimism'])}; "
+            f"adjusted {_f(sel['optimism_adjusted_win_rate'])}.",
+            f"Fresh pool: win-rate {_f(sel.get('fresh_pool_win_rate'))}, cluster lower bound "
+            f"{_f(sel.get('fresh_pool_cluster_low'))}; selection minus fresh {_f(sel.get('selection_minus_fresh'))}.",
+        ]
+    lines.append(f"Promotable past `candidate`: **{str(sel['promotable']).lower()}** ({sel['reason']}).")
+    lines += ["", "## Opponents", "", "| opponent | strength (win-rate vs the bar opponent) | measured | source |",
+              "|---|---|---|---|"]
+    for name, s in results["opponents"].items():
+        lines.append(f"| `{name}` | {_f(s['strength'])} | {str(s['measured']).lower()} | {s['source'] or 'unknown'} |")
+    lines += ["", "## Generalisation claims (off-distribution rows)", ""]
+    if not results["claims"]:
+        lines.append("No off-distribution set was evaluated (results.ood_sets is empty): no generalisation claim.")
+    for c in results["claims"]:
+        lines.append(f"- `{c['claim_id']}`: **{c['label']}**, supported: {str(c['supported']).lower()} ({c['reason']})")
+    if results["not_run"]:
+        lines += ["", f"Not run: {', '.join(results['not_run'])} (declared, no judgments)."]
+    return "\n".join(lines) + "\n"
+
+
+def write_forest_plot(results: Mapping[str, Any], path: Path, *, parity: float) -> None:
+    """All rows: the win-rate, the iid interval (thin grey, screening only) and the worst-case
+    cluster interval (thick), with the reference bar on in-distribution rows' axis."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+    from matplotlib.lines import Line2D
+
+    from reappreg.io import atomic_path
+
+    rows = [r for r in results["rows"] if r["status"] == "evaluated"]
+    ref, conf = results["reference_bar"], f"{results['confidence'] * 100:g}%"
+    fig, ax = plt.subplots(figsize=(9, 1.6 + 0.45 * max(1, len(rows))))
+    ys = np.arange(len(rows))[::-1]
+    for y, r in zip(ys, rows):
+        if r["iid_screening_low"] is not None:
+            ax.plot([r["iid_screening_low"], r["iid_screening_high"]], [y + 0.14] * 2, color="0.6", lw=1.2)
+        if r["cluster_low"] is not None:
+            ax.plot([r["cluster_low"], r["cluster_high"]], [y - 0.14] * 2, lw=3.0, solid_capstyle="butt",
+                    color="tab:purple" if r["ood"] else "tab:red")
+        if r["win_rate"] is not None:
+            ax.plot(r["win_rate"], y, marker="D", color="black", ms=5)
+    labels = [f"{r['row_id']}{' [OOD]' if r['ood'] else ''}  (n={r['n']}, n_eff="
+              + ("-" if r["n_eff"] is None else f"{r['n_eff']:.1f}") + f", {r['n_vignettes']} vignettes)"
+              for r in rows]
+    ax.set_yticks(ys, labels, fontsize=8)
+    ax.axvline(parity, color="0.3", ls=":", lw=1)
+    ax.axvline(ref["bar"], color="tab:green", ls="--", lw=1.2)
+    ax.set_xlim(0, 1)
+    ax.set_ylim(-0.7, max(1, len(rows)) - 0.3)
+    trusted = bool(results["judge"].get("trusted"))
+    ax.set_title("Every condition vs its opponent" + ("" if trusted else "  [UNTRUSTED JUDGE]"), fontsize=9,
+                 color="black" if trusted else "tab:red")
+    ax.set_xlabel(f"win-rate per contest (both orders; ties 0.5); {conf} intervals")
+    ax.legend(handles=[
+        Line2D([], [], color="0.6", lw=1.2, label="iid Wilson over contests (screening only)"),
+        Line2D([], [], color="tab:red", lw=3, label="worst-case vignette-cluster CI (claims use this)"),
+        Line2D([], [], color="tab:purple", lw=3, label="same, off-distribution scenarios"),
+        Line2D([], [], color="tab:green", ls="--", label=f"reference bar {ref['bar']:.3f} (vs {ref['opponent']} only)"),
+        Line2D([], [], color="0.3", ls=":", label=f"parity {parity:g}"),
+    ], fontsize=7, loc="lower right")
+    fig.tight_layout()
+    with atomic_path(path) as tmp:
+        fig.savefig(tmp, format="png", dpi=110)
+    plt.close(fig)
+
+
+def write_results(results: Mapping[str, Any], *, json_path: Path, markdown_path: Path, plot_path: Path,
+                  settings: StatsSettings) -> None:
+    from reappreg.io import write_json, write_text
+
+    write_json(json_path, results)
+    write_text(markdown_path, render_markdown(results))
+    write_forest_plot(results, plot_path, parity=settings.parity)
+
+
+__all__ = ["KINDS", "RESULTS_SCHEMA_VERSION", "ConditionInput", "DeclaredStrength", "ResultsInputs",
+           "best_of_k_optimism", "build_results", "check_fresh_pool", "generalisation_claim", "opponent_strengths",
+           "promotion", "render_markdown", "write_forest_plot", "write_results"]

@@ -1,0 +1,299 @@
+"""The results table (reappreg.results): rows, both interval kinds, winner's curse, opponent strength."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+import pytest
+
+from reappreg.errors import InputError
+from reappreg.io import write_json, write_jsonl
+from reappreg.results import (
+    ConditionInput,
+    DeclaredStrength,
+    ResultsInputs,
+    best_of_k_optimism,
+    build_results,
+    render_markdown,
+    write_results,
+)
+from reappreg.stats import contest_table, validate_judgments
+from tests.stats_fixtures import FAST, JUDGE, POLICY, REFERENCE, TRUSTED, order_row, planted
+
+VIGNETTES = [f"v{i}" for i in range(6)]
+
+
+def random_judgments(p_win: float | list[float], *, rng: np.random.Generator, generations: int = 20,
+                     answers: int = 2, prefix: str = "", seed_offset: int = 0, opponent: str = "gpt-4-0314",
+                     vignettes: list[str] = VIGNETTES) -> list[dict]:
+    """Contests won in both orders with probability p_win (per vignette), otherwise lost in both."""
+    rates = p_win if isinstance(p_win, list) else [p_win] * len(vignettes)
+    rows = []
+    for vi, (vignette, rate) in enumerate(zip(vignettes, rates)):
+        for g in range(generations):
+            for a in range(answers):
+                score = float(rng.random() < rate)
+                for order in ("policy_first", "policy_second"):
+                    rows.append(order_row(contest=f"{prefix}{vignette}-g{g}-a{a}-{opponent}",
+                                          generation=f"{prefix}{vignette}-g{g}", vignette=vignette,
+                                          answer=f"{opponent}-{vignette}-a{(g + a) % 10}", order=order, score=score,
+                                          opponent=opponent, eval_k=g % 3, seed=seed_offset + 1000 * vi + g))
+    return rows
+
+
+def inputs_for(tmp_path: Path, judged: dict[str, list[dict] | None], *, kinds: dict[str, str] | None = None,
+               sources: dict[str, str] | None = None, ood: set[str] = frozenset(), candidates=("policy",),
+               fresh: tuple[str, list[dict]] | None = None, declared=None, calibration=TRUSTED) -> ResultsInputs:
+    conditions = []
+    for name, rows in judged.items():
+        path = tmp_path / name / "judgments.jsonl"
+        if rows is not None:
+            path.parent.mkdir(parents=True, exist_ok=True)
+            write_jsonl(path, rows)
+        kind = (kinds or {}).get(name, "policy" if name == "policy" else "model")
+        conditions.append(ConditionInput(name, kind, path, answer_source=(sources or {}).get(name), ood=name in ood))
+    fresh_input = None
+    if fresh is not None:
+        path = tmp_path / "fresh" / "judgments.jsonl"
+        path.parent.mkdir(parents=True, exist_ok=True)
+        write_jsonl(path, fresh[1])
+        fresh_input = ConditionInput(fresh[0], "policy", path)
+    return ResultsInputs(conditions=conditions, calibration=calibration, reference=REFERENCE, settings=FAST,
+                         trust_policy=POLICY, selection_candidates=candidates, fresh_pool=fresh_input,
+                         declared_strengths=declared or {}, optimism_iterations=500)
+
+
+def row(results: dict, row_id: str) -> dict:
+    return next(r for r in results["rows"] if r["row_id"] == row_id)
+
+
+# ----------------------------------------------------------------------------- matrix completeness
+
+
+def test_every_condition_has_a_row_with_both_interval_kinds(tmp_path):
+    rng = np.random.default_rng(0)
+    judged = {"policy": random_judgments(0.7, rng=rng, prefix="p-"),
+              "base": random_judgments(0.4, rng=rng, prefix="b-", seed_offset=50_000),
+              "deepseek-r1": random_judgments(0.55, rng=rng, prefix="r-", seed_offset=90_000)}
+    results = build_results(inputs_for(tmp_path, judged, kinds={"deepseek-r1": "reference"},
+                                       sources={"deepseek-r1": "deepseek-r1"}))
+    assert [r["condition"] for r in results["rows"]] == ["policy", "base", "deepseek-r1"]
+    for r in results["rows"]:
+        assert r["status"] == "evaluated" and r["n"] == 240 and r["n_vignettes"] == 6
+        assert r["iid_screening_low"] < r["win_rate"] < r["iid_screening_high"]
+        assert r["cluster_low"] <= r["win_rate"] <= r["cluster_high"]
+        assert r["n_eff"] is not None and r["n_eff"] <= r["n"]
+        assert r["lc_win_rate"] is not None
+        assert r["bar"] == REFERENCE.bar and r["bar_cleared"] == (r["cluster_low"] > REFERENCE.bar)
+    assert results["complete"] and not results["not_run"]
+    # the policy row clears the bar only if its CLUSTER bound does, whatever the iid bound says
+    policy = row(results, "policy/gpt-4-0314")
+    assert policy["iid_screening_low"] > policy["cluster_low"]
+
+
+def test_bar_column_reads_only_the_cluster_bound(tmp_path):
+    """A row whose iid bound clears the bar but whose cluster bound does not: not cleared."""
+    # two easy vignettes, four at the bar: a high pooled rate with strong vignette clustering
+    rows = planted({"v0": 1.0, "v1": 1.0, "v2": 0.55, "v3": 0.55, "v4": 0.5, "v5": 0.5}, generations=20, answers=2)
+    results = build_results(inputs_for(tmp_path, {"policy": rows}))
+    r = row(results, "policy/gpt-4-0314")
+    assert r["iid_screening_low"] > REFERENCE.bar > r["cluster_low"]
+    assert r["bar_cleared"] is False and r["bar_supported"] is False
+    md = render_markdown(results)
+    line = next(line for line in md.splitlines() if line.startswith("| `policy/gpt-4-0314`"))
+    assert "| no (claim " in line
+    assert "screening only" in md
+
+
+def test_declared_condition_without_judgments_is_listed_not_run(tmp_path):
+    rng = np.random.default_rng(1)
+    results = build_results(inputs_for(tmp_path, {"policy": random_judgments(0.6, rng=rng), "grpo-bt": None}))
+    r = row(results, "grpo-bt/gpt-4-0314")
+    assert r["status"] == "not_run" and r["win_rate"] is None and r["cluster_low"] is None
+    assert results["complete"] is False and results["not_run"] == ["grpo-bt"]
+    assert "not run" in render_markdown(results)
+
+
+def test_conditions_judged_by_different_judges_are_refused(tmp_path):
+    rng = np.random.default_rng(2)
+    other = random_judgments(0.5, rng=rng, prefix="b-", seed_offset=50_000)
+    for r in other:
+        r["judge_model"] = "another-judge"
+    with pytest.raises(InputError, match="same judge"):
+        build_results(inputs_for(tmp_path, {"policy": random_judgments(0.6, rng=rng), "base": other}))
+
+
+def test_untrusted_judge_blocks_every_bar_claim(tmp_path):
+    rows = planted([0.95] * 6, generations=20, answers=2)
+    untrusted = {**TRUSTED, "agreement": 0.5, "agreement_low": 0.45, "agreement_high": 0.55}
+    results = build_results(inputs_for(tmp_path, {"policy": rows}, calibration=untrusted))
+    r = row(results, "policy/gpt-4-0314")
+    assert r["bar_cleared"] is True and r["bar_status"] == "confirmed"
+    assert r["bar_supported"] is False and "untrusted_judge" in r["flags"]
+
+
+def test_outputs_written(tmp_path):
+    rng = np.random.default_rng(3)
+    results = build_results(inputs_for(tmp_path, {"policy": random_judgments(0.6, rng=rng)}))
+    paths = dict(json_path=tmp_path / "out" / "results.json", markdown_path=tmp_path / "out" / "results.md",
+                 plot_path=tmp_path / "out" / "forest.png")
+    write_results(results, settings=FAST, **paths)
+    loaded = json.loads(paths["json_path"].read_text())
+    assert loaded["rows"][0]["row_id"] == "policy/gpt-4-0314"
+    assert paths["plot_path"].stat().st_size > 1000
+    assert paths["markdown_path"].read_text().startswith("# Results")
+
+
+# ----------------------------------------------------------------------------- winner's curse
+
+
+def _contests(rows: list[dict]) -> pd.DataFrame:
+    return contest_table(validate_judgments(rows))
+
+
+def test_planted_equal_candidates_best_of_k_is_inflated_and_fresh_pool_is_not(tmp_path):
+    """K = 8 candidates of equal true rate 0.55: the best on the selection pool looks better than
+    it is; the optimism estimate sees it; the fresh pool does not; promotion is refused."""
+    k, true_rate = 8, 0.55
+    inflation, optimism, fresh_gap = [], [], []
+    for rep in range(6):
+        rng = np.random.default_rng(100 + rep)
+        pools = {f"ckpt{i}": random_judgments(true_rate, rng=rng, prefix=f"c{i}-", seed_offset=10_000 * i,
+                                              generations=6)
+                 for i in range(k)}
+        out = best_of_k_optimism({n: _contests(r) for n, r in pools.items()}, iterations=500, seed=rep)
+        winner = out["selected"]
+        fresh = _contests(random_judgments(true_rate, rng=rng, prefix="fresh-", seed_offset=900_000, generations=6))
+        fresh_rate = fresh.groupby("vignette_id")["observed"].mean().mean()
+        inflation.append(out["selection_pool_win_rate"] - true_rate)
+        optimism.append(out["expected_optimism"])
+        fresh_gap.append(fresh_rate - true_rate)
+        assert out["k"] == k and winner in pools
+    assert np.mean(inflation) > 0.04              # the winner's curse on the selection pool
+    assert np.mean(optimism) > 0.02               # ... which the bootstrap estimate detects
+    assert abs(np.mean(fresh_gap)) < 0.03         # the fresh pool is not inflated
+    assert np.mean(inflation) > np.mean(fresh_gap) + 0.03
+
+
+def test_one_clear_winner_has_little_optimism():
+    rng = np.random.default_rng(7)
+    pools = {"good": random_judgments(0.9, rng=rng, prefix="g-"),
+             **{f"bad{i}": random_judgments(0.3, rng=rng, prefix=f"b{i}-", seed_offset=10_000 * (i + 1))
+                for i in range(3)}}
+    out = best_of_k_optimism({n: _contests(r) for n, r in pools.items()}, iterations=500, seed=0)
+    assert out["selected"] == "good"
+    assert abs(out["expected_optimism"]) < 0.02
+
+
+def test_selected_candidate_promotable_only_on_a_fresh_pool_that_clears_the_bar(tmp_path):
+    rng = np.random.default_rng(11)
+    strong = random_judgments([0.92, 0.9, 0.95, 0.9, 0.93, 0.91], rng=rng, prefix="p-")
+    base = random_judgments(0.3, rng=rng, prefix="b-", seed_offset=50_000)
+    # without a fresh pool: never promotable, however good the selection pool looks
+    results = build_results(inputs_for(tmp_path / "a", {"policy": strong, "base": base}, candidates=("policy", "base")))
+    sel = results["selection"]
+    assert sel["selected"] == "policy" and row(results, "policy/gpt-4-0314")["bar_cleared"]
+    assert sel["promotable"] is False and "only from the pool it was selected on" in sel["reason"]
+    # a fresh pool at the bar: refused
+    weak_fresh = random_judgments(0.5, rng=rng, prefix="f-", seed_offset=700_000)
+    results = build_results(inputs_for(tmp_path / "b", {"policy": strong, "base": base},
+                                       candidates=("policy", "base"), fresh=("policy", weak_fresh)))
+    sel = results["selection"]
+    assert sel["promotable"] is False and sel["fresh_pool_cluster_low"] < REFERENCE.bar
+    assert sel["selection_minus_fresh"] > 0.3
+    # a fresh pool that clears it: promotable
+    good_fresh = random_judgments([0.92, 0.9, 0.95, 0.9, 0.93, 0.91], rng=rng, prefix="f-", seed_offset=700_000)
+    results = build_results(inputs_for(tmp_path / "c", {"policy": strong, "base": base},
+                                       candidates=("policy", "base"), fresh=("policy", good_fresh)))
+    assert results["selection"]["promotable"] is True
+
+
+def test_fresh_pool_that_reuses_selection_generations_is_refused(tmp_path):
+    rng = np.random.default_rng(12)
+    strong = random_judgments(0.9, rng=rng, prefix="p-")
+    with pytest.raises(InputError, match="not fresh evidence"):
+        build_results(inputs_for(tmp_path, {"policy": strong}, fresh=("policy", strong)))
+    relabelled = [{**r, "generation_id": "x" + r["generation_id"], "contest_id": "x" + r["contest_id"]}
+                  for r in strong]   # same sampling seeds: the same samples under new names
+    with pytest.raises(InputError, match="sampling_seed"):
+        build_results(inputs_for(tmp_path / "b", {"policy": strong}, fresh=("policy", relabelled)))
+
+
+def test_fresh_pool_of_another_candidate_is_refused(tmp_path):
+    rng = np.random.default_rng(13)
+    judged = {"policy": random_judgments(0.9, rng=rng, prefix="p-"),
+              "base": random_judgments(0.3, rng=rng, prefix="b-", seed_offset=50_000)}
+    fresh = random_judgments(0.9, rng=rng, prefix="f-", seed_offset=700_000)
+    with pytest.raises(InputError, match="selected candidate is 'policy'"):
+        build_results(inputs_for(tmp_path, judged, candidates=("policy", "base"), fresh=("base", fresh)))
+
+
+# ----------------------------------------------------------------------------- opponents, generalisation
+
+
+def _ood_rows(rng, opponent: str, rate: float) -> list[dict]:
+    scenarios = [f"sharma-{i}" for i in range(8)]
+    return random_judgments(rate, rng=rng, prefix="o-", seed_offset=300_000, opponent=opponent, vignettes=scenarios,
+                            generations=10, answers=3)
+
+
+def test_ood_win_against_a_weak_opponent_is_labelled_and_supports_nothing(tmp_path):
+    rng = np.random.default_rng(21)
+    judged = {"policy": random_judgments(0.6, rng=rng, prefix="p-"),
+              "humans": random_judgments(0.2, rng=rng, prefix="h-", seed_offset=50_000),  # human answers vs GPT-4
+              "policy-ood": _ood_rows(rng, "humans", 0.95)}
+    results = build_results(inputs_for(tmp_path, judged, kinds={"humans": "reference", "policy-ood": "ood"},
+                                       sources={"humans": "humans"}, ood={"policy-ood"}))
+    strength = results["opponents"]["humans"]
+    assert strength["measured"] is True and strength["strength"] < 0.5
+    (claim,) = results["claims"]
+    assert claim["status"] == "confirmed"          # a big win on fresh scenarios ...
+    assert claim["label"] == "weak_opponent"       # ... against a weak opponent
+    assert claim["supported"] is False and claim["supports_generalisation"] is False
+    assert "weak_opponent" in claim["flags"]
+    r = row(results, "policy-ood/humans")
+    assert r["ood"] and r["bar"] is None and r["bar_cleared"] is None
+
+
+def test_ood_opponent_without_any_strength_is_weak(tmp_path):
+    rng = np.random.default_rng(22)
+    judged = {"policy": random_judgments(0.6, rng=rng, prefix="p-"), "policy-ood": _ood_rows(rng, "humans", 0.95)}
+    results = build_results(inputs_for(tmp_path, judged, kinds={"policy-ood": "ood"}, ood={"policy-ood"}))
+    assert results["opponents"]["humans"]["strength"] is None
+    assert results["claims"][0]["label"] == "weak_opponent" and not results["claims"][0]["supported"]
+
+
+def test_ood_win_against_a_declared_strong_opponent_is_supported(tmp_path):
+    rng = np.random.default_rng(23)
+    judged = {"policy": random_judgments(0.6, rng=rng, prefix="p-"), "policy-ood": _ood_rows(rng, "frontier", 0.9)}
+    declared = {"frontier": DeclaredStrength(0.62, "its model card, judged by the same protocol")}
+    results = build_results(inputs_for(tmp_path, judged, kinds={"policy-ood": "ood"}, ood={"policy-ood"},
+                                       declared=declared))
+    assert results["opponents"]["frontier"]["measured"] is False
+    (claim,) = results["claims"]
+    assert claim["label"] == "supported" and claim["supported"] is True
+    # the same win against it, measured weaker in-distribution by the pipeline, loses the claim
+    judged["frontier"] = random_judgments(0.25, rng=rng, prefix="fr-", seed_offset=60_000)
+    results = build_results(inputs_for(tmp_path / "b", judged, kinds={"policy-ood": "ood", "frontier": "reference"},
+                                       sources={"frontier": "frontier"}, ood={"policy-ood"}, declared=declared))
+    assert results["opponents"]["frontier"]["measured"] is True
+    assert results["claims"][0]["label"] == "weak_opponent"
+
+
+def test_ood_loss_against_a_strong_opponent_is_not_confirmed(tmp_path):
+    rng = np.random.default_rng(24)
+    judged = {"policy": random_judgments(0.6, rng=rng, prefix="p-"), "policy-ood": _ood_rows(rng, "frontier", 0.5)}
+    declared = {"frontier": DeclaredStrength(0.6, "declared")}
+    results = build_results(inputs_for(tmp_path, judged, kinds={"policy-ood": "ood"}, ood={"policy-ood"},
+                                       declared=declared))
+    assert results["claims"][0]["label"] == "not_confirmed" and not results["claims"][0]["supported"]
+
+
+def test_judge_model_name_in_rows(tmp_path):
+    rng = np.random.default_rng(25)
+    results = build_results(inputs_for(tmp_path, {"policy": random_judgments(0.6, rng=rng)}))
+    assert results["judge"]["model"] == JUDGE
+    write_json(tmp_path / "r.json", results)   # JSON-serialisable as is
