@@ -264,6 +264,16 @@ def test_report_refused_for_new_or_missing_files_settings_and_failures(validated
         verify_report(path, folder, ValidateSettings())
 
 
+def test_report_binds_to_the_gating_settings_only(validated, small):
+    folder, path = validated
+    # how many examples a failure prints does not change what passes: same report, still valid
+    again = validate_folder(folder, ValidateSettings(examples_in_report=7), DataSettings(sample=SMALL))
+    assert json.dumps(again, sort_keys=True) == json.dumps(json.loads(path.read_text()), sort_keys=True)
+    verify_report(path, folder, ValidateSettings(examples_in_report=7))
+    with pytest.raises(InputError, match="made under validate params"):
+        verify_report(path, folder, ValidateSettings(max_text_chars=100))
+
+
 def _run(*args, cwd=None):
     return subprocess.run([sys.executable, "-m", "reappreg", *args], capture_output=True, text=True, cwd=cwd)
 

@@ -54,6 +54,7 @@ BLANK = r"^\s*$"
 SURROGATE = re.compile("[\ud800-\udfff]")
 TYPE_TAG = {"integer": r"\(integer\)$", "continuous": r"\(decimal\)$"}
 FACT_KEYS = ("dimensions", "rating_scale", "rated_sources")
+GATING_SETTINGS = ("min_raters", "max_text_chars")
 
 
 # ----------------------------------------------------------------------------- data facts
@@ -324,8 +325,14 @@ def validate_folder(folder: str | Path, rules: ValidateSettings, data_settings: 
     if _folder_md5s(folder) != before:
         raise InputError(f"{folder}: changed while it was being validated; run validation again")
     report["inputs"] = {"folder": str(folder), "files": before}
-    report["settings"] = rules.model_dump(mode="json")
+    report["settings"] = gating_settings(rules)
     return report
+
+
+def gating_settings(rules: ValidateSettings) -> dict:
+    """The validate params that decide what passes (not how many examples are printed): a
+    report binds to these, and ``split`` depends on exactly these."""
+    return {key: getattr(rules, key) for key in GATING_SETTINGS}
 
 
 def verify_report(report_path: str | Path, data_folder: str | Path, rules: ValidateSettings) -> dict:
@@ -349,10 +356,10 @@ def verify_report(report_path: str | Path, data_folder: str | Path, rules: Valid
     problems += [f"{name}: not validated (new file)" for name in sorted(set(current) - set(recorded))]
     if problems:
         raise InputError(f"{report_path} does not match {data_folder} ({'; '.join(problems)}); {rerun}")
-    if report.get("settings") != rules.model_dump(mode="json"):
+    if report.get("settings") != gating_settings(rules):
         raise InputError(
             f"{report_path} was made under validate params {report.get('settings')}, now "
-            f"{rules.model_dump(mode='json')}; {rerun}"
+            f"{gating_settings(rules)}; {rerun}"
         )
     return report
 
