@@ -10,6 +10,7 @@ import pandas as pd
 
 from reappreg.errors import InputError
 from reappreg.io import read_json
+from reappreg.rm.trivial import RANKERS
 
 SPLITS = ("holdout", "lovo")
 FIGURES = ("pairwise_accuracy", "wilson_low", "wilson_high", "cluster_low", "cluster_high", "n_pairs", "n_vignettes",
@@ -37,7 +38,8 @@ def _model_row(model: str, objective: str, seed, by_split: dict[str, dict]) -> d
 def _ranker_rows(by_split: dict[str, dict]) -> list[dict]:
     rows: dict[str, dict] = {}
     for split, m in by_split.items():
-        for name, fig in m["trivial_baselines"]["rankers"].items():
+        rankers = m["trivial_baselines"]["rankers"]
+        for name, fig in ((n, rankers[n]) for n in RANKERS if n in rankers):
             row = rows.setdefault(name, {"model": f"baseline: {name}", "kind": "trivial ranker", "objective": name,
                                          "seed": "-"})
             row[f"{split}_pairwise_accuracy"] = fig["accuracy"]
