@@ -104,7 +104,8 @@ def write_pipeline(root: Path, *, trusted: bool = True, healthy: bool = True) ->
         for rel, text in files.items():
             (root / folder / rel).parent.mkdir(parents=True, exist_ok=True)
             (root / folder / rel).write_text(text, encoding="utf-8")
-    _json(root / "metrics/rm/ensemble.json", {"k": 0.5, "holdout": {"reward": {"pairwise_accuracy": 0.67}}, "a_key_added_later": {"x": 1}})
+    _json(root / "metrics/rm/ensemble.json", {"k": 0.5, "holdout": {"reward": {"pairwise_accuracy": 0.67}},
+                                              "beats_length_baseline": {"cluster_low": 0.05}, "a_key_added_later": {"x": 1}})
     _json(root / "metrics/policy/train.json", {"global_step": 6, "healthy": healthy, "model_md5": dvc_md5(root / "models/policy/grpo")})
     agreement = 0.9 if trusted else 0.55
     _json(root / "metrics/judge_calibration.json", {
@@ -756,8 +757,8 @@ def free_port() -> int:
         return s.getsockname()[1]
 
 
-def start_mlflow_server(tmp: Path, *, webhooks: bool = False) -> tuple[subprocess.Popen, str]:
-    """``mlflow server`` on loopback with a sqlite backend and proxied artifacts under ``tmp``."""
+def start_mlflow_server(tmp: Path, *, webhooks: bool = False, backend: str | None = None) -> tuple[subprocess.Popen, str]:
+    """``mlflow server`` on loopback with a sqlite (or ``backend``) store and proxied artifacts under ``tmp``."""
     port = free_port()
     env = {**os.environ}
     env.pop("MLFLOW_TRACKING_URI", None)
@@ -771,7 +772,7 @@ def start_mlflow_server(tmp: Path, *, webhooks: bool = False) -> tuple[subproces
     log = open(tmp / "server.log", "w")
     proc = subprocess.Popen(
         [str(mlflow_bin), "server", "--host", "127.0.0.1", "--port", str(port), "--workers", "1",
-         "--backend-store-uri", f"sqlite:///{tmp / 'server.db'}", "--artifacts-destination", str(tmp / "server-artifacts")],
+         "--backend-store-uri", backend or f"sqlite:///{tmp / 'server.db'}", "--artifacts-destination", str(tmp / "server-artifacts")],
         env=env, stdout=log, stderr=subprocess.STDOUT, start_new_session=True,
     )
     url = f"http://127.0.0.1:{port}"
@@ -838,9 +839,10 @@ def test_remote_server_register_pull_and_webhook_watch(tmp_path, monkeypatch, te
     same_key = client.search_model_versions(f"name='{POLICY}' and tags.`{KEY_TAG}` = '{client.get_model_version(POLICY, version).tags[KEY_TAG]}'")
     assert [str(v.version) for v in same_key] == [version]
     assert client.get_model_version(POLICY, version).source.startswith("mlflow-artifacts:")
-    code, out, exc = run_cli("registry", "pull", f"{POLICY}/{version}", "--to", str(tmp_path / "pulled"))
+    # The unhealthy policy fails its gates: taken only with the flag, which is recorded.
+    code, out, exc = run_cli("registry", "pull", f"{POLICY}/{version}", "--to", str(tmp_path / "pulled"), "--allow-failing-gates")
     assert code == 0, (out, exc)
-    assert dvc_md5(tmp_path / "pulled") == dvc_md5(root / "models/policy/grpo")
+    assert dvc_md5(tmp_path / "pulled" / "artifacts/grpo") == dvc_md5(root / "models/policy/grpo")
 
     # Webhook watcher: the server posts alias events to a loopback listener.
     decl = load_declarations(root / "registry/models.yaml")
@@ -848,8 +850,11 @@ def test_remote_server_register_pull_and_webhook_watch(tmp_path, monkeypatch, te
     reported, result = [], {}
 
     def watch():
-        result["findings"] = watch_webhook(connect(url, attempts=3, backoff_s=0.5), decl, listen_host="127.0.0.1",
-                                           listen_port=0, public_url=None, duration_s=60, max_events=2,
+        watcher = connect(url, attempts=3, backoff_s=0.5)
+        keyring = keyring_of(root)
+        result["findings"] = watch_webhook(watcher, decl, keyring, tracking_uri=url,
+                                           full_check=lambda: audit(watcher, decl, keyring, tracking_uri=url).findings,
+                                           listen_host="127.0.0.1", listen_port=0, public_url=None, duration_s=60, max_events=2,
                                            report=reported.append, on_ready=lambda _: ready.set())
 
     thread = threading.Thread(target=watch)
@@ -859,6 +864,133 @@ def test_remote_server_register_pull_and_webhook_watch(tmp_path, monkeypatch, te
     client.set_registered_model_alias(POLICY, "production", version)               # unhealthy policy: fails
     thread.join(90)
     assert not thread.is_alive()
-    assert [(f.name, f.alias, f.version) for f in result["findings"]] == [(POLICY, "production", version)]
+    assert [(f.name, f.alias, f.version) for f in result["findings"]] == [(POLICY, "production", version)], [f.describe() for f in result["findings"]]
     assert reported == result["findings"]
     assert list(client.list_webhooks()) == []  # the watcher removed its webhook
+
+
+@pytest.fixture
+def postgres_webhook_server(tmp_path, postgres_server):
+    """``mlflow server`` on a fresh PostgreSQL database (tests/conftest.py), delivering webhooks to loopback."""
+    from conftest import _new_postgres_db
+
+    tmp = tmp_path / "pg-server"
+    tmp.mkdir()
+    proc, url = start_mlflow_server(tmp, webhooks=True, backend=_new_postgres_db(postgres_server))
+    try:
+        yield url
+    finally:
+        stop_server(proc)
+
+
+@pytest.mark.slow
+def test_watch_enforce_undoes_a_ui_alias_through_a_real_webhook_delivery(tmp_path, monkeypatch, templates, postgres_webhook_server):
+    url = postgres_webhook_server
+    root = make_repo(tmp_path, monkeypatch, templates)
+    monkeypatch.setenv("MLFLOW_TRACKING_URI", url)
+    register_ok()
+    good = registered_version(root, POLICY)
+    assert run_cli("registry", "promote", POLICY, good, "--alias", "champion", "--reason", "passes")[0] == 0
+    retrain_policy(root, "unhealthy-weights")
+    metrics = json.loads((root / "metrics/policy/train.json").read_text())
+    metrics["healthy"] = False
+    (root / "metrics/policy/train.json").write_text(json.dumps(metrics))
+    register_ok()
+    bad = registered_version(root, POLICY)
+    assert bad != good
+    client = client_for(root)
+    env = {**os.environ, "PYTHONPATH": str(REPO / "src"), "MLFLOW_TRACKING_URI": url}
+    watcher = subprocess.Popen([sys.executable, "-m", "reappreg", "registry", "watch", "--enforce", "--mode", "webhook",
+                                "--duration", "120", "--max-events", "2", "--actor", "watcher"],
+                               cwd=root, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    lines: list[str] = []
+    ready = threading.Event()
+
+    def read():
+        for line in watcher.stdout:
+            lines.append(line)
+            if "watching via webhook" in line:
+                ready.set()
+
+    reader = threading.Thread(target=read, daemon=True)
+    reader.start()
+    try:
+        assert ready.wait(120), "".join(lines)
+        time.sleep(2)  # past the server's 1 s webhook cache
+        client.set_registered_model_alias(POLICY, "champion", bad)  # what the UI does
+        deadline = time.monotonic() + 90
+        while time.monotonic() < deadline and aliases(client, POLICY).get("champion") != good:
+            time.sleep(1)
+        assert aliases(client, POLICY).get("champion") == good, "".join(lines)
+        watcher.wait(timeout=150)
+    finally:
+        if watcher.poll() is None:
+            watcher.kill()
+    reader.join(10)
+    out = "".join(lines)
+    assert watcher.returncode == 1 and f"ENFORCED moved {POLICY}@champion back from v{bad} to v{good}" in out, out
+    assert "healthy_training" in client.get_registered_model(POLICY).tags["reappreg.enforced.champion"]
+    assert list(client.list_webhooks()) == []  # the watcher removed its webhook
+
+
+@pytest.mark.slow
+def test_models_uri_loads_in_a_fresh_process_with_the_ensembles_rewards(tmp_path, monkeypatch):
+    """A real (tiny) ensemble registered through the library; ``models:/NAME@candidate`` scores like the folder."""
+    import pandas as pd
+
+    sys.path.insert(0, str(Path(__file__).resolve().parent))
+    from test_rm import _certify, _train  # the RM tests' trainers (real members on the sample pool)
+
+    from reappreg.rm.ensemble import build_ensemble, load_ensemble
+    from reappreg.sample import generate_sample
+    from reappreg.settings import Params
+    from reappreg.split import split, write_split
+    from reappreg.tracking import configure
+
+    pool_root = tmp_path / "pool"
+    train, answers = split(generate_sample(seed=7, reappraisals_per_vignette=12, gpt4_answers_per_vignette=2,
+                                           opponent_answers_per_vignette=2), ["human"])
+    write_split(train, answers, pool_root / "train", pool_root / "heldout" / "answers.jsonl")
+    pool = {"root": pool_root, "vignettes": pool_root / "train/vignettes.jsonl",
+            "reappraisals": pool_root / "train/reappraisals.jsonl", "ratings": pool_root / "train/ratings.jsonl"}
+    pool["certificate"] = _certify(pool_root / "certificate.json", [pool["vignettes"], pool["reappraisals"]])
+    members = [_train(pool, "multidim", seed, Params().rm, f"m{seed}")[1] / "model" for seed in (0, 1)]
+    ensemble = tmp_path / "ensemble"
+    build_ensemble(members, ensemble, k=0.5, max_sentences=2, format_penalty=-1.0)
+
+    uri = f"sqlite:///{tmp_path / 'mlflow.db'}"
+    monkeypatch.setenv("MLFLOW_TRACKING_URI", uri)
+    client = connect(uri, attempts=1, backoff_s=0)
+    configure(uri, "reappraisal-registry", str(tmp_path / "mlartifacts"))
+    import mlflow
+
+    decl = load_declarations(REPO / "registry/models.yaml")
+    with mlflow.start_run():
+
+        def log(folder, artifact_path):
+            mlflow.log_artifacts(str(folder), artifact_path)
+            return mlflow.get_artifact_uri(artifact_path)
+
+        def attest(version, run_id, source, subjects, readable):
+            return {"_type": "https://in-toto.io/Statement/v1", "predicateType": "https://slsa.dev/provenance/v1",
+                    "subject": [{"name": k, "digest": {"sha256": v}} for k, v in subjects.items()], "predicate": {}}
+
+        reg = register_version(client, name=RM, model=decl.models[RM], artifact_dir=ensemble, manifest=manifest_of(ensemble),
+                               training_md5s={"x": "0" * 32}, tags={}, card="# card\n", log_artifacts=log, attest=attest,
+                               key=signing_key(tmp_path / "keys", create=True), candidate_alias="candidate", stale_after_s=3600)
+    frame = pd.DataFrame({"scenario": ["Your friend did not reply to your message."] * 4,
+                          "answer": ["Maybe she is busy; you could ask later.", "They might not have seen it yet.", "", "One. Two. Three."]})
+    expected = load_ensemble(ensemble).score(frame["scenario"].tolist(), frame["answer"].tolist())
+    frame_path = tmp_path / "frame.json"
+    frame.to_json(frame_path, orient="records")
+    script = ("import json, sys, mlflow, pandas as pd\n"
+              "model = mlflow.pyfunc.load_model(sys.argv[1])\n"
+              "print(json.dumps([float(x) for x in model.predict(pd.read_json(sys.argv[2], orient='records'))]))\n")
+    env = {**os.environ, "MLFLOW_TRACKING_URI": uri, "HF_HUB_OFFLINE": "1"}
+    env.pop("PYTHONPATH", None)
+    done = subprocess.run([sys.executable, "-c", script, f"models:/{RM}@candidate", str(frame_path)], capture_output=True,
+                          text=True, env=env, cwd=tmp_path, timeout=600)
+    assert done.returncode == 0, done.stderr[-3000:]
+    rewards = json.loads(done.stdout.strip().splitlines()[-1])
+    assert reg.created and rewards == pytest.approx(list(expected), abs=1e-9)
+    assert rewards[2] == rewards[3] == -1.0
