@@ -93,11 +93,12 @@ def plot_comparison(table: pd.DataFrame, path: str | Path) -> None:
         err = np.nan_to_num(np.vstack([acc - low, high - acc]))
         ax.barh(y, acc, color=colours, alpha=0.35)
         ax.errorbar(acc, y, xerr=err, fmt="o", color="black", capsize=3, markersize=4)
-        for yi, a, n in zip(y, acc, table[f"{split}_n_pairs"]):
-            if np.isfinite(a):
-                ax.annotate(f"{a:.3f} (n={int(n)})", (a, yi), textcoords="offset points", xytext=(6, -3), fontsize=7)
+        for yi, a, h, n in zip(y, acc, high, table[f"{split}_n_pairs"]):
+            if np.isfinite(a):  # the label right of the interval, so it never hides the bar's end
+                ax.annotate(f"{a:.3f} (n={int(n)})", (h if np.isfinite(h) else a, yi), textcoords="offset points",
+                            xytext=(5, -3), fontsize=7)
         ax.axvline(0.5, color="grey", linestyle="--", linewidth=1)
-        ax.set_xlim(0.3, 1.05)
+        ax.set_xlim(0.3, 1.15)
         ax.set_xlabel("pairwise accuracy (95% vignette-cluster bootstrap CI)")
         ax.set_title("held out" if split == "holdout" else "leave one vignette out")
     axes[0][0].set_yticks(y)

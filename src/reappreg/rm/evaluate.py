@@ -206,7 +206,7 @@ def write_per_vignette(comparison: dict, folder: Path, title: str) -> None:
     ax.invert_yaxis()
     ax.set_xlabel("pairwise accuracy on unseen vignettes (95% CI: Wilson per vignette, cluster bootstrap pooled)")
     ax.set_title(f"{title}: leave-one-vignette-out accuracy vs length")
-    ax.legend(fontsize=8, loc="lower left")
+    ax.legend(fontsize=8, loc="upper left", bbox_to_anchor=(1.01, 1.0))
     _save_figure(fig, Path(folder) / "per_vignette.png")
 
 
