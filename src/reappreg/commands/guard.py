@@ -278,9 +278,10 @@ def audit_cmd(
         console.print(f"note: {note}", highlight=False)
     if not report.ok:
         raise GuardViolation(f"audit of {certificate} failed:\n" + "\n".join(f"  - {p}" for p in report.problems))
-    console.print(f"audit of {certificate}: ok (every hash matches; every tokenizer's files match; detectors "
+    semantic = "not in the certificate" if any("no semantic report" in n for n in report.notes) else "reproduced"
+    console.print(f"audit of {certificate}: ok (every hash matches; every certified tokenizer's files match; detectors "
                   "ngram, minhash, chars, fragments re-run in every certified view: guarded copies clean, sources "
-                  "flag exactly the certified records; semantic report reproduced)", highlight=False)
+                  f"flag exactly the certified records; semantic report {semantic})", highlight=False, soft_wrap=True)
 
 
 @app.command("sketch")

@@ -4,56 +4,26 @@ Held-out answers (GPT-4-0314's and the frontier opponents') must never reach any
 trains on. The guard stage checks every training-text artifact against them, blocks (or
 quarantines) overlaps, and writes a certificate an auditor can re-verify.
 
-Detectors (``detect``; settings ``guard.ngram`` / ``guard.minhash`` in params.yaml)
---------------------------------------------------------------------------------------
-Texts are normalised first (``text``: NFKC, format characters dropped, case folded,
-apostrophes dropped, punctuation/whitespace folded to single word boundaries), so curly
-quotes, NBSP, zero-width spaces, full-width letters and case do not hide a copy.
+Modules
+-------
+* ``normalise``: normalisation by Unicode property (version ``NORMALISATION``), the word view
+  and the letter view, UTS #39 skeletons through ICU;
+* ``hashing``: integer keys of word grams and letter windows, unkeyed or keyed (sketches);
+* ``minhash``: datasketch-identical signatures and batched LSH lookups;
+* ``config``: the detector settings as the scan uses and the certificate records them;
+* ``detect``: the held-out index and the detectors ``ngram``, ``minhash``, ``chars`` and
+  ``fragments`` behind one scan (``check_units``), with tokenizer views and groups;
+* ``views``: tokenizer views (``decode(encode(text))``), tokenizers named by file hash;
+* ``semantic``: the report-only MiniLM similarity list;
+* ``stage``: the stage, the certificate (schema in its docstring) and the audit;
+* ``sketch``: the keyed held-out sketch for outside teams;
+* ``disguise``: the seeded generator of disguised leaks the tests and the benchmark share.
 
-1. ``ngram`` - exact word n-gram containment (default n = 5): the fraction of a held-out
-   answer's n-grams found in the training text (>= 0.5 is a hit, so a short answer inside a
-   500-word text scores 1.0), or a shared passage of >= 20 consecutive words (a long answer
-   partly copied). Exact; nothing is sampled.
-2. ``minhash`` - Jaccard similarity of 2-word shingle sets (>= 0.3 is a hit), for light
-   paraphrase: word substitutions, insertions, deletions. A datasketch ``MinHashLSH`` index
-   over the answers (num_perm 64, b = 32 bands x r = 2 rows) proposes candidates; every
-   candidate is scored exactly on its shingle sets, so reported scores are true Jaccard
-   values, never MinHash estimates. The only approximation is that LSH can miss a pair.
-
-False-negative probability of the default banding (b = 32, r = 2). A pair with Jaccard J
-never becomes a candidate with probability (1 - J^r)^b:
-
-    J = 0.30 (the threshold)  0.049        J = 0.45  0.0007
-    J = 0.35                  0.015        J = 0.50  0.0001
-    J = 0.40                  0.0038       J = 0.60  6e-7
-
-datasketch's objectives for this banding: false-negative integral over [0.3, 1] 0.0020
-(mean miss probability 0.0029 for J uniform above the threshold), false-positive integral
-over [0, 0.3] 0.147 (false candidates only cost time; they are scored exactly and dropped).
-Verbatim and embedded copies never depend on LSH (the n-gram detector is exact); a text
-with <= 20% of its words edited keeps Jaccard around 0.4-0.6 on 2-word shingles, where the
-miss probability is 0.004 to 0.0001. The certificate records these numbers for the banding
-actually used (``detectors.minhash.lsh``); with ``bands``/``rows`` null datasketch picks them
-from ``threshold`` and ``weights``.
-
-Stage, certificate, audit (``stage``)
--------------------------------------
-``reappreg guard run`` reads each training source as ``PATH:ID_FIELD:TEXT_FIELD[,...]`` (all
-are dvc.yaml deps) and the held-out set, and writes ``data/guarded/<same names>``
-(byte-identical copies unless records were quarantined), ``data/guard/certificate.json``
-(md5 of the held-out set, of every source and every guarded copy, detector settings, LSH
-error rates, library versions, counts, result, time), ``data/guard/quarantine.jsonl`` (every
-hit with the shared passages; held-out fragments, so not logged to MLflow) and the sketch.
-Policy ``block`` fails on any hit; ``quarantine`` drops the records with hits from their
-guarded copies and passes. ``reappreg guard audit CERT`` recomputes every hash and re-runs
-the check; any mismatch or hit is a failure with the reason named.
-
-Sketches (``sketch``)
----------------------
-The held-out set is published as keyed hashes only (HMAC-SHA256 of normalised n-grams and
-shingles, MinHash signatures over the keyed shingles); the key is derived from a master
-secret kept with the held-out data. See ``reappreg.guard.sketch`` for the key design and
-what a key holder can and cannot learn.
+LSH error rates of the default MinHash banding (b = 32, r = 2): a pair with Jaccard J is never
+a candidate with probability (1 - J^r)^b: 0.049 at J = 0.30 (the threshold), 0.0038 at 0.40,
+0.0001 at 0.50. Verbatim, embedded, character-level and layout disguises never depend on LSH
+(the n-gram and letter-window detectors are exact); the certificate records the numbers for
+the banding in use (``detectors.minhash.lsh``).
 """
 
 from reappreg.guard.config import GuardConfig, lsh_error_rates

@@ -52,6 +52,8 @@ from reappreg.guard.normalise import letter_tokens, letters, text_views, tokens
 from reappreg.guard.text import TextUnit
 
 DETECTORS = ("ngram", "minhash", "chars", "fragments")
+_PREFILTER_BITS = 22
+_U64_MASK = np.uint64((1 << _PREFILTER_BITS) - 1)
 TEXT_VIEW = "text"
 
 
@@ -92,12 +94,22 @@ class GramTable:
         self.matrix = csr_matrix((np.ones(len(pairs_ans), dtype=np.int32), pairs_ans.astype(np.int64), ptr),
                                  shape=(len(self.keys), len(sets)))
 
+        # A bitmap over the low bits of the keys rules most grams out before the exact
+        # sorted-key search (a prefilter only: every candidate is then compared exactly).
+        self._bits = np.zeros(1 << _PREFILTER_BITS, dtype=bool)
+        self._bits[(self.keys & _U64_MASK).astype(np.intp)] = True
+
     def lookup(self, grams: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         """(position in ``keys``, matched) for each gram."""
+        pos = np.zeros(len(grams), dtype=np.int64)
+        matched = np.zeros(len(grams), dtype=bool)
         if not len(self.keys) or not len(grams):
-            return np.zeros(len(grams), dtype=np.int64), np.zeros(len(grams), dtype=bool)
-        pos = np.minimum(np.searchsorted(self.keys, grams), len(self.keys) - 1)
-        return pos, self.keys[pos] == grams
+            return pos, matched
+        maybe = np.flatnonzero(self._bits[(grams & _U64_MASK).astype(np.intp)])
+        found = np.minimum(np.searchsorted(self.keys, grams[maybe]), len(self.keys) - 1)
+        pos[maybe] = found
+        matched[maybe] = self.keys[found] == grams[maybe]
+        return pos, matched
 
 
 @dataclass(eq=False)
@@ -265,7 +277,7 @@ def _first_occurrences(grams: np.ndarray) -> np.ndarray:
 
 def _containment_hits(table: GramTable, n_texts: int, grams: np.ndarray, offsets: np.ndarray, *, n: int,
                       containment: float, min_run: int | None, detector: str,
-                      letter_coverage: bool = False) -> list[RawHit]:
+                      letter_coverage: bool = False, looked_up=None) -> list[RawHit]:
     """Exact containment and longest shared run for every (text, answer) sharing a gram.
 
     Containment is the fraction of the answer's grams found in the text, or with
@@ -275,7 +287,7 @@ def _containment_hits(table: GramTable, n_texts: int, grams: np.ndarray, offsets
     """
     from scipy.sparse import csr_matrix
 
-    pos, matched = table.lookup(grams)
+    pos, matched = looked_up if looked_up is not None else table.lookup(grams)
     if not matched.any():
         return []
     text_of = np.repeat(np.arange(n_texts, dtype=np.int64), np.diff(offsets))
@@ -365,10 +377,10 @@ def _minhash_hits(index: HeldoutIndex, n_texts: int, sh: np.ndarray, sh_off: np.
     return hits
 
 
-def _pieces(table: GramTable, grams: np.ndarray, offsets: np.ndarray, n: int, min_piece: int) -> np.ndarray:
+def _pieces(table: GramTable, grams: np.ndarray, offsets: np.ndarray, n: int, min_piece: int, looked_up=None) -> np.ndarray:
     """(local text index, held-out letter-gram position, place in the text) of every shared
     window that lies in a run of shared windows spanning at least ``min_piece`` letters; 3 x k."""
-    pos, matched = table.lookup(grams)
+    pos, matched = looked_up if looked_up is not None else table.lookup(grams)
     idx = np.flatnonzero(matched)
     if not len(idx):
         return np.zeros((3, 0), dtype=np.int64)
@@ -400,9 +412,10 @@ def _scan(index: HeldoutIndex, texts: Sequence[str]) -> ScanResult:
     hits = _containment_hits(index.ngrams, n, ng, ng_off, n=config.ngram_n, containment=config.ngram_containment,
                              min_run=config.ngram_min_run, detector="ngram")
     hits += _minhash_hits(index, n, sh, sh_off)
+    looked_up = index.letters.lookup(lg)
     hits += _containment_hits(index.letters, n, lg, lg_off, n=config.chars_n, containment=config.chars_containment,
-                              min_run=config.chars_min_run, detector="chars", letter_coverage=True)
-    return ScanResult(hits, _pieces(index.letters, lg, lg_off, config.chars_n, config.fragments_min_piece))
+                              min_run=config.chars_min_run, detector="chars", letter_coverage=True, looked_up=looked_up)
+    return ScanResult(hits, _pieces(index.letters, lg, lg_off, config.chars_n, config.fragments_min_piece, looked_up))
 
 
 _WORKER_INDEX: HeldoutIndex | None = None
@@ -473,6 +486,18 @@ class Group:
     members: tuple[int, ...]   # unit indices
 
 
+def _letters_per_text(texts: np.ndarray, places: np.ndarray, n: int) -> tuple[np.ndarray, np.ndarray]:
+    """(texts, letters covered in each) by windows of ``n`` at ``places``, rows sorted by (text, place)."""
+    if not len(texts):
+        return np.zeros(0, dtype=np.int64), np.zeros(0, dtype=np.int64)
+    same = np.zeros(len(texts), dtype=bool)
+    same[:-1] = texts[1:] == texts[:-1]
+    step = np.full(len(texts), n, dtype=np.int64)
+    step[:-1] = np.where(same[:-1], np.minimum(places[1:] - places[:-1], n), n)
+    unique, start = np.unique(texts, return_index=True)
+    return unique, np.add.reduceat(step, start)
+
+
 def _letters_covered(places: np.ndarray, n: int) -> int:
     """Letters inside the union of windows of ``n`` starting at ``places`` (sorted)."""
     if not len(places):
@@ -519,13 +544,11 @@ def fragment_hits(index: HeldoutIndex, pieces: np.ndarray, groups: Sequence[tupl
         # Coverage is then measured on the letters outside stock phrasing: each stock window
         # takes about one letter off its answer's length.
         lengths = np.maximum(table.lengths - np.asarray(table.matrix.T @ stock.astype(np.int64)).ravel(), 1)
-        # Without its stock windows, what is left of a run must still be a piece.
-        pieces = pieces[:, ~stock[pieces[1]]]
-        if pieces.shape[1]:
-            new_run = np.ones(pieces.shape[1], dtype=bool)
-            new_run[1:] = (np.diff(pieces[0]) != 0) | (np.diff(pieces[2]) != 1)
-            run_id = np.cumsum(new_run) - 1
-            pieces = pieces[:, (np.bincount(run_id)[run_id] + n - 1) >= config.fragments_min_piece]
+        # A run that is mostly stock windows is an opener or closer, not a piece; in the
+        # pieces kept, the stock windows themselves do not count.
+        is_stock = stock[pieces[1]]
+        mostly_stock = np.bincount(run_id, weights=is_stock) * 2 >= np.bincount(run_id)
+        pieces = pieces[:, ~mostly_stock[run_id] & ~is_stock]
     if not pieces.shape[1] or not groups:
         return []
     text_pieces = csr_matrix((np.ones(pieces.shape[1], dtype=np.int32), (pieces[0], pieces[1])),
@@ -541,31 +564,31 @@ def fragment_hits(index: HeldoutIndex, pieces: np.ndarray, groups: Sequence[tupl
     candidates = np.flatnonzero((shared.data * n >= threshold * lengths[shared.col]) & (lengths[shared.col] > 0))
     if not len(candidates):
         return []
-    starts = np.searchsorted(pieces[0], np.arange(n_texts + 1))  # pieces are sorted by text
+    members_of: dict[int, np.ndarray] = {}
+    in_answer: dict[int, np.ndarray] = {}
     out = []
     for j in candidates:
         g, a = int(shared.row[j]), int(shared.col[j])
-        answer_keys = set(table.matrix[:, a].nonzero()[0].tolist())
-        seen: set[int] = set()
-        per_text: dict[int, int] = {}
-        for t in groups[g][1]:
-            block = pieces[:, starts[t] : starts[t + 1]]
-            mine = [(int(k), int(p)) for k, p in zip(block[1], block[2]) if int(k) in answer_keys]
-            fresh = sorted(p for k, p in mine if k not in seen)
-            seen.update(k for k, _ in mine)
-            if fresh:
-                per_text[t] = _letters_covered(np.array(fresh), n)
+        if a not in in_answer:
+            in_answer[a] = np.flatnonzero((table.matrix[:, a].toarray().ravel() > 0)[pieces[1]])
+        if g not in members_of:
+            members_of[g] = np.asarray(groups[g][1], dtype=np.int64)
+        sel = in_answer[a]
+        sel = sel[np.isin(pieces[0, sel], members_of[g])]
+        # pieces are sorted by (text, place): the first occurrence of a window in the group wins
+        first = np.zeros(len(sel), dtype=bool)
+        first[np.unique(pieces[1, sel], return_index=True)[1]] = True
+        texts_all, places_all = pieces[0, sel], pieces[2, sel]
+        fresh_texts, fresh_letters = _letters_per_text(texts_all[first], places_all[first], n)
         length = int(lengths[a])
-        coverage = min(sum(per_text.values()) / length, 1.0)
-        if coverage < threshold or len(per_text) < 2:
+        coverage = min(int(fresh_letters.sum()) / length, 1.0)
+        if coverage < threshold or len(fresh_texts) < 2:
             continue
         # A record that alone covers the answer is the per-record detectors' case (and stock
         # phrases of its neighbours must not be flagged with it).
-        alone = max(_letters_covered(np.array(sorted(int(p) for k, p in zip(pieces[1, starts[t]:starts[t + 1]],
-                                                                          pieces[2, starts[t]:starts[t + 1]])
-                                                      if int(k) in answer_keys)), n) for t in per_text)
-        if alone >= threshold * length:
+        if _letters_per_text(texts_all, places_all, n)[1].max() >= threshold * length:
             continue
+        per_text = dict(zip(fresh_texts.tolist(), fresh_letters.tolist()))
         out.append((g, a, coverage, int(shared.data[j]), sorted(per_text)))
     return out
 

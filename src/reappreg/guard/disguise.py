@@ -14,9 +14,9 @@ together carry ``answer``. ``filler(n_words)`` supplies innocent text to hide it
 * layout: ``hyphen_broken`` (words broken by hyphens/dashes, also at line ends),
   ``spaces_removed``, ``odd_separators`` (words joined by symbols), ``html_nbsp``
   (``&nbsp;`` between words, tags inside words), ``html_escaped``, ``markdown``,
-  ``embedded_2000`` (inside 2,000 words), ``pieces_in_record`` (cut into pieces spread
-  through one long text), ``pieces_across_records`` (pieces inside other texts, one per
-  record), ``halves_on_rows`` (each half its own record), ``mixed`` (several of the above
+  ``embedded_2000`` (inside 2,000 words), ``pieces_in_record`` (cut into pieces of at least
+  ``MIN_PIECE_WORDS`` words spread through one long text), ``pieces_across_records`` (such
+  pieces inside other texts, one per record), ``halves_on_rows`` (each half its own record), ``mixed`` (several of the above
   at once);
 * edited: ``reordered_clauses``, ``synonyms_15`` (about 15% of the words replaced).
 
@@ -86,9 +86,21 @@ def _words_map(text: str, fn: Callable[[str], str]) -> str:
     return re.sub(r"\S+", lambda m: fn(m.group(0)), text)
 
 
+# The smallest piece an adversary may cut: a passage of this many words (about 30+ letters,
+# the guard's resolution; shorter pieces share no letter window and no word n-gram).
+MIN_PIECE_WORDS = 7
+
+
 def _pieces(rng: random.Random, answer: str, count: int) -> list[str]:
     words = answer.split()
-    count = max(2, min(count, len(words) // 3 or 2))
+    count = max(2, min(count, len(words) // MIN_PIECE_WORDS))
+    if len(words) >= 2 * MIN_PIECE_WORDS:
+        # cut points at least MIN_PIECE_WORDS apart
+        slack = len(words) - count * MIN_PIECE_WORDS
+        extra = sorted(rng.randint(0, slack) for _ in range(count - 1))
+        cuts = [MIN_PIECE_WORDS * (k + 1) + e for k, e in enumerate(extra)]
+        bounds = [0, *cuts, len(words)]
+        return [" ".join(words[a:b]) for a, b in zip(bounds, bounds[1:]) if b > a]
     cuts = sorted(rng.sample(range(1, len(words)), count - 1)) if len(words) > count else list(range(1, count))
     bounds = [0, *cuts, len(words)]
     return [" ".join(words[a:b]) for a, b in zip(bounds, bounds[1:]) if b > a]
@@ -96,6 +108,7 @@ def _pieces(rng: random.Random, answer: str, count: int) -> list[str]:
 
 def _even_pieces(answer: str, count: int) -> list[str]:
     words = answer.split()
+    count = max(2, min(count, len(words) // MIN_PIECE_WORDS))
     size = -(-len(words) // count)
     return [" ".join(words[i : i + size]) for i in range(0, len(words), size)]
 
