@@ -994,3 +994,28 @@ def test_models_uri_loads_in_a_fresh_process_with_the_ensembles_rewards(tmp_path
     rewards = json.loads(done.stdout.strip().splitlines()[-1])
     assert reg.created and rewards == pytest.approx(list(expected), abs=1e-9)
     assert rewards[2] == rewards[3] == -1.0
+
+
+@pytest.mark.slow
+def test_policy_pyfunc_generates_in_a_fresh_process(tmp_path, tiny_lm):
+    """The policy's MLflow Model loads with only mlflow and generates a completion per prompt."""
+    import pandas as pd
+
+    from reappreg.policy.pyfunc import save_pyfunc
+
+    model = save_pyfunc(tiny_lm, tmp_path / "policy-model")
+    mlmodel = yaml.safe_load((model / "MLmodel").read_text())
+    assert "prompt" in mlmodel["signature"]["inputs"] and "max_new_tokens" in mlmodel["signature"]["params"]
+    frame = tmp_path / "prompts.json"
+    pd.DataFrame({"prompt": ["Your friend forgot your birthday.", "A colleague took credit."]}).to_json(frame, orient="records")
+    script = ("import json, sys, mlflow, pandas as pd\n"
+              "m = mlflow.pyfunc.load_model(sys.argv[1])\n"
+              "out = m.predict(pd.read_json(sys.argv[2], orient='records'), params={'max_new_tokens': 4})\n"
+              "print(json.dumps([str(x) for x in out]))\n")
+    env = {**os.environ, "HF_HUB_OFFLINE": "1"}
+    env.pop("PYTHONPATH", None)
+    done = subprocess.run([sys.executable, "-c", script, str(model), str(frame)], capture_output=True, text=True, env=env,
+                          cwd=tmp_path, timeout=600)
+    assert done.returncode == 0, done.stderr[-3000:]
+    completions = json.loads(done.stdout.strip().splitlines()[-1])
+    assert len(completions) == 2 and all(isinstance(c, str) for c in completions)

@@ -74,8 +74,12 @@ def acquire_lock(client: Any, name: str, alias: str, *, holder: str, timeout_s: 
                                            tags={"reappreg.kind": "promotion-lock"})
             return lock
         except MlflowException as exc:
-            if exc.error_code != "RESOURCE_ALREADY_EXISTS" and "database is locked" not in str(exc):
-                raise
+            # Held by another promotion. (The sqlite store answers a lost race with "not found"
+            # when the winner released the lock between its insert and its look-up.)
+            contended = exc.error_code in ("RESOURCE_ALREADY_EXISTS", "RESOURCE_DOES_NOT_EXIST") or "database is locked" in str(exc)
+            if not contended:
+                raise ReappregError(f"{name}@{alias}: cannot take the promotion lock ({exc.error_code}: {exc.message}); "
+                                    "nothing was changed") from exc
         try:
             held = json.loads(client.get_registered_model(lock).description or "{}")
             if time.time() - float(held.get("at", time.time())) > stale_after_s:
