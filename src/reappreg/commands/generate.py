@@ -83,7 +83,7 @@ def reference(
     from reappreg.settings import load_params
 
     p = load_params(params)
-    declared = p.stats.reference_conditions
+    declared = {ref.name: ref for ref in p.stats.reference_conditions}
     if name not in declared:
         raise InputError(f"generate reference: {name!r} is not in stats.reference_conditions ({sorted(declared)})")
     answers_path = Path(declared[name].answers)
@@ -94,3 +94,32 @@ def reference(
     write_json(guard_report, {"condition": name, "answers": str(answers_path), **summary})
     typer.echo(f"generate reference: {len(rows)} answers of {name!r}, guard: 0 overlaps with "
                f"{len(train)} training source(s) -> {out}")
+
+
+@app.command("ood")
+def ood(
+    name: str = typer.Option(..., help="The off-distribution set (a name in stats.ood_sets)"),
+    train: list[str] = typer.Option(..., "--train", help="Training source PATH:ID_FIELD:TEXT_FIELD[,...]; repeat"),
+    out_dir: Path = typer.Option(..., help="Folder to write vignettes.jsonl, answers.jsonl and guard.json into"),
+    params: Path = typer.Option(Path("params.yaml"), help="params.yaml"),
+) -> None:
+    """Fresh scenarios and an opponent's answers, refused if any training text contains a scenario."""
+    from reappreg.conditions import check_fresh_scenarios, load_situation_csv
+    from reappreg.errors import InputError
+    from reappreg.io import write_json, write_jsonl
+    from reappreg.settings import load_params
+
+    p = load_params(params)
+    declared = {o.name: o for o in p.stats.ood_sets}
+    if name not in declared:
+        raise InputError(f"generate ood: {name!r} is not in stats.ood_sets ({sorted(declared)})")
+    spec = declared[name]
+    vignettes, answers = load_situation_csv(spec.csv, scenario_field=spec.scenario_field,
+                                            answer_field=spec.answer_field, set_name=name, opponent=spec.opponent,
+                                            max_scenarios=spec.max_scenarios)
+    summary = check_fresh_scenarios(name, vignettes, training_specs=train, guard=p.guard)
+    write_jsonl(out_dir / "vignettes.jsonl", vignettes)
+    write_jsonl(out_dir / "answers.jsonl", answers)
+    write_json(out_dir / "guard.json", {"set": name, "csv": spec.csv, "opponent": spec.opponent, **summary})
+    typer.echo(f"generate ood: {len(vignettes)} fresh scenarios, {len(answers)} {spec.opponent!r} answers, guard: 0 "
+               f"overlaps with {len(train)} training source(s), marked OOD -> {out_dir}")

@@ -35,6 +35,9 @@ def run(
     out: Path = typer.Option(..., help="Judgments JSONL to write (one row per judged order)"),
     calibration: Path = typer.Option(None, help="judge_calibration.json; an untrusted judge is tagged and warned"),
     judge_model: str = typer.Option(None, help="Override judge.model (a folder, or a served model name)"),
+    opponent: list[str] = typer.Option([], "--opponent",
+                                       help="Judge against these answer sources instead of judge.opponents "
+                                            "(an off-distribution set's opponent); repeat"),
     params: Path = typer.Option(Path("params.yaml"), help="params.yaml"),
 ) -> None:
     """Judge every selected generation against held-out answers, each contest in both A/B orders."""
@@ -50,13 +53,15 @@ def run(
     prompt = load_judge_prompt(prompt_file)
     inputs = {"generations": generations, "answers": answers, "prompt_file": prompt_file}
     tags = {"judge.backend": j.backend, "judge.model": judge_model or j.model}
+    if opponent:
+        tags["judge.opponents_override"] = ",".join(opponent)
     trusted = None
     if calibration is not None:
         inputs["calibration"] = calibration
         trusted = bool(read_json(calibration)["trusted"])
         tags["judge.trusted"] = str(trusted).lower()
     with stage_run("judge", tracking=p.tracking, params=_logged_params(j, judge_model), inputs=inputs, tags=tags):
-        contests = build_contests(read_jsonl(generations), read_jsonl(answers), j.opponents,
+        contests = build_contests(read_jsonl(generations), read_jsonl(answers), opponent or j.opponents,
                                   j.answers_per_generation, generations_name=str(generations),
                                   answers_name=str(answers))
         judge = build_judge(j, model=judge_model)

@@ -100,10 +100,10 @@ def results_cmd(
     conditions = [ConditionInput("policy", "policy", policy_judgments)]
     conditions += [ConditionInput(name, "model", conditions_dir / name / "judgments.jsonl")
                    for name in s.model_conditions]
-    conditions += [ConditionInput(name, "reference", conditions_dir / name / "judgments.jsonl",
-                                  answer_source=ref.source) for name, ref in s.reference_conditions.items()]
-    conditions += [ConditionInput(f"policy-ood-{name}", "ood", conditions_dir / f"ood-{name}" / "judgments.jsonl",
-                                  ood=True) for name in s.ood_sets]
+    conditions += [ConditionInput(ref.name, "reference", conditions_dir / ref.name / "judgments.jsonl",
+                                  answer_source=ref.source) for ref in s.reference_conditions]
+    conditions += [ConditionInput(f"ood-{o.name}", "ood", conditions_dir / f"ood-{o.name}" / "judgments.jsonl",
+                                  ood=True) for o in s.ood_sets]
     fresh = None
     if (fresh_judgments is None) != (fresh_condition is None):
         raise InputError("stats results: give both --fresh-judgments and --fresh-condition, or neither")

@@ -38,21 +38,23 @@ class StatsSettings(Section):
     # like it (dvc.yaml matrix stages generate_condition / judge_condition). Interpolated
     # into dvc.yaml from the top-level params: a profile lists its own, the matrix runs these.
     model_conditions: list[str] = ["base"]
-    # Reference conditions: name -> a file of answers (vignette_id, text, source), guard-checked
-    # against every training source (foreach stages reference_condition / judge_reference).
-    reference_conditions: dict[str, "ReferenceCondition"] = {}
+    # Reference conditions: a named file of answers (vignette_id, text, source) each, guard-checked
+    # against every training source (matrix stages reference_condition / judge_reference).
+    reference_conditions: list["ReferenceCondition"] = []
     # Conditions a winner is picked from (best of K on the selection pool): its optimism is
     # estimated, and it is promotable only on a fresh pool.
     selection_candidates: list[str] = ["policy"]
     # Opponent strengths not measured by the pipeline (win-rate vs the bar opponent, with a source).
     opponent_strength: dict[str, "DeclaredOpponentStrength"] = {}
-    # Off-distribution sets: name -> fresh scenarios + an opponent's answers (default off).
-    ood_sets: dict[str, "OodSet"] = {}
+    # Off-distribution sets: fresh scenarios + an opponent's answers (default off; matrix stages
+    # ood_prepare / generate_ood / judge_ood; the GRPO policy answers them).
+    ood_sets: list["OodSet"] = []
     optimism_bootstrap_iterations: int = Field(2000, ge=100)
 
     @model_validator(mode="after")
     def _condition_names(self) -> "StatsSettings":
-        names = ["policy", *self.model_conditions, *self.reference_conditions]
+        names = ["policy", *self.model_conditions, *(r.name for r in self.reference_conditions),
+                 *(f"ood-{o.name}" for o in self.ood_sets)]
         dup = sorted({n for n in names if names.count(n) > 1})
         if dup:
             raise ValueError(f"condition name(s) used twice (policy, model_conditions, reference_conditions): {dup}")
@@ -68,6 +70,7 @@ class StatsSettings(Section):
 class ReferenceCondition(Section):
     """Answers a reference model wrote, judged like a condition (never training text)."""
 
+    name: str                     # the condition (folder data/eval/conditions/<name>)
     answers: str                  # JSONL: vignette_id, text, source
     source: str                   # whose answers: its strength as an opponent is measured from this row
 
@@ -80,6 +83,7 @@ class DeclaredOpponentStrength(Section):
 class OodSet(Section):
     """Fresh scenarios no training text contains (guard-checked), with an opponent's answers."""
 
+    name: str                     # the set (folders data/eval/ood/<name>, data/eval/conditions/ood-<name>)
     csv: str                      # read in place (e.g. ../shared/data/sharma2023/reframing_dataset.csv)
     scenario_field: str = "situation"
     answer_field: str = "reframe"

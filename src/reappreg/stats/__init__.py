@@ -92,6 +92,16 @@ length-controlled figures; ``n`` now counts contests)::
                    "selection_pool_win_rate", "fresh_pool_win_rate", "selection_minus_fresh"}
     }
 
+Across conditions
+-----------------
+``reappreg.results`` (stage ``results``) reads the judgments of every condition -- the policy,
+the other model conditions, reference answer files, off-distribution sets; all under this same
+judgments contract, judged by one judge -- and summarises each with ``summarize_contests``
+into ``metrics/results.json`` / ``reports/results.md``: the iid interval (screening only)
+beside the worst-case cluster interval, the bar read from the cluster bound only, the
+best-of-K optimism of a selected condition and its fresh-pool promotability, opponent
+strengths and ``weak_opponent`` generalisation claims (schema in ``reappreg.results``).
+
 Status: ``confirmed`` = worst-case cluster lower bound > threshold; ``refuted`` = best-case
 upper bound < threshold; ``inconclusive`` otherwise; ``not_tested`` = no contests, fewer than
 ``min_n_confirm`` contests, too many unparseable orders, fewer than 2 vignettes or a vignette
