@@ -25,7 +25,7 @@ def rehearsal_run(tmp_path_factory):
     root = fresh_copy(tmp_path_factory.mktemp("rehearsal-clone") / "repo", env)
     try:
         out = run_checked(["dvc", "exp", "run", "-S", "profile=rehearsal",
-                           "-S", f"profiles.rehearsal.judge.base_url={server.base_url}"], root, env)
+                           "-S", f"+profiles.rehearsal.judge.base_url={server.base_url}"], root, env)
     finally:
         server.shutdown()
     return root, out, server
