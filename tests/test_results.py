@@ -297,3 +297,34 @@ def test_judge_model_name_in_rows(tmp_path):
     results = build_results(inputs_for(tmp_path, {"policy": random_judgments(0.6, rng=rng)}))
     assert results["judge"]["model"] == JUDGE
     write_json(tmp_path / "r.json", results)   # JSON-serialisable as is
+
+
+def test_results_command_reads_every_declared_condition(tmp_path):
+    """The stage command: the policy, stats.model_conditions under --conditions-dir, outputs written."""
+    repo = Path(__file__).resolve().parents[1]
+    rng = np.random.default_rng(31)
+    write_jsonl(tmp_path / "policy.jsonl", random_judgments(0.6, rng=rng, prefix="p-", generations=4))
+    (tmp_path / "conditions" / "base").mkdir(parents=True)
+    write_jsonl(tmp_path / "conditions" / "base" / "judgments.jsonl",
+                random_judgments(0.4, rng=rng, prefix="b-", seed_offset=50_000, generations=4))
+    write_json(tmp_path / "calibration.json", TRUSTED)
+    out = tmp_path / "out"
+    args = ["stats", "results", "--params", str(repo / "params.yaml"), "--models", str(repo / "registry/models.yaml"),
+            "--policy-judgments", str(tmp_path / "policy.jsonl"), "--conditions-dir", str(tmp_path / "conditions"),
+            "--calibration", str(tmp_path / "calibration.json"), "--json", str(out / "results.json"),
+            "--markdown", str(out / "results.md"), "--plot", str(out / "forest.png")]
+    from reappreg.cli import main
+
+    with pytest.raises(SystemExit) as done:
+        main(args)
+    assert done.value.code == 0
+    results = json.loads((out / "results.json").read_text())
+    assert [r["row_id"] for r in results["rows"]] == ["policy/gpt-4-0314", "base/gpt-4-0314"]
+    assert results["reference_bar"]["bar"] == 0.608 and results["selection"]["promotable"] is False
+    assert all(r["bar_status"] == "not_tested" for r in results["rows"])   # 48 contests < min_n_confirm
+    # a declared condition whose judgments are missing is a not-run row, never silently dropped
+    (tmp_path / "conditions" / "base" / "judgments.jsonl").unlink()
+    with pytest.raises(SystemExit):
+        main(args)
+    results = json.loads((out / "results.json").read_text())
+    assert results["not_run"] == ["base"] and results["complete"] is False

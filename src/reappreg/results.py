@@ -387,7 +387,7 @@ def render_markdown(results: Mapping[str, Any]) -> str:
         "generation- and answer-level intervals) is the one claims use; the bar column reads only its lower "
         "bound.", "",
         f"| row | kind | win-rate | n | n_eff | vignettes | iid {conf} (screening only) | cluster {conf} "
-        f"| LC win-rate [{conf}] | bar {ref['bar']:.3f} cleared by cluster bound | status |",
+        f"| LC win-rate [{conf}] | bar {ref['bar']:.3f} cleared by cluster bound | flags |",
         "|---|---|---|---|---|---|---|---|---|---|---|",
     ]
     for r in results["rows"]:
@@ -399,7 +399,8 @@ def render_markdown(results: Mapping[str, Any]) -> str:
         else:
             bar = "yes" if r["bar_cleared"] else ("no" if r["bar_cleared"] is False else "-")
             bar += f" (claim {r['bar_status']}{', supported' if r['bar_supported'] else ''})"
-        kind = r["kind"] + (" OOD" if r["ood"] else "") + ("" if r["pool"] == "policy" else f", {r['pool']}")
+        kind = r["kind"] + (" (OOD)" if r["ood"] and r["kind"] != "ood" else "") \
+            + ("" if r["pool"] == "policy" else f", {r['pool']}")
         flags = ", ".join(r["flags"]) or "-"
         lines.append(
             f"| `{r['row_id']}` | {kind} | {_f(r['win_rate'])} | {r['n']} | {_f(r['n_eff'], 1)} | {r['n_vignettes']} "
@@ -446,7 +447,7 @@ def write_forest_plot(results: Mapping[str, Any], path: Path, *, parity: float) 
 
     rows = [r for r in results["rows"] if r["status"] == "evaluated"]
     ref, conf = results["reference_bar"], f"{results['confidence'] * 100:g}%"
-    fig, ax = plt.subplots(figsize=(9, 1.6 + 0.45 * max(1, len(rows))))
+    fig, ax = plt.subplots(figsize=(13, 2.0 + 0.45 * max(1, len(rows))))
     ys = np.arange(len(rows))[::-1]
     for y, r in zip(ys, rows):
         if r["iid_screening_low"] is not None:
@@ -474,7 +475,7 @@ def write_forest_plot(results: Mapping[str, Any], path: Path, *, parity: float) 
         Line2D([], [], color="tab:purple", lw=3, label="same, off-distribution scenarios"),
         Line2D([], [], color="tab:green", ls="--", label=f"reference bar {ref['bar']:.3f} (vs {ref['opponent']} only)"),
         Line2D([], [], color="0.3", ls=":", label=f"parity {parity:g}"),
-    ], fontsize=7, loc="lower right")
+    ], fontsize=7, loc="upper left", bbox_to_anchor=(1.01, 1.0))
     fig.tight_layout()
     with atomic_path(path) as tmp:
         fig.savefig(tmp, format="png", dpi=110)
