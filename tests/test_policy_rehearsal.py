@@ -30,6 +30,9 @@ MODELS = {
     "rm.encoder.path", "judge.model",
     "policy.base.source", "policy.base.local_path", "policy.base.config_file", "policy.base.chat_template_file",
     "policy.base.init_seed", "policy.base.model_name", "policy.base.gguf_package", "policy.base.gguf_file",
+    # Which models the statistics compare: full has more policies and a reference model's
+    # answers (models/external/...) that the rehearsal does not build, so it compares fewer.
+    "stats.model_conditions", "stats.reference_conditions", "stats.selection_candidates",
 }
 SIZES = {
     "rm.encoder.max_length", "rm.encoder.batch_size", "rm.encoder.finetune_layers", "rm.train.epochs",
