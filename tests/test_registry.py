@@ -1019,3 +1019,37 @@ def test_policy_pyfunc_generates_in_a_fresh_process(tmp_path, tiny_lm):
     assert done.returncode == 0, done.stderr[-3000:]
     completions = json.loads(done.stdout.strip().splitlines()[-1])
     assert len(completions) == 2 and all(isinstance(c, str) for c in completions)
+
+
+def test_team_keys_rotate_and_revoke_and_an_untrusted_key_is_named(tmp_path, monkeypatch):
+    from reappreg.registry import SignatureInvalid
+
+    team = tmp_path / "keys"
+    team.mkdir()
+    code, out, exc = run_cli("registry", "keygen", str(tmp_path / "alice.pem"))
+    assert code == 0, (out, exc)
+    assert (tmp_path / "alice.pem").stat().st_mode & 0o777 == 0o600
+    shutil.copy(tmp_path / "alice.pub.pem", team / "alice.pub.pem")
+    monkeypatch.setenv("REAPPREG_SIGNING_KEY", str(tmp_path / "alice.pem"))
+    alice = signing_key(tmp_path / "local", create=False)
+    monkeypatch.delenv("REAPPREG_SIGNING_KEY")
+    envelope = sign_statement({"_type": "x", "n": 1}, alice)
+    for status, ok in (("active", True), ("retired", True), ("revoked", False)):
+        (team / "keyring.yaml").write_text(yaml.safe_dump({"keys": [{"file": "alice.pub.pem", "holder": "alice", "status": status,
+                                                                       "keyid": alice.keyid}]}))
+        ring = load_keyring(team, None)
+        if ok:
+            assert open_statement(envelope, ring)[1].describe().startswith(f"team key {alice.keyid[:16]} of alice ({status}")
+        else:
+            with pytest.raises(SignatureInvalid, match="revoked"):
+                open_statement(envelope, ring)
+    # A local key is trusted only where its public key is (this clone), and only when asked.
+    local = signing_key(tmp_path / "local", create=True)
+    local_envelope = sign_statement({"_type": "x"}, local)
+    assert open_statement(local_envelope, load_keyring(team, tmp_path / "local"))[1].origin == "local"
+    with pytest.raises(SignatureInvalid, match="not trusted here"):
+        open_statement(local_envelope, load_keyring(team, None))
+    (team / "keyring.yaml").write_text(yaml.safe_dump({"keys": [{"file": "alice.pub.pem", "holder": "a", "status": "active",
+                                                                   "keyid": "0" * 64}]}))
+    with pytest.raises(Exception, match="has key id"):
+        load_keyring(team, None)
