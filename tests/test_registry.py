@@ -1053,3 +1053,23 @@ def test_team_keys_rotate_and_revoke_and_an_untrusted_key_is_named(tmp_path, mon
                                                                    "keyid": "0" * 64}]}))
     with pytest.raises(Exception, match="has key id"):
         load_keyring(team, None)
+
+
+def test_an_envelope_copied_from_another_version_is_refused(repo, tmp_path):
+    import hashlib
+
+    register_ok()
+    retrain_policy(repo, "second-weights")
+    metrics = json.loads((repo / "metrics/policy/train.json").read_text())
+    metrics["healthy"] = False
+    (repo / "metrics/policy/train.json").write_text(json.dumps(metrics))
+    register_ok()
+    client = client_for(repo)
+    good = stored(client, POLICY, "1", "attestations/v1.provenance.dsse.json").read_bytes()
+    stored(client, POLICY, "2", "attestations/v2.provenance.dsse.json").write_bytes(good)  # a genuine, trusted signature
+    client.set_model_version_tag(POLICY, "2", ENVELOPE_TAG, hashlib.sha256(good).hexdigest())
+    client.set_registered_model_alias(POLICY, "champion", "2")
+    code, out, _ = run_cli("registry", "verify")
+    assert code == 1 and "signed statement describes another version" in " ".join(out.split()), out
+    code, _, exc = run_cli("registry", "pull", f"{POLICY}@champion", "--to", str(tmp_path / "p"), "--allow-failing-gates")
+    assert isinstance(exc, IntegrityError) and not (tmp_path / "p").exists()
