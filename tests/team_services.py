@@ -170,8 +170,10 @@ class MlflowTeamServer:
         return server
 
     def env(self, user: str) -> dict[str, str]:
+        # Downloads go through the server: with IAM enforced, moto answers presigned-URL GETs
+        # (MLflow's direct multipart download) with a 500, which real S3 does not.
         return {"MLFLOW_TRACKING_URI": self.url, "MLFLOW_TRACKING_USERNAME": user,
-                "MLFLOW_TRACKING_PASSWORD": self.passwords[user]}
+                "MLFLOW_TRACKING_PASSWORD": self.passwords[user], "MLFLOW_ENABLE_PROXY_MULTIPART_DOWNLOAD": "false"}
 
     def as_user(self, user: str):
         """Context manager: this process talks to the server as ``user``."""

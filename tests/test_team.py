@@ -215,6 +215,7 @@ def team_mlflow(s3_team, postgres_db, tmp_path):
         server.stop()
 
 
+@pytest.mark.slow
 def test_read_account_loads_models_but_cannot_move_aliases(team_mlflow, s3_team):
     import mlflow
     import pandas as pd
