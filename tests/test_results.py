@@ -55,14 +55,14 @@ def inputs_for(tmp_path: Path, judged: dict[str, list[dict] | None], *, kinds: d
             write_jsonl(path, rows)
         kind = (kinds or {}).get(name, "policy" if name == "policy" else "model")
         conditions.append(ConditionInput(name, kind, path, answer_source=(sources or {}).get(name), ood=name in ood))
-    fresh_input = None
+    fresh_pools = {}
     if fresh is not None:
-        path = tmp_path / "fresh" / "judgments.jsonl"
+        path = tmp_path / f"fresh-{fresh[0]}" / "judgments.jsonl"
         path.parent.mkdir(parents=True, exist_ok=True)
         write_jsonl(path, fresh[1])
-        fresh_input = ConditionInput(fresh[0], "policy", path)
+        fresh_pools[fresh[0]] = path
     return ResultsInputs(conditions=conditions, calibration=calibration, reference=REFERENCE, settings=FAST,
-                         trust_policy=POLICY, selection_candidates=candidates, fresh_pool=fresh_input,
+                         trust_policy=POLICY, selection_candidates=candidates, fresh_pools=fresh_pools,
                          declared_strengths=declared or {}, optimism_iterations=500)
 
 
@@ -222,13 +222,17 @@ def test_fresh_pool_that_reuses_selection_generations_is_refused(tmp_path):
         build_results(inputs_for(tmp_path / "b", {"policy": strong}, fresh=("policy", relabelled)))
 
 
-def test_fresh_pool_of_another_candidate_is_refused(tmp_path):
+def test_fresh_pool_of_another_candidate_does_not_promote_the_selected_one(tmp_path):
     rng = np.random.default_rng(13)
     judged = {"policy": random_judgments(0.9, rng=rng, prefix="p-"),
               "base": random_judgments(0.3, rng=rng, prefix="b-", seed_offset=50_000)}
-    fresh = random_judgments(0.9, rng=rng, prefix="f-", seed_offset=700_000)
-    with pytest.raises(InputError, match="selected candidate is 'policy'"):
-        build_results(inputs_for(tmp_path, judged, candidates=("policy", "base"), fresh=("base", fresh)))
+    fresh = random_judgments(0.95, rng=rng, prefix="f-", seed_offset=700_000)
+    results = build_results(inputs_for(tmp_path, judged, candidates=("policy", "base"), fresh=("base", fresh)))
+    sel = results["selection"]
+    assert sel["selected"] == "policy" and sel["fresh_pools"] == ["base"]
+    assert sel["promotable"] is False and sel["fresh_pool_win_rate"] is None
+    with pytest.raises(InputError, match="not selection candidates"):
+        build_results(inputs_for(tmp_path / "b", judged, candidates=("policy",), fresh=("base", fresh)))
 
 
 # ----------------------------------------------------------------------------- opponents, generalisation
@@ -328,3 +332,22 @@ def test_results_command_reads_every_declared_condition(tmp_path):
         main(args)
     results = json.loads((out / "results.json").read_text())
     assert results["not_run"] == ["base"] and results["complete"] is False
+
+
+@pytest.mark.parametrize("overlay, message", [
+    ({"model_conditions": ["base", "base"]}, "used twice"),
+    ({"model_conditions": ["policy"]}, "used twice"),
+    ({"model_conditions": ["fresh-policy"]}, "reserved"),
+    ({"model_conditions": ["../x"]}, "folder-safe"),
+    ({"selection_candidates": ["nope"]}, "not conditions"),
+    ({"fresh_pools": [{"condition": "base", "model": "models/policy/base", "seed": 1}]}, "not in selection_candidates"),
+    ({"fresh_pools": [{"condition": "policy", "model": "a", "seed": 1}, {"condition": "policy", "model": "b", "seed": 1}]},
+     "own seed"),
+])
+def test_condition_settings_refuse_ambiguous_declarations(overlay, message):
+    from pydantic import ValidationError
+
+    from reappreg.settings.stats import StatsSettings
+
+    with pytest.raises(ValidationError, match=message):
+        StatsSettings(**overlay)

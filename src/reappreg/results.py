@@ -106,7 +106,9 @@ class ResultsInputs:
     settings: StatsSettings
     trust_policy: TrustPolicy
     selection_candidates: Sequence[str] = ()
-    fresh_pool: ConditionInput | None = None      # fresh-pool judgments of the selected candidate
+    # Fresh-pool judgments per selection candidate (new generations judged like the first); the
+    # selected candidate's is the promotion evidence. A path that does not exist = no fresh pool.
+    fresh_pools: Mapping[str, Path] = field(default_factory=dict)
     declared_strengths: Mapping[str, DeclaredStrength] = field(default_factory=dict)
     optimism_iterations: int = 2000
 
@@ -306,11 +308,13 @@ def build_results(inputs: ResultsInputs) -> dict[str, Any]:
         raise InputError(f"results: condition name(s) declared twice: {dup}")
     frames = {c.name: load_judgments(c.judgments) for c in inputs.conditions
               if c.judgments is not None and c.judgments.exists()}
-    fresh_frame = None
-    if inputs.fresh_pool is not None and inputs.fresh_pool.judgments is not None:
-        fresh_frame = load_judgments(inputs.fresh_pool.judgments)
-    judge, blocked = _judge_state([*frames.values(), *([fresh_frame] if fresh_frame is not None else [])],
-                                  inputs.calibration, inputs.trust_policy, settings)
+    unknown = sorted(set(inputs.fresh_pools) - set(inputs.selection_candidates))
+    if unknown:
+        raise InputError(f"results: fresh pools for {unknown}, which are not selection candidates "
+                         f"({list(inputs.selection_candidates)})")
+    fresh_frames = {name: load_judgments(path) for name, path in inputs.fresh_pools.items() if Path(path).exists()}
+    judge, blocked = _judge_state([*frames.values(), *fresh_frames.values()], inputs.calibration,
+                                  inputs.trust_policy, settings)
     rows, summaries, contests_of = [], {}, {}
     for cond in inputs.conditions:
         if cond.name not in frames:
@@ -340,14 +344,14 @@ def build_results(inputs: ResultsInputs) -> dict[str, Any]:
     if candidates:
         selection.update(best_of_k_optimism(candidates, iterations=inputs.optimism_iterations, seed=settings.seed))
     fresh_summary = None
-    if fresh_frame is not None:
-        if inputs.fresh_pool.name != selection.get("selected"):
-            raise InputError(f"results: fresh-pool judgments are for {inputs.fresh_pool.name!r}, but the selected "
-                             f"candidate is {selection.get('selected')!r}")
-        fresh = contest_table(fresh_frame)
+    selection["fresh_pools"] = sorted(fresh_frames)
+    for name, frame in fresh_frames.items():
+        fresh = contest_table(frame)
         fresh = fresh[(fresh["condition"] == "policy") & (fresh["opponent_source"] == reference.opponent)]
-        check_fresh_pool(candidates[inputs.fresh_pool.name], fresh, inputs.fresh_pool.name)
-        fresh_summary = summarize_contests(fresh, settings)
+        if name in candidates:
+            check_fresh_pool(candidates[name], fresh, name)   # every fresh pool must be fresh, selected or not
+        if name == selection.get("selected"):
+            fresh_summary = summarize_contests(fresh, settings)
     selection.update(promotion(selection.get("selected"), fresh_summary, reference, settings, blocked))
     if fresh_summary is not None and selection.get("selection_pool_win_rate") is not None \
             and selection.get("fresh_pool_win_rate") is not None:

@@ -17,6 +17,7 @@ def run(
     prompt_file: Path = typer.Option(..., help="The GRPO prompt file (system prompt + user template)"),
     out: Path = typer.Option(..., help="Generations JSONL to write"),
     rm_ensemble: Path = typer.Option(None, help="RM ensemble folder; required when generate.best_of_n > 1"),
+    seed: int = typer.Option(None, help="Override generate.seed (a fresh confirmation pool: stats.fresh_pools)"),
     params: Path = typer.Option(Path("params.yaml"), help="params.yaml"),
 ) -> None:
     """Answer every eval vignette K times with fresh sampling seeds; optional best-of-N with the RM."""
@@ -32,7 +33,7 @@ def run(
     from reappreg.tracking import stage_run
 
     p = load_params(params)
-    g = p.generate
+    g = p.generate if seed is None else p.generate.model_copy(update={"seed": seed})
     inputs = {"vignettes": vignettes, "model": model, "prompt_file": prompt_file}
     if g.best_of_n > 1:
         if rm_ensemble is None:

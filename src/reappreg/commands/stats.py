@@ -84,13 +84,10 @@ def results_cmd(
     out_json: Path = typer.Option(..., "--json", help="metrics/results.json to write"),
     markdown: Path = typer.Option(..., help="reports/results.md to write"),
     plot: Path = typer.Option(..., help="Forest plot PNG of every row to write"),
-    fresh_judgments: Path = typer.Option(None, help="Fresh-pool judgments of the selected candidate (optional)"),
-    fresh_condition: str = typer.Option(None, help="The condition the fresh-pool judgments belong to"),
     models: Path = typer.Option(Path("registry/models.yaml"), help="Registry declarations (reference_bar:)"),
     params: Path = typer.Option(Path("params.yaml"), help="params.yaml"),
 ) -> None:
     """The results table: one row per condition with both interval kinds, selection and claims."""
-    from reappreg.errors import InputError
     from reappreg.results import ConditionInput, DeclaredStrength, ResultsInputs, build_results, write_results
     from reappreg.settings import load_params
     from reappreg.stats import TrustPolicy, load_calibration, load_reference_bar
@@ -104,18 +101,15 @@ def results_cmd(
                                   answer_source=ref.source) for ref in s.reference_conditions]
     conditions += [ConditionInput(f"ood-{o.name}", "ood", conditions_dir / f"ood-{o.name}" / "judgments.jsonl",
                                   ood=True) for o in s.ood_sets]
-    fresh = None
-    if (fresh_judgments is None) != (fresh_condition is None):
-        raise InputError("stats results: give both --fresh-judgments and --fresh-condition, or neither")
-    if fresh_judgments is not None:
-        fresh = ConditionInput(fresh_condition, "policy", fresh_judgments)
+    # fresh pools: <conditions-dir>/fresh-<candidate>/judgments.jsonl (stages generate_fresh / judge_fresh)
+    fresh = {f.condition: conditions_dir / f"fresh-{f.condition}" / "judgments.jsonl" for f in s.fresh_pools}
     inputs = ResultsInputs(
         conditions=conditions, calibration=load_calibration(calibration), reference=load_reference_bar(models),
         settings=s, trust_policy=TrustPolicy(max_position_bias=s.max_position_bias,
                                              max_unparseable_rate=s.max_unparseable_rate,
                                              min_agreement_floor=p.judge.min_agreement,
                                              min_pairs_floor=p.judge.calibration_min_pairs),
-        selection_candidates=s.selection_candidates, fresh_pool=fresh,
+        selection_candidates=s.selection_candidates, fresh_pools=fresh,
         declared_strengths={k: DeclaredStrength(v.win_rate, v.source) for k, v in s.opponent_strength.items()},
         optimism_iterations=s.optimism_bootstrap_iterations)
     results = build_results(inputs)

@@ -44,6 +44,10 @@ class StatsSettings(Section):
     # Conditions a winner is picked from (best of K on the selection pool): its optimism is
     # estimated, and it is promotable only on a fresh pool.
     selection_candidates: list[str] = ["policy"]
+    # Fresh confirmation pools: a candidate's model answers again with another sampling seed and
+    # is judged again (new contests); the selected candidate is promotable only on its own.
+    # Matrix stages generate_fresh / judge_fresh; none on the CPU profile (promotion refused).
+    fresh_pools: list["FreshPool"] = []
     # Opponent strengths not measured by the pipeline (win-rate vs the bar opponent, with a source).
     opponent_strength: dict[str, "DeclaredOpponentStrength"] = {}
     # Off-distribution sets: fresh scenarios + an opponent's answers (default off; matrix stages
@@ -61,6 +65,15 @@ class StatsSettings(Section):
         bad = [n for n in names if not re.fullmatch(r"[A-Za-z0-9][A-Za-z0-9_.-]*", n)]
         if bad:
             raise ValueError(f"condition names must be folder-safe ([A-Za-z0-9_.-]): {bad}")
+        stray = [f.condition for f in self.fresh_pools if f.condition not in self.selection_candidates]
+        if stray:
+            raise ValueError(f"fresh_pools for {stray}: not in selection_candidates {self.selection_candidates}")
+        if len({f.seed for f in self.fresh_pools}) != len(self.fresh_pools):
+            raise ValueError("fresh_pools: every fresh pool needs its own seed")
+        reserved = [n for n in [*self.model_conditions, *(r.name for r in self.reference_conditions)]
+                    if n.startswith(("fresh-", "ood-"))]
+        if reserved:
+            raise ValueError(f"condition names starting fresh- or ood- are reserved (their folders): {reserved}")
         unknown = [c for c in self.selection_candidates if c not in names]
         if unknown:
             raise ValueError(f"selection_candidates {unknown} are not conditions ({names})")
@@ -73,6 +86,12 @@ class ReferenceCondition(Section):
     name: str                     # the condition (folder data/eval/conditions/<name>)
     answers: str                  # JSONL: vignette_id, text, source
     source: str                   # whose answers: its strength as an opponent is measured from this row
+
+
+class FreshPool(Section):
+    condition: str                # a selection candidate
+    model: str                    # its model folder (the policy condition: models/policy/grpo)
+    seed: int                     # generate.seed for the fresh answers (results refuses shared sampling seeds)
 
 
 class DeclaredOpponentStrength(Section):
