@@ -281,3 +281,27 @@ def test_the_headline_file_is_the_only_declared_metrics_file():
     assert "reports/report.html" in [next(iter(o)) if isinstance(o, dict) else o for o in report["outs"]]
     for flag in ("--html", "--markdown", "--headline"):
         assert flag in report["cmd"]
+
+
+def test_validation_section_says_whether_the_report_still_matches_the_data(tmp_path):
+    """A passing report shown beside data it did not validate must say so, not just 'passed'."""
+    from reappreg.data import ingest, write_canonical
+    from reappreg.io import write_json
+    from reappreg.settings import DataSettings, ValidateSettings
+    from reappreg.validate import validate_folder
+
+    data_settings = DataSettings(sample={"seed": 3, "reappraisals_per_vignette": 6, "gpt4_answers_per_vignette": 2,
+                                         "opponent_answers_per_vignette": 1})
+    rules = ValidateSettings()
+    sources = sources_in(tmp_path)
+    write_canonical(ingest(data_settings), sources.canonical)
+    write_json(sources.validation, validate_folder(sources.canonical, rules, data_settings))
+
+    def binding() -> str:
+        section = next(s for s in collect(sources, tmp_path, validate_rules=rules) if s.title.startswith("Validation"))
+        return next(b for b in section.blocks if isinstance(b, str) and b.startswith("Bound to the data"))
+
+    assert binding().startswith("Bound to the data: yes")
+    table = sources.canonical / "reappraisals.jsonl"
+    table.write_text(table.read_text().replace("You", "Yuo", 1))
+    assert "**NO**" in binding() and "reappraisals.jsonl" in binding()

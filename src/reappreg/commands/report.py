@@ -54,7 +54,8 @@ def report(
     subtitle = (f"Built by `reappreg report` at commit `{revision['commit']}`{dirty}, profile `{settings.profile}`, "
                 "from the pipeline's tracked files. Every number is read from the file named under its section.")
     sections = collect(sources, health=settings.card.health,
-                       max_completion_length=settings.policy.train.max_completion_length)
+                       max_completion_length=settings.policy.train.max_completion_length,
+                       validate_rules=settings.validate_)
     numbers = headline(sources)
     with stage_run("report", tracking=settings.tracking):
         write_text(html_out, render_html(sections, "reappreg pipeline report", subtitle))

@@ -51,6 +51,7 @@ class _Reader:
         self.sources, self.root = sources, root
         self.health: Any = None
         self.max_completion_length: int | None = None
+        self.validate_rules: Any = None
 
     def path(self, name: str) -> Path:
         return getattr(self.sources, name)
@@ -149,6 +150,7 @@ def validation_section(r: _Reader) -> Section:
     verdict = {True: "passed", False: "FAILED"}.get(report.get("success"), "not recorded")
     section.blocks.append(f"Result: **{verdict}**: {fmt(report.get('n_failed'))} of {fmt(report.get('n_expectations'))} "
                           f"expectations failed; data source `{report.get('source')}`.")
+    section.blocks.append(_validation_binding(r, report))
     if isinstance(report.get("tables"), Mapping):
         section.blocks.append(Table(["table", "rows checked"], [[k, v] for k, v in report["tables"].items()]))
     failed = [f for f in report.get("failed") or [] if isinstance(f, Mapping)]
@@ -159,6 +161,22 @@ def validation_section(r: _Reader) -> Section:
               f.get("element_count"), ", ".join(map(str, f.get("example_ids") or []))] for f in failed],
             "Failed expectations."))
     return section
+
+
+def _validation_binding(r: _Reader, report: Mapping[str, Any]) -> str:
+    """Whether the report describes the canonical data now on disk (md5 of every file, same rules)."""
+    if not report.get("success"):
+        return "Bound to the data: not checked (the report did not pass)."
+    if r.validate_rules is None:
+        return "Bound to the data: not checked (no validation settings were given to the report)."
+    from reappreg.validate import verify_report
+
+    try:
+        verify_report(r.path("validation"), r.path("canonical"), r.validate_rules)
+    except InputError as exc:
+        return f"Bound to the data: **NO**: {exc}"
+    return (f"Bound to the data: yes: the md5 of every file under `{r.shown('canonical')}` and the gating rules "
+            "match what the report validated.")
 
 
 def guard_section(r: _Reader) -> Section:
@@ -394,9 +412,11 @@ def _cell(value: Any) -> Any:
 
 
 def collect(sources: ReportSources, root: str | os.PathLike = ".", *, health: Any = None,
-            max_completion_length: int | None = None) -> list[Section]:
-    """Every section; with ``health`` (CardHealthSettings) the policy section also applies the cards' health gates."""
+            max_completion_length: int | None = None, validate_rules: Any = None) -> list[Section]:
+    """Every section; with ``health`` (CardHealthSettings) the policy section also applies the cards' health gates;
+    with ``validate_rules`` (ValidateSettings) the validation section re-checks that its report is bound to the
+    canonical data now on disk."""
     r = _Reader(sources, Path(root))
-    r.health, r.max_completion_length = health, max_completion_length
+    r.health, r.max_completion_length, r.validate_rules = health, max_completion_length, validate_rules
     return [f(r) for f in (data_section, validation_section, guard_section, rm_section, policy_section,
                            calibration_section, winrate_section, claims_section, registry_section)]
