@@ -17,11 +17,18 @@ from reappreg.results import (
     ResultsInputs,
     best_of_k_optimism,
     build_results,
-    render_markdown,
-    write_results,
 )
+from reappreg.results_outputs import render_markdown, write_results
 from reappreg.stats import contest_table, validate_judgments
-from tests.stats_fixtures import FAST, JUDGE, POLICY, REFERENCE, TRUSTED, order_row, planted
+from tests.stats_fixtures import (
+    FAST,
+    JUDGE,
+    POLICY,
+    REFERENCE,
+    TRUSTED,
+    order_row,
+    planted,
+)
 
 VIGNETTES = [f"v{i}" for i in range(6)]
 
@@ -138,8 +145,8 @@ def test_untrusted_judge_blocks_every_bar_claim(tmp_path):
 def test_outputs_written(tmp_path):
     rng = np.random.default_rng(3)
     results = build_results(inputs_for(tmp_path, {"policy": random_judgments(0.6, rng=rng)}))
-    paths = dict(json_path=tmp_path / "out" / "results.json", markdown_path=tmp_path / "out" / "results.md",
-                 plot_path=tmp_path / "out" / "forest.png")
+    paths = {"json_path": tmp_path / "out" / "results.json", "markdown_path": tmp_path / "out" / "results.md",
+                 "plot_path": tmp_path / "out" / "forest.png"}
     write_results(results, settings=FAST, **paths)
     loaded = json.loads(paths["json_path"].read_text())
     assert loaded["rows"][0]["row_id"] == "policy/gpt-4-0314"

@@ -65,8 +65,16 @@ def read_reference_answers(path: str | Path) -> list[dict[str, Any]]:
 def guard_hits(protected: Sequence[tuple[str, str]], training_specs: Sequence[str], guard: GuardSettings,
                *, what: str) -> list[Any]:
     """Guard hits of every training record against the ``protected`` (id, text) pairs."""
-    from reappreg.guard import AnswerMeta, FastHasher, GuardConfig, HeldoutIndex, SourceSpec, check_units, read_source
-    from reappreg.guard import fragment_groups
+    from reappreg.guard import (
+        AnswerMeta,
+        FastHasher,
+        GuardConfig,
+        HeldoutIndex,
+        SourceSpec,
+        check_units,
+        fragment_groups,
+        read_source,
+    )
 
     if not training_specs:
         raise InputError(f"{what}: no training sources to check against (a check over nothing certifies nothing)")

@@ -88,7 +88,8 @@ def results_cmd(
     params: Path = typer.Option(Path("params.yaml"), help="params.yaml"),
 ) -> None:
     """The results table: one row per condition with both interval kinds, selection and claims."""
-    from reappreg.results import ConditionInput, DeclaredStrength, ResultsInputs, build_results, write_results
+    from reappreg.results import ConditionInput, DeclaredStrength, ResultsInputs, build_results
+    from reappreg.results_outputs import write_results
     from reappreg.settings import load_params
     from reappreg.stats import TrustPolicy, load_calibration, load_reference_bar
 
