@@ -183,6 +183,14 @@ def test_planted_equal_candidates_best_of_k_is_inflated_and_fresh_pool_is_not(tm
     assert np.mean(optimism) > 0.02               # ... which the bootstrap estimate detects
     assert abs(np.mean(fresh_gap)) < 0.03         # the fresh pool is not inflated
     assert np.mean(inflation) > np.mean(fresh_gap) + 0.03
+    # through the table: the winner of the last replicate, with its fresh pool, is not promotable
+    fresh_rows = random_judgments(true_rate, rng=rng, prefix="fresh-", seed_offset=900_000, generations=6)
+    results = build_results(inputs_for(tmp_path, pools, kinds=dict.fromkeys(pools, "model"), candidates=tuple(pools),
+                                       fresh=(winner, fresh_rows)))
+    sel = results["selection"]
+    assert sel["selected"] == winner and sel["k"] == k and sel["expected_optimism"] > 0
+    assert sel["promotable"] is False and sel["fresh_pool_win_rate"] < sel["selection_pool_win_rate"]
+    assert sel["selection_minus_fresh"] == pytest.approx(sel["selection_pool_win_rate"] - sel["fresh_pool_win_rate"])
 
 
 def test_one_clear_winner_has_little_optimism():
