@@ -32,7 +32,7 @@ MODELS = {
     "policy.base.init_seed", "policy.base.model_name", "policy.base.gguf_package", "policy.base.gguf_file",
     # Which models the statistics compare: full has more policies and a reference model's
     # answers (models/external/...) that the rehearsal does not build, so it compares fewer.
-    "stats.model_conditions", "stats.reference_conditions", "stats.selection_candidates",
+    "stats.model_conditions", "stats.reference_conditions", "stats.selection_candidates", "stats.fresh_pools",
 }
 SIZES = {
     "rm.encoder.max_length", "rm.encoder.batch_size", "rm.encoder.finetune_layers", "rm.train.epochs",
@@ -87,9 +87,10 @@ def test_the_diff_test_catches_a_stray_key():
     raw["profiles"]["rehearsal"]["policy"]["train"]["temperature"] = 0.5  # not a model, size or device
     raw["profile"] = "rehearsal"
     rehearsal = _flatten(parse_params(raw).model_dump(by_alias=True))
-    full = _flatten(_resolved("full"))
-    differ = {k for k in full if full[k] != rehearsal[k]} - {"profile"}
-    assert differ - MODELS - SIZES - DEVICE == {"policy.train.temperature"}
+    shipped, full = _flatten(_resolved("rehearsal")), _flatten(_resolved("full"))
+    differ = {k for k in full if full[k] != rehearsal[k]}
+    assert differ - {k for k in full if full[k] != shipped[k]} == {"policy.train.temperature"}
+    assert "policy.train.temperature" not in MODELS | SIZES | DEVICE
 
 
 @pytest.fixture(scope="module")
