@@ -64,7 +64,6 @@ import shutil as _shutil
 import socket as _socket
 import subprocess as _subprocess
 import sys as _sys
-import time as _time
 import uuid as _uuid
 
 POSTGRES_SCRIPT = REPO_ROOT / "pipelines" / "services" / "postgres.sh"
@@ -132,26 +131,13 @@ def mlflow_server(request, tmp_path):
         stdout=log, stderr=_subprocess.STDOUT,
     )
     url = f"http://127.0.0.1:{port}"
-    import urllib.request
+    from team_services import stop_process, wait_http
 
-    deadline = _time.time() + 90
-    while True:
-        try:
-            urllib.request.urlopen(f"{url}/health", timeout=2)
-            break
-        except OSError:
-            if proc.poll() is not None or _time.time() > deadline:
-                log.close()
-                raise RuntimeError(f"mlflow server did not start:\n{(tmp_path / 'mlflow-server.log').read_text()[-3000:]}")
-            _time.sleep(0.5)
     try:
+        wait_http(f"{url}/health", proc, tmp_path / "mlflow-server.log")
         yield url
     finally:
-        proc.terminate()
-        try:
-            proc.wait(timeout=20)
-        except _subprocess.TimeoutExpired:
-            proc.kill()
+        stop_process(proc)
         log.close()
 
 

@@ -51,6 +51,28 @@ def _wait_port(port: int, proc: subprocess.Popen, what: str, timeout: float = 60
             time.sleep(0.2)
 
 
+def wait_http(url: str, proc: subprocess.Popen, log: Path, timeout: float = 120) -> None:
+    """Poll ``url`` until it answers; fail with the tail of ``log`` if ``proc`` dies or time runs out."""
+    deadline = time.time() + timeout
+    while True:
+        try:
+            urllib.request.urlopen(url, timeout=2)
+            return
+        except OSError:
+            if proc.poll() is not None or time.time() > deadline:
+                proc.kill()
+                raise RuntimeError(f"{url} did not come up:\n{log.read_text()[-3000:]}")
+            time.sleep(0.5)
+
+
+def stop_process(proc: subprocess.Popen, timeout: float = 20) -> None:
+    proc.terminate()
+    try:
+        proc.wait(timeout=timeout)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+
+
 def _policy(grants: dict[str, str]) -> str:
     statements = []
     for role, access in grants.items():
@@ -113,11 +135,7 @@ class S3Team:
                                cwd=repo, env=env, check=True, capture_output=True)
 
     def stop(self) -> None:
-        self.proc.terminate()
-        try:
-            self.proc.wait(timeout=10)
-        except subprocess.TimeoutExpired:
-            self.proc.kill()
+        stop_process(self.proc)
 
 
 @dataclass
@@ -149,16 +167,7 @@ class MlflowTeamServer:
             env=env, stdout=log, stderr=subprocess.STDOUT,
         )
         url = f"http://127.0.0.1:{port}"
-        deadline = time.time() + 120
-        while True:
-            try:
-                urllib.request.urlopen(f"{url}/health", timeout=2)
-                break
-            except OSError:
-                if proc.poll() is not None or time.time() > deadline:
-                    proc.kill()
-                    raise RuntimeError(f"mlflow server did not start:\n{(workdir / 'server.log').read_text()[-3000:]}")
-                time.sleep(0.5)
+        wait_http(f"{url}/health", proc, workdir / "server.log")
         server = cls(url, {"admin": admin_password}, proc)
         from mlflow.server.auth.client import AuthServiceClient
 
@@ -195,8 +204,4 @@ class MlflowTeamServer:
         return scope()
 
     def stop(self) -> None:
-        self.proc.terminate()
-        try:
-            self.proc.wait(timeout=20)
-        except subprocess.TimeoutExpired:
-            self.proc.kill()
+        stop_process(self.proc)

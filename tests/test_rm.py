@@ -514,6 +514,10 @@ def test_cli_stages_and_pyfunc_loads_in_a_fresh_process(sample_pool, tmp_path: P
     assert "leave_one_vignette_out is off" in ensemble_metrics["beats_length_baseline"]["checked"]
     assert set(ensemble_metrics["holdout"]["format_gate"]["gated_fraction_by_source"]) == {"human"}
     members_table = pd.read_csv(tmp_path / "plots" / "ensemble" / "members.csv")
+    # the per-vignette plot dvc.yaml declares exists without leave-one-vignette-out too (held-out pairs)
+    per_vignette = pd.read_csv(tmp_path / "plots" / "ensemble" / "per_vignette.csv")
+    assert set(per_vignette["vignette"]) == set(pd.read_json(sample_pool["vignettes"], lines=True)["vignette_id"])
+    assert (tmp_path / "plots" / "ensemble" / "per_vignette.png").exists()
     assert list(members_table["model"]) == ["seed_0", "seed_1", "ensemble_mean", "ensemble_reward_k0.5",
                                             *(f"baseline:{name}" for name in RANKERS)]
 

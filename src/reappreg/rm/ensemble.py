@@ -263,6 +263,7 @@ def evaluate_ensemble(member_dirs: list[str | Path], *, k: float, pair_margin: f
     metrics: dict[str, Any] = {"objective": objective, "k": k, "seeds": seeds}
     table_rows: dict[str, dict] = {}  # model -> one row with <split>_<measure> columns
     plots_dir = Path(plots_dir)
+    per_vignette_fold: tuple[str, dict] | None = None
     with atomic_dir(plots_dir) as tmp:
         for fold_name, fold_filter in (("holdout", lambda f: f == "holdout"), ("lovo", lambda f: f.startswith("lovo:"))):
             try:
@@ -310,8 +311,10 @@ def evaluate_ensemble(member_dirs: list[str | Path], *, k: float, pair_margin: f
                 row = table_rows.setdefault(f"baseline:{name}", {"model": f"baseline:{name}"})
                 row[f"{fold_name}_pairwise_accuracy"] = ranker["accuracy"]
                 row[f"{fold_name}_n_pairs"] = ranker["n_pairs"]
-            if fold_name == "lovo":
-                write_per_vignette(reward_metrics["trivial_baselines"], tmp, f"{objective} ensemble (k={k:g})")
+            # Unseen vignettes are the figure that matters; without leave-one-vignette-out the
+            # per-vignette plot shows the held-out split and says so.
+            if fold_name == "lovo" or per_vignette_fold is None:
+                per_vignette_fold = (fold_name, reward_metrics["trivial_baselines"])
             if fold_name == "holdout":
                 observed, observed_label = scorer.observed(targets, score_map)
                 cal = calibration_table(reward, observed, bins)
@@ -325,6 +328,9 @@ def evaluate_ensemble(member_dirs: list[str | Path], *, k: float, pair_margin: f
                 plot_disagreement(dis, tmp / "disagreement.png", f"{objective} ensemble: disagreement vs error (held out)")
         table = pd.DataFrame(list(table_rows.values()))
         write_csv(table, tmp / "members.csv")
+        if per_vignette_fold is not None:
+            fold_name, comparison = per_vignette_fold
+            write_per_vignette(comparison, tmp, f"{objective} ensemble (k={k:g})", unseen_vignettes=fold_name == "lovo")
     metrics["baselines"] = headline({s: metrics[s]["reward"]["trivial_baselines"] for s in ("holdout", "lovo")
                                      if s in metrics})
     if "lovo" in metrics:

@@ -176,9 +176,10 @@ def per_vignette_table(comparison: dict) -> pd.DataFrame:
     return pd.DataFrame(rows)
 
 
-def write_per_vignette(comparison: dict, folder: Path, title: str) -> None:
-    """``per_vignette.csv`` and ``per_vignette.png``: leave-one-vignette-out accuracy per
-    vignette, the model next to the length rankers, with intervals."""
+def write_per_vignette(comparison: dict, folder: Path, title: str, unseen_vignettes: bool = True) -> None:
+    """``per_vignette.csv`` and ``per_vignette.png``: accuracy per vignette, the model next to
+    the length rankers, with intervals; leave-one-vignette-out pairs when ``unseen_vignettes``,
+    else the held-out split (the plot's labels say which)."""
     import matplotlib
 
     matplotlib.use("Agg")
@@ -204,8 +205,9 @@ def write_per_vignette(comparison: dict, folder: Path, title: str) -> None:
     n_pairs = table.drop_duplicates("vignette").set_index("vignette")["n_pairs"]
     ax.set_yticklabels([f"{v} (n={int(n_pairs[v])} pairs)" for v in vignettes])
     ax.invert_yaxis()
-    ax.set_xlabel("pairwise accuracy on unseen vignettes (95% CI: Wilson per vignette, cluster bootstrap pooled)")
-    ax.set_title(f"{title}: leave-one-vignette-out accuracy vs length")
+    where, fold = ("on unseen vignettes", "leave-one-vignette-out") if unseen_vignettes else ("on held-out reappraisals", "held-out")
+    ax.set_xlabel(f"pairwise accuracy {where} (95% CI: Wilson per vignette, cluster bootstrap pooled)")
+    ax.set_title(f"{title}: {fold} accuracy vs length")
     ax.legend(fontsize=8, loc="upper left", bbox_to_anchor=(1.01, 1.0))
     _save_figure(fig, Path(folder) / "per_vignette.png")
 
