@@ -20,7 +20,7 @@ from reappreg.results import (
 )
 from reappreg.results_outputs import render_markdown, write_results
 from reappreg.stats import contest_table, validate_judgments
-from tests.stats_fixtures import (
+from stats_fixtures import (
     FAST,
     JUDGE,
     POLICY,
