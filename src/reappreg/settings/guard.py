@@ -30,7 +30,7 @@ class MinHashSettings(Section):
 class CharsSettings(Section):
     # Exact containment of windows of n letters of the letter view (skeleton, no spaces/punctuation).
     n: int = Field(25, ge=4)
-    containment: float = Field(0.5, gt=0, le=1)   # fraction of the answer's letter windows found in the text
+    containment: float = Field(0.5, gt=0, le=1)   # fraction of the answer's letters inside windows the text shares
     min_run: int | None = Field(100, ge=4)        # or a shared passage of this many letters; null = off
 
 
