@@ -73,7 +73,7 @@ def _json(path: Path, obj) -> None:
     path.write_text(json.dumps(obj, sort_keys=True, indent=1), encoding="utf-8")
 
 
-def write_pipeline(root: Path, *, trusted: bool = True, healthy: bool = True) -> Path:
+def write_pipeline(root: Path, *, trusted: bool = True, healthy: bool = True, promotable: bool = True) -> Path:
     from reappreg.guard.stage import CERTIFICATE_SCHEMA
 
     root.mkdir(parents=True, exist_ok=True)
@@ -106,7 +106,8 @@ def write_pipeline(root: Path, *, trusted: bool = True, healthy: bool = True) ->
             (root / folder / rel).write_text(text, encoding="utf-8")
     _json(root / "metrics/rm/ensemble.json", {"k": 0.5, "holdout": {"reward": {"pairwise_accuracy": 0.67}},
                                               "beats_length_baseline": {"cluster_low": 0.05}, "a_key_added_later": {"x": 1}})
-    _json(root / "metrics/policy/train.json", {"global_step": 6, "healthy": healthy, "model_md5": dvc_md5(root / "models/policy/grpo")})
+    _json(root / "metrics/policy/train.json", {"global_step": 6, "healthy": healthy, "model_md5": dvc_md5(root / "models/policy/grpo"),
+                                               "final": {"format_gate_hit_rate": 0.1, "truncation_rate": 0.05}})
     agreement = 0.9 if trusted else 0.55
     _json(root / "metrics/judge_calibration.json", {
         "judge_model": "judge-test", "judge_fingerprint": "fp-test", "n_pairs": 200, "agreement": agreement,
@@ -124,11 +125,19 @@ f"{prefix}/n": 300, f"{prefix}/win_rate": 0.9, f"{prefix}/cluster_low": 0.8,
         "statement": "beats the bar", "metric_refs": [f"{prefix}/cluster_low"], "supported": True, "status": "supported",
         "reason": "cluster CI lower bound above the bar", "flags": [], "judge_model": "judge-test", "extra": {"added": True},
     }])
+    _json(root / "metrics/results.json", {"rows": [], "selection": {"selected": "policy", "promotable": promotable,
+                                                                     "reason": "planted"}})
     for name in (POLICY, RM):
         path = root / "reports/cards" / f"{name}.md"
         path.parent.mkdir(parents=True, exist_ok=True)
-        path.write_text(f"---\nlicense: apache-2.0\n---\n# {name}\n\nA card.\n\n## Evaluation\n\nNumbers.\n", encoding="utf-8")
+        path.write_text(f"---\nlicense: apache-2.0\n{CLEAN_REVISION}---\n# {name}\n\nA card.\n\n## Evaluation\n\nNumbers.\n",
+                        encoding="utf-8")
     return root
+
+
+# What `reappreg card build` records in a card's front matter on a committed tree.
+CLEAN_REVISION = ("reappreg:\n  revision: {git_commit: 0123abc, git_dirty: 'false', dirty_paths: [], "
+                  "dirty_allowed: false}\n")
 
 
 def retrain_policy(root: Path, weights: str) -> None:
@@ -231,8 +240,8 @@ def test_register_records_provenance_card_and_candidate_alias(repo):
     manifest = dict(json.loads(tags["reappreg.manifest"]))
     assert set(manifest) == {"config.json", "model.safetensors", "tokenizer/tokenizer.json"}
     card = (repo / "reports/cards" / f"{POLICY}.md").read_text()
-    # The description is the card, its front matter fenced so the UI renders it as YAML.
-    assert mv.description.startswith("```yaml\nlicense: apache-2.0\n```\n# reappraisal-policy-grpo")
+    # The description is the card's body: its front matter's facts are the tags already.
+    assert mv.description.startswith("# reappraisal-policy-grpo") and "license:" not in mv.description
     import mlflow
 
     logged = mlflow.artifacts.load_text(f"runs:/{mv.run_id}/{POLICY}/README.md")
@@ -278,6 +287,52 @@ def test_registration_refuses_a_failed_certificate(repo):
     code, _, exc = run_cli("registry", "register")
     assert isinstance(exc, GateFailed) and "did not pass" in str(exc)
     assert client_for(repo).search_registered_models() == []
+
+
+def test_registration_refuses_a_card_built_from_a_dirty_tree_unless_allowed(repo):
+    card = repo / "reports/cards" / f"{POLICY}.md"
+    clean = card.read_text()
+    card.write_text(clean.replace("git_dirty: 'false', dirty_paths: []", "git_dirty: 'true', dirty_paths: [src/x.py]"))
+    code, _, exc = run_cli("registry", "register")
+    assert code != 0 and "uncommitted changes (src/x.py)" in str(exc) and "--allow-dirty" in str(exc)
+    assert client_for(repo).search_registered_models() == []
+    card.write_text(clean.replace("git_dirty: 'false', dirty_paths: [], dirty_allowed: false",
+                                  "git_dirty: 'true', dirty_paths: [src/x.py], dirty_allowed: true"))
+    register_ok()  # built with --allow-dirty: registered, and the card says so
+
+
+def _signed_gates(repo: Path, name: str) -> dict[str, bool]:
+    from reappreg.registry import evaluate_gates, evidence_of, load_declarations
+    from reappreg.card import load_evidence
+    from reappreg.settings import load_params
+
+    settings = load_params(repo / "params.yaml")
+    evidence = load_evidence(certificate=repo / "data/guard/certificate.json", eval_metrics=repo / "metrics/eval.json",
+                             calibration=repo / "metrics/judge_calibration.json", claims=repo / "reports/claims.json",
+                             rm_metrics=repo / "metrics/rm", policy_metrics=repo / "metrics/policy",
+                             results=repo / "metrics/results.json")
+    model = load_declarations(repo / "registry/models.yaml").models[name]
+    flat = evidence_of(model.kind, evidence, health=settings.card.health,
+                       max_completion_length=settings.policy.train.max_completion_length)
+    return {c.gate: c.passed for c in evaluate_gates(list(model.gates), flat)}
+
+
+def test_healthy_training_gate_is_the_cards_verdict_not_the_monitor_flag(repo):
+    assert _signed_gates(repo, POLICY)["healthy_training"] is True
+    metrics = json.loads((repo / "metrics/policy/train.json").read_text())
+    metrics["final"]["format_gate_hit_rate"] = 0.75  # the monitor still says healthy
+    _json(repo / "metrics/policy/train.json", metrics)
+    assert metrics["healthy"] is True and _signed_gates(repo, POLICY)["healthy_training"] is False
+    del metrics["final"]["truncation_rate"]
+    metrics["final"]["format_gate_hit_rate"] = 0.1
+    _json(repo / "metrics/policy/train.json", metrics)
+    assert _signed_gates(repo, POLICY)["healthy_training"] is False  # not established is not healthy
+
+
+def test_a_winner_without_a_fresh_pool_confirmation_fails_its_gate(tmp_path, monkeypatch, templates):
+    make_repo(tmp_path, monkeypatch, templates, promotable=False)
+    gates = _signed_gates(Path.cwd(), POLICY)
+    assert gates["fresh_pool_promotable"] is False and gates["guard_pass"] is True
 
 
 def test_two_concurrent_register_processes_create_exactly_one_version(repo):
@@ -559,7 +614,8 @@ def test_promotion_is_signed_history_and_verify_lists_signed_gate_results(repo):
     assert code == 0, out
     text = " ".join(out.split())
     assert "reappraisal-policy-grpo@champion -> v1: passes its signed gates [signed_evidence=pass, guard_pass=pass," in text
-    assert "judge_trusted=pass, min_n=pass, cluster_ci_low_above_bar=pass, healthy_training=pass]" in text
+    assert ("judge_trusted=pass, min_n=pass, cluster_ci_low_above_bar=pass, healthy_training=pass, "
+            "fresh_pool_promotable=pass]") in text
     assert "promoted by bob" in text and "signed history #1" in text and "local key" in text
     # Editing the signed history is caught.
     client = client_for(repo)
@@ -708,7 +764,8 @@ def test_a_gate_is_one_declaration(tmp_path):
                         "      - {name: healthy_training,", 1)
     (tmp_path / "models.yaml").write_text(text)
     gates = load_declarations(tmp_path / "models.yaml").models[POLICY].gates
-    assert [g.name for g in gates][-2:] == ["beats_pinned_reference", "healthy_training"]
+    names = [g.name for g in gates]
+    assert names[names.index("beats_pinned_reference") + 1] == "healthy_training"
     checks = {c.gate: c for c in evaluate_gates(gates, {"eval.bar.cluster_low": 0.6, "training.healthy": True})}
     assert not checks["beats_pinned_reference"].passed and "0.6 > 0.608 [pinned]" in checks["beats_pinned_reference"].detail
     assert not checks["guard_pass"].passed and "missing from the signed evidence" in checks["guard_pass"].detail

@@ -151,6 +151,7 @@ class Evidence:
     policy_metrics: dict[str, Any]   # flattened "<file stem>.<key>" -> value
     prompt: dict[str, Any]
     sources: dict[str, Path] = field(default_factory=dict)
+    results: dict[str, Any] = field(default_factory=dict)  # metrics/results.json, flattened "<key>.<key>" -> value
 
     @property
     def judge_trusted(self) -> bool:
@@ -218,6 +219,7 @@ def load_evidence(
     rm_metrics: str | os.PathLike | None = None,
     policy_metrics: str | os.PathLike | None = None,
     prompt: str | os.PathLike | None = None,
+    results: str | os.PathLike | None = None,
 ) -> Evidence:
     eval_obj = read_json(eval_metrics)
     if not isinstance(eval_obj, dict):
@@ -249,7 +251,15 @@ def load_evidence(
     }
     if prompt is not None:
         sources["prompt"] = Path(prompt)
-    return Evidence(read_certificate(certificate), eval_obj, calib, claim_list, rm_flat, policy_flat, prompt_obj, sources)
+    results_flat: dict[str, Any] = {}
+    if results is not None:
+        results_obj = read_json(results)
+        if not isinstance(results_obj, dict):
+            raise InputError(f"{results}: expected the results table's JSON object (reappreg stats results)")
+        results_flat = flatten(results_obj)
+        sources["results"] = Path(results)
+    return Evidence(read_certificate(certificate), eval_obj, calib, claim_list, rm_flat, policy_flat, prompt_obj, sources,
+                    results_flat)
 
 
 # --------------------------------------------------------------------------- linter

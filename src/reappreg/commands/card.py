@@ -18,14 +18,16 @@ CLAIMS = typer.Option("reports/claims.json", "--claims", help="claims (reappreg 
 RM_METRICS = typer.Option("metrics/rm", "--rm-metrics", help="folder of reward-model metrics JSON")
 POLICY_METRICS = typer.Option("metrics/policy", "--policy-metrics", help="folder of policy metrics JSON")
 PROMPT = typer.Option("pipelines/prompts/grpo_prompt.yaml", "--prompt", help="GRPO prompt file")
+RESULTS = typer.Option("metrics/results.json", "--results", help="results table (reappreg stats results)")
 
 
 def evidence_from(certificate: Path, eval_metrics: Path, judge_calibration: Path, claims: Path,
-                  rm_metrics: Path, policy_metrics: Path, prompt: Path):
+                  rm_metrics: Path, policy_metrics: Path, prompt: Path, results: Path | None = None):
     from reappreg.card import load_evidence
 
     return load_evidence(certificate=certificate, eval_metrics=eval_metrics, calibration=judge_calibration,
-                         claims=claims, rm_metrics=rm_metrics, policy_metrics=policy_metrics, prompt=prompt)
+                         claims=claims, rm_metrics=rm_metrics, policy_metrics=policy_metrics, prompt=prompt,
+                         results=results)
 
 
 @app.command()
@@ -40,6 +42,7 @@ def build(
     rm_metrics: Path = RM_METRICS,
     policy_metrics: Path = POLICY_METRICS,
     prompt: Path = PROMPT,
+    results: Path = RESULTS,
     out_dir: Path = typer.Option("reports/cards", "--out-dir", help="one <model>.md per declared model"),
     allow_dirty: bool = typer.Option(False, "--allow-dirty",
                                      help="record on the card that it was knowingly built from uncommitted changes"),
@@ -64,7 +67,8 @@ def build(
     if not template.exists():
         raise InputError(f"{template}: card template not found")
     template_text = template.read_text(encoding="utf-8")
-    evidence = evidence_from(certificate, eval_metrics, judge_calibration, claims, rm_metrics, policy_metrics, prompt)
+    evidence = evidence_from(certificate, eval_metrics, judge_calibration, claims, rm_metrics, policy_metrics, prompt,
+                             results)
     params_dict = settings.model_dump(by_alias=True)
     inputs = {"models": models, "template": template, **{k: v for k, v in evidence.sources.items()}}
     revision = {**source_revision(), "dirty_allowed": allow_dirty}

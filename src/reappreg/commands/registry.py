@@ -29,7 +29,8 @@ import typer
 from rich.console import Console
 from rich.markup import escape
 
-from reappreg.commands.card import CALIB, CERT, CLAIMS, EVAL, MODELS, PARAMS, POLICY_METRICS, PROMPT, RM_METRICS, evidence_from
+from reappreg.commands.card import (CALIB, CERT, CLAIMS, EVAL, MODELS, PARAMS, POLICY_METRICS, PROMPT, RESULTS, RM_METRICS,
+                                    evidence_from)
 
 app = typer.Typer(no_args_is_help=True, help="MLflow model registry: register, promote, verify, watch, pull, keygen.")
 
@@ -73,8 +74,23 @@ def _plan(name, model, evidence, cards: Path):
     card_path = cards / f"{name}.md"
     if not card_path.exists():
         raise InputError(f"{card_path}: card not found (run `reappreg card build` first)")
+    card = card_path.read_text(encoding="utf-8")
+    refuse_dirty_card(card, card_path)
     others = {p: dvc_md5(p) for p in model.other_inputs}
-    return name, model, manifest, training, others, card_path.read_text(encoding="utf-8")
+    return name, model, manifest, training, others, card
+
+
+def refuse_dirty_card(card: str, card_path: Path) -> None:
+    """A card built from uncommitted source cannot name the code that made the model: refuse
+    it, unless it was built with ``reappreg card build --allow-dirty`` (which the card records)."""
+    from reappreg.card_meta import card_revision
+    from reappreg.errors import InputError
+
+    revision = card_revision(card)
+    if str(revision.get("git_dirty")).lower() == "true" and not revision.get("dirty_allowed"):
+        changed = ", ".join(map(str, (revision.get("dirty_paths") or [])[:5])) or "unknown files"
+        raise InputError(f"{card_path}: built from a working tree with uncommitted changes ({changed}); commit and "
+                         "rebuild the card, or rebuild it with `reappreg card build --allow-dirty` (recorded on the card)")
 
 
 def _log_dvc_inputs(md5s: dict[str, str], context: str) -> None:
@@ -99,6 +115,7 @@ def register(
     rm_metrics: Path = RM_METRICS,
     policy_metrics: Path = POLICY_METRICS,
     prompt: Path = PROMPT,
+    results: Path = RESULTS,
     keys: Path = KEYS,
     local_keys: Path = LOCAL_KEYS,
     lock_file: Path = typer.Option("work/registry/register.lock", "--lock-file", help="host-wide registration lock"),
@@ -134,7 +151,8 @@ def register(
     settings = load_params(params)
     reg = settings.registry
     decl = load_declarations(models)
-    evidence = evidence_from(certificate, eval_metrics, judge_calibration, claims, rm_metrics, policy_metrics, prompt)
+    evidence = evidence_from(certificate, eval_metrics, judge_calibration, claims, rm_metrics, policy_metrics, prompt,
+                             results)
     key = signing_key(local_keys, create=True)
     if reg.trust_local_key is False and key.keyid not in _keyring(settings, keys, local_keys).keys:
         from reappreg.errors import InputError
@@ -171,7 +189,8 @@ def register(
                 mlflow.log_text(card, f"{name}/README.md")
                 _log_dvc_inputs({**training}, "training")
                 _log_dvc_inputs({**others, model.artifact: content, **evidence_md5s}, f"{name}")
-                flat = evidence_of(model.kind, evidence)
+                flat = evidence_of(model.kind, evidence, health=settings.card.health,
+                                   max_completion_length=settings.policy.train.max_completion_length)
                 checks = evaluate_gates(list(model.gates), flat)
                 tags = readable_tags(model, flat, evidence, input_md5s={**training, **others}, git=git)
                 tags.update({f"gate.{c.gate}": "pass" if c.passed else "fail" for c in checks})

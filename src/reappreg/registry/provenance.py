@@ -41,13 +41,17 @@ def _flat(obj: Any, prefix: str) -> dict[str, Any]:
     return {prefix: obj}
 
 
-def evidence_of(kind: str, evidence: Any) -> dict[str, Any]:
+def evidence_of(kind: str, evidence: Any, *, health: Any, max_completion_length: int | None) -> dict[str, Any]:
     """The flat evidence a gate may read (``evidence`` is a ``reappreg.card.Evidence``).
 
     Keys: ``guard.*`` (result, certificate md5, its summary), ``judge.*`` (the calibration
-    file, flattened), ``eval.<metric key>`` (every key of metrics/eval.json), ``eval.bar.*``
-    (the bar claim and the metrics of its opponent), ``claims.<id>.*``, ``rm.<file>.<key>``
-    and ``policy.<file>.<key>`` (metrics folders), ``training.healthy``.
+    file, flattened; ``judge.trusted`` is recomputed from its numbers, never its cached flag),
+    ``eval.<metric key>`` (every key of metrics/eval.json), ``eval.bar.*`` (the bar claim and
+    the metrics of its opponent), ``claims.<id>.*``, ``rm.<file>.<key>`` and
+    ``policy.<file>.<key>`` (metrics folders), ``results.<key>`` (metrics/results.json,
+    flattened), ``training.healthy`` and ``training.verdict``: the card's verdict (training
+    monitor AND format-gate AND truncation gates, ``health``: CardHealthSettings), so a run
+    the card calls unhealthy or not established can never pass ``healthy_training``.
     """
     cert = evidence.certificate
     out: dict[str, Any] = {"model.kind": kind, "guard.result": cert.result, "guard.certificate_md5": cert.md5}
@@ -71,7 +75,11 @@ def evidence_of(kind: str, evidence: Any) -> dict[str, Any]:
     out["claims.supported"] = sorted(str(c["claim_id"]) for c in evidence.claims if c.get("supported") and "claim_id" in c)
     out.update({f"rm.{k}": v for k, v in evidence.rm_metrics.items()})
     out.update({f"policy.{k}": v for k, v in evidence.policy_metrics.items()})
-    out["training.healthy"] = evidence.training_healthy
+    out.update({f"results.{k}": v for k, v in evidence.results.items()})
+    verdict = evidence.training_health(health, max_completion_length)
+    out["training.verdict"] = verdict.verdict
+    out["training.healthy"] = verdict.verdict == "healthy"
+    out["training.monitor_healthy"] = evidence.training_healthy
     return {k: v for k, v in sorted(out.items()) if _jsonable(v)}
 
 

@@ -150,15 +150,14 @@ def registration_key(content_md5: str, training_md5s: Mapping[str, str]) -> str:
 
 
 def for_ui(card: str) -> str:
-    """The card as the MLflow UI renders it well: the YAML front matter as a fenced block.
+    """The card as the MLflow UI's description: its body without the YAML front matter.
 
-    (A bare ``---`` front matter renders as rules and a stray heading in the UI's markdown.)
+    (The front matter's facts are the version's tags already; shown as text it sat above
+    the card's title.) The whole card, front matter included, is the run artifact README.md.
     """
-    if card.startswith("---\n"):
-        end = card.find("\n---\n", 4)
-        if end > 0:
-            return "```yaml\n" + card[4:end] + "\n```\n" + card[end + 5:]
-    return card
+    from reappreg.card_meta import card_body
+
+    return card_body(card)
 
 
 def fit_description(card: str, full_card_at: str, limit: int = MAX_DESCRIPTION) -> str:
