@@ -158,6 +158,9 @@ def write_pipeline(root: Path, *, win_prob: float = 0.9, trusted: bool = True, h
                            reference=stats.load_reference_bar(root / "registry/models.yaml"), trust_policy=trust_policy)
     write_json(root / "metrics/eval.json", report["metrics"])
     write_json(root / "reports/claims.json", report["claims"])
+    # The results table's promotion evidence (reappreg stats results); no fresh pool here.
+    write_json(root / "metrics/results.json", {"rows": [], "selection": {"selected": "policy", "promotable": False,
+                                                                       "reason": "no fresh pool"}})
     return root
 
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import os
 import re
+from pathlib import Path
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
@@ -96,7 +97,9 @@ def source_revision(root: str | os.PathLike = ".", generated: Sequence[str] = GE
             if entry[0] in "RC":
                 next(entries, None)  # a rename's or copy's second entry is the original path
     paths = sorted(paths)
-    changed = [p for p in paths if not any(p == g or (g.endswith("/") and p.startswith(g)) for g in generated)]
+    # DVC writes the .gitignore files beside its outputs (it adds an entry per new output): not source.
+    changed = [p for p in paths if not any(p == g or (g.endswith("/") and p.startswith(g)) for g in generated)
+               and Path(p).name != ".gitignore"]
     return {"commit": commit, "dirty": "true" if changed else "false", "dirty_paths": changed}
 
 

@@ -57,9 +57,22 @@ def write_forest_plot(
                 ax.plot([rec.cluster_low, rec.cluster_high], [y - 0.14, y - 0.14],
                         color="tab:red" if pooled else "tab:blue", lw=3.0, solid_capstyle="butt")
             if pd.notna(rec.win_rate):
-                ax.plot(rec.win_rate, y, marker="D" if pooled else "o", color="black", ms=6 if pooled else 4)
-        labels = [f"{'POOLED' if r.row_kind == 'pooled' else r.row}  (n={r.n}"
-                  + (f", n_eff={r.n_eff:.1f}" if pd.notna(r.n_eff) else "") + ")" for r in panel.itertuples()]
+                ax.plot(rec.win_rate, y, marker="D" if pooled else "o", color="black", ms=6 if pooled else 4, zorder=3)
+            else:  # say why the row is empty instead of leaving a bare "n=0"
+                unparseable = getattr(rec, "n_unparseable", None)
+                why = (f"no scored contest: all {int(unparseable)} judged order(s) unparseable"
+                       if pd.notna(unparseable) and unparseable else "no contest judged for this row")
+                ax.text(0.5, y, why, ha="center", va="center", fontsize=7, color="0.35")
+        def label(r) -> str:
+            text = f"{'POOLED' if r.row_kind == 'pooled' else r.row}  (n={r.n}"
+            if pd.notna(r.n_eff):
+                text += f", n_eff={r.n_eff:.1f}"
+                if r.row_kind == "pooled" and pd.notna(getattr(r, "n_clusters", None)):
+                    # n_eff is n over the design effect of clustering, not a count of clusters
+                    text += f" over {int(r.n_clusters)} vignettes"
+            return text + ")"
+
+        labels = [label(r) for r in panel.itertuples()]
         ax.set_yticks(ys, labels, fontsize=8)
         ax.axvline(parity, color="0.3", ls=":", lw=1)
         if opponent == bar_opponent:
