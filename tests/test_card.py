@@ -562,3 +562,14 @@ def test_metric_labels_are_readable():
     assert metric_label("train.final.health/kl") == "KL divergence to the base model (last logged step)"
     assert metric_label("train.global_step") == "Optimizer steps"
     assert metric_label("x.some_new_metric") == "Some new metric"
+
+
+def test_reproduce_section_names_the_remote_access_each_step_needs():
+    from reappreg.card import reproduce_commands
+
+    lines = reproduce_commands("register", "abc123", "policy")
+    assert lines[0] == "git checkout abc123"
+    train_pull = lines.index("dvc pull -r train")
+    assert lines[train_pull + 1].startswith("dvc repro --single-item policy_train")
+    assert "`heldout`" in lines[train_pull + 2] and lines[-2:] == ["dvc pull", "dvc repro register"]
+    assert "dvc pull -r train" not in reproduce_commands("register", "abc123", None)

@@ -411,8 +411,22 @@ def select_metrics(flat: Mapping[str, Any], patterns: Sequence[str]) -> list[tup
             if (isinstance(v, (int, float, bool)) or v is None) and any(c.match(k) for c in compiled)]
 
 
-def reproduce_commands(stage: str, commit: str) -> list[str]:
-    return [f"git checkout {commit}", "dvc pull            # tracked inputs from the DVC remote", f"dvc repro {stage}"]
+# The stage that builds each kind of model from training-side inputs only.
+TRAINING_STAGE = {"reward-model": "rm_ensemble", "policy": "policy_train"}
+
+
+def reproduce_commands(stage: str, commit: str, kind: str | None = None) -> list[str]:
+    """What rebuilds the model with the access each step needs (README "Working as a team"):
+    the training remote alone rebuilds the model; its evaluation and registration read held-out
+    data, so they also need the heldout remote."""
+    lines = [f"git checkout {commit}"]
+    if kind in TRAINING_STAGE:
+        lines += ["# with read access to the `train` remote: the model itself",
+                  "dvc pull -r train",
+                  f"dvc repro --single-item {TRAINING_STAGE[kind]}     # nothing to do when the pull matches dvc.lock"]
+    lines += [f"# with read access to both remotes (`train` and `heldout`): evaluation and {stage}",
+              "dvc pull", f"dvc repro {stage}"]
+    return lines
 
 
 def display_path(path: str | os.PathLike, root: str | os.PathLike = ".") -> str:
@@ -495,7 +509,7 @@ def card_inputs_for(
         revision={"commit": revision.get("commit", "none"), "dirty": revision.get("dirty", "unknown"),
                   "dirty_paths": list(revision.get("dirty_paths", [])),
                   "dirty_allowed": bool(revision.get("dirty_allowed", False)),
-                  "commands": reproduce_commands(stage, revision.get("commit", "none"))},
+                  "commands": reproduce_commands(stage, revision.get("commit", "none"), model.kind)},
         datasets=[*model.training_inputs, *[p for p in model.other_inputs if p.startswith("data/")]],
         health=evidence.training_health(health, _max_completion_length(params)) if model.kind == "policy" else None,
         paths={name: display_path(path, root) for name, path in evidence.sources.items()},
