@@ -89,6 +89,8 @@ def test_second_repro_is_a_noop_and_one_param_reruns_dependents(repo_copy):
     params = yaml.safe_load(params_path.read_text())
     params["validate"]["examples_in_report"] = 7  # only `validate` depends on it
     params_path.write_text(yaml.safe_dump(params, sort_keys=False))
+    # committed, as a user would: registration refuses cards built from uncommitted params
+    _run(["git", "commit", "-qm", "validate: more examples in the report", "params.yaml"], root, env)
     out = _run(["dvc", "repro"], root, env)
     ran = re.findall(r"Running stage '([^']+)'", out)
     assert ran == ["validate"], out
