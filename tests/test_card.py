@@ -502,14 +502,41 @@ def test_source_revision_ignores_the_pipelines_own_outputs(tmp_path):
     git("add", ".")
     git("-c", "user.name=t", "-c", "user.email=t@t", "commit", "-q", "-m", "init")
     head = subprocess.run(["git", "rev-parse", "HEAD"], cwd=tmp_path, capture_output=True, text=True).stdout.strip()
-    assert source_revision(tmp_path) == {"commit": head, "dirty": "false", "dirty_paths": []}
+    assert source_revision(tmp_path) == {"commit": head, "dirty": "false", "dirty_paths": [], "experiment": None}
     for rel in ("metrics/eval.json", "dvc.lock", "reports/cards/x.md"):
         (tmp_path / rel).write_text("v2 from dvc repro\n")
     assert source_revision(tmp_path)["dirty"] == "false"
     (tmp_path / "src/a.py").write_text("edited\n")
     git("mv", "src/a.py", "src/b.py")
-    assert source_revision(tmp_path) == {"commit": head, "dirty": "true", "dirty_paths": ["src/b.py"]}
+    assert source_revision(tmp_path) == {"commit": head, "dirty": "true", "dirty_paths": ["src/b.py"],
+                                         "experiment": None}
     assert source_revision(tmp_path / "not-a-repo-child")["commit"] == "none"
+
+
+def test_source_revision_under_dvc_exp_counts_only_non_params_changes(tmp_path, monkeypatch):
+    """`dvc exp run -S ...` edits params.yaml for its experiment (restored by `dvc exp apply`):
+    that edit is recorded by name, not reported as uncommitted source; a code edit still is."""
+    import subprocess
+
+    from reappreg.card import source_revision
+
+    def git(*args):
+        subprocess.run(["git", *args], cwd=tmp_path, check=True, capture_output=True)
+
+    git("init", "-q")
+    for rel in ("src/a.py", "params.yaml", "data/x/.gitignore"):
+        (tmp_path / rel).parent.mkdir(parents=True, exist_ok=True)
+        (tmp_path / rel).write_text("v1\n")
+    git("add", ".")
+    git("-c", "user.name=t", "-c", "user.email=t@t", "commit", "-q", "-m", "init")
+    (tmp_path / "params.yaml").write_text("profile: rehearsal\n")
+    (tmp_path / "data/x/.gitignore").write_text("v1\n/new-output\n")  # DVC's own entry
+    assert source_revision(tmp_path)["dirty_paths"] == ["params.yaml"]  # outside an experiment: dirty
+    monkeypatch.setenv("DVC_EXP_NAME", "exp-rehearsal")
+    revision = source_revision(tmp_path)
+    assert revision["dirty"] == "false" and revision["experiment"] == "exp-rehearsal"
+    (tmp_path / "src/a.py").write_text("edited\n")
+    assert source_revision(tmp_path)["dirty_paths"] == ["src/a.py"]
 
 
 def _health(final: dict, *, healthy: bool = True, max_completion_length: int | None = 48, **thresholds):

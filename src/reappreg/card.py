@@ -415,11 +415,14 @@ def select_metrics(flat: Mapping[str, Any], patterns: Sequence[str]) -> list[tup
 TRAINING_STAGE = {"reward-model": "rm_ensemble", "policy": "policy_train"}
 
 
-def reproduce_commands(stage: str, commit: str, kind: str | None = None) -> list[str]:
+def reproduce_commands(stage: str, commit: str, kind: str | None = None, experiment: str | None = None) -> list[str]:
     """What rebuilds the model with the access each step needs (README "Working as a team"):
     the training remote alone rebuilds the model; its evaluation and registration read held-out
-    data, so they also need the heldout remote."""
+    data, so they also need the heldout remote. A card built by ``dvc exp run`` names its
+    experiment, whose params ``dvc exp apply`` restores."""
     lines = [f"git checkout {commit}"]
+    if experiment:
+        lines.append(f"dvc exp apply {experiment}     # this experiment's params (dvc exp run -S ...)")
     if kind in TRAINING_STAGE:
         lines += ["# with read access to the `train` remote: the model itself",
                   "dvc pull -r train",
@@ -509,7 +512,9 @@ def card_inputs_for(
         revision={"commit": revision.get("commit", "none"), "dirty": revision.get("dirty", "unknown"),
                   "dirty_paths": list(revision.get("dirty_paths", [])),
                   "dirty_allowed": bool(revision.get("dirty_allowed", False)),
-                  "commands": reproduce_commands(stage, revision.get("commit", "none"), model.kind)},
+                  "experiment": revision.get("experiment"),
+                  "commands": reproduce_commands(stage, revision.get("commit", "none"), model.kind,
+                                                 revision.get("experiment"))},
         datasets=[*model.training_inputs, *[p for p in model.other_inputs if p.startswith("data/")]],
         health=evidence.training_health(health, _max_completion_length(params)) if model.kind == "policy" else None,
         paths={name: display_path(path, root) for name, path in evidence.sources.items()},

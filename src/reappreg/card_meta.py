@@ -100,7 +100,12 @@ def source_revision(root: str | os.PathLike = ".", generated: Sequence[str] = GE
     # DVC writes the .gitignore files beside its outputs (it adds an entry per new output): not source.
     changed = [p for p in paths if not any(p == g or (g.endswith("/") and p.startswith(g)) for g in generated)
                and Path(p).name != ".gitignore"]
-    return {"commit": commit, "dirty": "true" if changed else "false", "dirty_paths": changed}
+    # Under `dvc exp run -S ...` the edited params.yaml is the experiment's own, recorded in its
+    # experiment ref (`dvc exp apply NAME` restores it); any other change still counts.
+    experiment = os.environ.get("DVC_EXP_NAME") or None
+    if experiment:
+        changed = [p for p in changed if p != "params.yaml"]
+    return {"commit": commit, "dirty": "true" if changed else "false", "dirty_paths": changed, "experiment": experiment}
 
 
 # --------------------------------------------------------------------------- reading a card back
