@@ -34,8 +34,9 @@ def rehearsal_run(tmp_path_factory):
 def test_every_stage_ran_on_the_rehearsal_profile(rehearsal_run):
     root, out, server = rehearsal_run
     ran = re.findall(r"Running stage '([^']+)'", out)
-    for stage in yaml.safe_load((root / "dvc.yaml").read_text())["stages"]:
-        assert any(r == stage or r.startswith(f"{stage}@") for r in ran), f"stage {stage} did not run"
+    # Every stage DVC resolves (a matrix over an empty params list resolves to none).
+    resolved = run_checked(["dvc", "stage", "list", "--name-only"], root, git_env()).split()
+    assert set(resolved) <= set(ran), f"stages that did not run: {sorted(set(resolved) - set(ran))}"
     assert server.requests > 0  # the judge went through the openai backend
 
 

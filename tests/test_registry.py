@@ -1033,7 +1033,7 @@ def test_models_uri_loads_in_a_fresh_process_with_the_ensembles_rewards(tmp_path
                     "subject": [{"name": k, "digest": {"sha256": v}} for k, v in subjects.items()], "predicate": {}}
 
         reg = register_version(client, name=RM, model=decl.models[RM], artifact_dir=ensemble, manifest=manifest_of(ensemble),
-                               training_md5s={"x": "0" * 32}, tags={}, card="# card\n", log_artifacts=log, attest=attest,
+                               training_md5s={"x": "0" * 32}, tags={}, card="---\nlicense: x\n---\n# card\n", log_artifacts=log, attest=attest,
                                key=signing_key(tmp_path / "keys", create=True), candidate_alias="candidate", stale_after_s=3600)
     frame = pd.DataFrame({"scenario": ["Your friend did not reply to your message."] * 4,
                           "answer": ["Maybe she is busy; you could ask later.", "They might not have seen it yet.", "", "One. Two. Three."]})
