@@ -241,7 +241,7 @@ def make_data(n_train: int, heldout: list[str], per_class: int, seed: int):
     """Units, groups, per class the (answer index, record indices) of every plant, and which
     records are clean."""
     from reappreg.guard import Group, TextUnit
-    from reappreg.guard.disguise import CLASSES, disguise
+    from reappreg.guard.disguise import CLASSES, can_disguise, disguise
 
     clean = clean_texts(n_train, seed)
     rng = random.Random(seed)
@@ -257,6 +257,8 @@ def make_data(n_train: int, heldout: list[str], per_class: int, seed: int):
     for kind in sorted(CLASSES):
         for j in range(per_class):
             a = rng.randrange(len(heldout))
+            while not can_disguise(kind, heldout[a]):  # cutting classes: 2+ pieces of 30+ letters
+                a = rng.randrange(len(heldout))
             plant = disguise(kind, rng, heldout[a], filler)
             ids = list(range(len(texts), len(texts) + len(plant.texts)))
             texts += plant.texts

@@ -157,7 +157,7 @@ def main() -> None:
         ensemble = None
         reward_name = "stand-in (length)"
         if (args.rm_ensemble / "ensemble.json").is_file():
-            from reappreg.rm import load_ensemble
+            from reappreg.rm.ensemble import load_ensemble
 
             ensemble, reward_name = load_ensemble(args.rm_ensemble, device=device), f"RM ensemble {args.rm_ensemble.name}"
         spec = GrpoSpec(base_model_dir=str(model_dir), prompts_path=str(workdir / "prompts.jsonl"),

@@ -59,8 +59,40 @@ def assert_usage_error(code, out, err, path, problem):
 
 def test_the_tree_has_every_concern_and_the_report():
     names = {path[0] for path, _ in TREE if path}
-    assert {name for _, name in cli.SUBCOMMANDS} | {"report"} <= names
+    assert set(cli.SUBCOMMANDS) | {"report"} <= names
     assert len(LEAVES) > len(GROUPS)  # groups have commands under them
+
+
+def _commands_modules_after(argv):
+    """The reappreg.commands modules a fresh interpreter has imported after ``reappreg ARGV``."""
+    code = ("import sys\nfrom reappreg import cli\ntry:\n    cli.main(sys.argv[1:])\nexcept SystemExit:\n    pass\n"
+            "print('loaded:', *sorted(m for m in sys.modules if m.startswith('reappreg.commands.')), file=sys.stderr)")
+    proc = subprocess.run([sys.executable, "-c", code, *argv], capture_output=True, text=True)
+    last = proc.stderr.strip().splitlines()[-1].split()
+    assert last[0] == "loaded:", proc.stderr
+    return set(last[1:])
+
+
+@pytest.mark.parametrize("argv,loaded", [
+    (["rm", "train", "--help"], {"reappreg.commands.rm"}),
+    (["judge", "audti"], {"reappreg.commands.judge"}),
+    (["report", "--help"], {"reappreg.commands.report"}),
+    (["--version"], set()),
+    (["nosuchconcern"], set()),
+])
+def test_a_command_imports_only_its_own_concern(argv, loaded):
+    """The DVC stage of a command depends only on its concern's code (reappreg.dvcdeps relies on it)."""
+    assert _commands_modules_after(argv) == loaded
+
+
+def test_root_help_lists_every_concern_with_its_own_one_line_help(capsys):
+    code, out, err = run(["--help"], capsys)
+    assert code == 0
+    lines = {line.split()[0]: " ".join(line.split()[1:]) for line in out.split("Commands:")[1].strip().splitlines()}
+    assert list(lines) == [*cli.SUBCOMMANDS, *[name for _, _, name in cli.COMMANDS]]
+    for name, summary in lines.items():
+        command = dict((tuple(p), c) for p, c in TREE)[(name,)]
+        assert summary == " ".join(command.help.split("\n\n")[0].split()), name
 
 
 @pytest.mark.parametrize("path", GROUPS, ids=[" ".join(p) or "reappreg" for p in GROUPS])
@@ -126,6 +158,28 @@ def test_help_is_plain_and_consistent(path, command, capsys):
         assert markup not in out, (markup, out)
     summary = " ".join((command.help or "").strip().split("\n\n")[0].split())  # the first paragraph
     assert summary[:1].isupper() and summary.endswith("."), f"help summary of {' '.join(path)!r}: {summary!r}"
+
+
+# Concerns whose option help follows the house style (other concerns' help is being brought
+# in line; add them here as they are).
+STYLED = {"data", "validate", "judge", "leakscan", "report", "rm"}
+STYLED_PARAMS = [(path, p) for path, c in TREE if not path or path[0] in STYLED
+                 for p in getattr(c, "params", []) if getattr(p, "help", None)]
+
+
+@pytest.mark.parametrize("path,param", STYLED_PARAMS,
+                         ids=[f"{' '.join(p) or 'reappreg'} {q.opts[0] if q.opts else q.name}" for p, q in STYLED_PARAMS])
+def test_option_help_is_sentence_case_without_a_trailing_period(path, param):
+    text = param.help
+    assert text == text.strip() and not text.endswith("."), text
+    assert not text[0].islower(), text  # sentence case (a leading file name or `command` is fine)
+    if param.opts and param.opts[0] == "--params":
+        assert text == "Params file"  # one wording for one thing
+
+
+def test_every_styled_concern_has_option_help_checked():
+    assert {path[0] for path, _ in STYLED_PARAMS if path} == STYLED
+    assert len(STYLED_PARAMS) > 40
 
 
 def test_version(capsys):

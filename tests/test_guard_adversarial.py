@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 from reappreg.guard import AnswerMeta, FastHasher, GuardConfig, Group, HeldoutIndex, TextUnit, check_units
-from reappreg.guard.disguise import CLASSES, EDITED, GROUPED, disguise, word_filler
+from reappreg.guard.disguise import CLASSES, EDITED, GROUPED, can_disguise, disguise, word_filler
 from reappreg.io import read_jsonl, write_jsonl
 from reappreg.settings.guard import GuardSettings
 
@@ -58,7 +58,8 @@ def plant_all(human, heldout, kinds, per_kind: int, seed: int):
     units, groups = human_units(human)
     planted: dict[str, list[tuple[str, list[str]]]] = {}
     for kind in kinds:
-        for j, answer in enumerate(rng.sample(heldout, per_kind)):
+        eligible = [a for a in heldout if can_disguise(kind, a["text"])]  # cutting classes: 2+ pieces of 30+ letters
+        for j, answer in enumerate(rng.sample(eligible, per_kind)):
             plant = disguise(kind, rng, answer["text"], filler)
             ids = []
             for k, text in enumerate(plant.texts):

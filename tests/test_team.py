@@ -1,13 +1,18 @@
 """Working as a team: two DVC remotes behind two access boundaries, on a real S3 API.
 
 The static test checks dvc.yaml's routing; the slow walk-through uses the one shared
-pipeline run (`pipeline_repo`): repo A pushes to both remotes; a fresh clone B with only
-the `train` credentials pulls, finds every training-side stage up to date, and cannot read
-a single held-out object; an auditor clone with `heldout` read access re-runs the guard audit.
+pipeline run (`pipeline_repo`): repo A pushes to both remotes and tags the registered
+versions for GTO; a fresh clone B with only the `train` credentials pulls, finds every
+training-side stage up to date, fetches the registered RM with `dvc artifacts get`, and cannot
+read a single held-out object; A's maintainer registers the RM on the team MLflow server
+(basic auth, PostgreSQL, S3 artifacts) with a team key, and B's READ account pulls it through
+the server, verified against the signed statement, and is refused once a stored byte changes;
+an auditor clone with `heldout` read access re-runs the guard audit.
 """
 
 from __future__ import annotations
 
+import shlex
 import subprocess
 from pathlib import Path
 
@@ -135,19 +140,61 @@ def _all_objects(client, bucket: str) -> list[str]:
         token = page["NextContinuationToken"]
 
 
+def _lock_md5(root: Path, path: str) -> str:
+    for entry in yaml.safe_load((root / "dvc.lock").read_text())["stages"].values():
+        for out in entry.get("outs", []):
+            if out["path"] == path:
+                return out["md5"]
+    raise AssertionError(f"{path} is not an output in {root / 'dvc.lock'}")
+
+
+RM = "reappraisal-rm-ensemble"
+
+
+def _register_rm_on_team_server(root: Path, env: dict, tmp_path: Path) -> None:
+    """The maintainer's side of step 4: a team key (its public half committed, so every clone
+    trusts it), then the pipeline's own `register` command against the team server. Only the RM
+    is registered: the policy would add minutes of upload and download and prove nothing more."""
+    key = tmp_path / "maintainer-key" / "signing-key.pem"
+    from reappreg.registry.keys import key_id, load_public
+
+    run_checked(["reappreg", "registry", "keygen", str(key)], root, env)
+    public = key.with_name("signing-key.pub.pem")
+    (root / "registry/keys/maintainer.pub.pem").write_bytes(public.read_bytes())
+    keyid = key_id(load_public(public))
+    ring_path = root / "registry/keys/keyring.yaml"
+    ring = yaml.safe_load(ring_path.read_text()) or {}
+    ring["keys"] = [*(ring.get("keys") or []), {"file": "maintainer.pub.pem", "holder": "maintainer", "status": "active",
+                                                "keyid": keyid}]
+    ring_path.write_text(yaml.safe_dump(ring, sort_keys=False))
+    run_checked(["git", "add", "registry/keys"], root, env)
+    run_checked(["git", "commit", "-qm", "team signing key"], root, env)
+    models = yaml.safe_load((root / "registry/models.yaml").read_text())
+    models["models"] = {RM: models["models"][RM]}
+    rm_only = tmp_path / "rm-only.yaml"
+    rm_only.write_text(yaml.safe_dump(models, sort_keys=False))
+    cmd = shlex.split(yaml.safe_load((root / "dvc.yaml").read_text())["stages"]["register"]["cmd"])
+    for option, value in (("--models", str(rm_only)), ("--receipt", str(tmp_path / "team-registration.json"))):
+        cmd[cmd.index(option) + 1] = value
+    run_checked(cmd, root, {**env, "REAPPREG_SIGNING_KEY": str(key)})
+
+
 @pytest.mark.slow
-def test_team_walkthrough_train_clone_pulls_and_cannot_read_heldout(pipeline_repo, s3_team, tmp_path):
+def test_team_walkthrough_train_clone_pulls_and_cannot_read_heldout(pipeline_repo, s3_team, team_mlflow, tmp_path):
     from botocore.exceptions import ClientError
 
     from team_services import BUCKETS
 
     root, ctx = pipeline_repo
     env = {**ctx["env"], "AWS_DEFAULT_REGION": "us-east-1"}
-    # 1. Repo A publishes: lock and small outputs in git, data to both remotes.
+    # 1. Repo A publishes: lock and small outputs in git, data to both remotes, and GTO tags
+    #    for the versions the pipeline registered (`dvc artifacts get` resolves names by them).
     run_checked(["git", "add", "-A"], root, env)
     subprocess.run(["git", "commit", "-qm", "pipeline outputs"], cwd=root, env=env, capture_output=True)
     s3_team.configure_dvc(root, "maintainer", ("train", "heldout"), env)
     run_checked(["dvc", "push"], root, env)
+    tagged = run_checked(["reappreg", "registry", "tag"], root, env)
+    assert "tagged rm-ensemble@v" in tagged and "tagged policy-grpo@v" in tagged, tagged
     maintainer = s3_team.client("maintainer")
     assert _all_objects(maintainer, BUCKETS["heldout"]), "nothing reached the heldout remote"
     answers = _heldout_texts(root)
@@ -168,6 +215,14 @@ def test_team_walkthrough_train_clone_pulls_and_cannot_read_heldout(pipeline_rep
     assert "up to date" in status and "changed" not in status, status
     repro = run_checked(["dvc", "repro", "--single-item", *stages], clone, env)
     assert "Running stage" not in repro, repro
+    # DVC's own artifact download, as from another machine (a git URL, the remote settings from
+    # B's .dvc/config.local): the registered RM's bytes are exactly dvc.lock's.
+    fetched = tmp_path / "fetched-rm"
+    run_checked(["dvc", "artifacts", "get", root.as_uri(), "rm-ensemble", "--config", str(clone / ".dvc/config.local"),
+                 "-o", str(fetched)], tmp_path, env)
+    from reappreg.hashing import dvc_md5
+
+    assert dvc_md5(fetched) == _lock_md5(root, "models/rm/ensemble")
 
     # 3. B cannot read a held-out object, through DVC or through the S3 API.
     assert not (clone / "data/heldout/answers.jsonl").exists()
@@ -181,7 +236,31 @@ def test_team_walkthrough_train_clone_pulls_and_cannot_read_heldout(pipeline_rep
             call()
         assert err.value.response["Error"]["Code"] in {"AccessDenied", "403"}
 
-    # 4. An auditor clone with read access to both remotes re-checks the separation.
+    # 4. The maintainer registers the RM on the team MLflow server, signed with a team key; B
+    #    (a READ account) pulls it through the server, verified byte by byte against the statement.
+    _register_rm_on_team_server(root, {**env, **team_mlflow.env("maintainer")}, tmp_path)
+    run_checked(["git", "pull", "-q", "--no-rebase"], clone, env)  # the team key's public half
+    as_trainer = {**env, **team_mlflow.env("trainer")}
+    pulled = run_checked(["reappreg", "registry", "pull", f"models:/{RM}@candidate", "--to", str(tmp_path / "pulled")],
+                         clone, as_trainer)
+    assert f"pulled {RM} version" in pulled and "team key" in pulled and "of maintainer" in pulled, pulled
+    assert (tmp_path / "pulled" / "MLmodel").is_file()
+    wrong = subprocess.run(["reappreg", "registry", "pull", f"{RM}@candidate", "--to", str(tmp_path / "nope")], cwd=clone,
+                           env={**as_trainer, "MLFLOW_TRACKING_PASSWORD": "wrong"}, capture_output=True, text=True)
+    assert wrong.returncode != 0 and "rejected the credentials of account 'trainer'" in wrong.stdout + wrong.stderr
+    # Whoever can write the artifact store (here its service account) changes one stored byte:
+    # the pull is refused and leaves nothing behind.
+    store = s3_team.client("mlflow-server")
+    mlmodel = [k for k in _all_objects(store, BUCKETS["mlflow"]) if f"/{RM}/model/" in k and k.endswith("/MLmodel")]
+    assert mlmodel, "the registered RM's files are not in the S3 artifact store"
+    body = store.get_object(Bucket=BUCKETS["mlflow"], Key=mlmodel[0])["Body"].read()
+    store.put_object(Bucket=BUCKETS["mlflow"], Key=mlmodel[0], Body=body + b"\n# edited\n")
+    refused = subprocess.run(["reappreg", "registry", "pull", f"models:/{RM}@candidate", "--to", str(tmp_path / "tampered")],
+                             cwd=clone, env=as_trainer, capture_output=True, text=True)
+    assert refused.returncode == 1, refused.stdout[-3000:] + refused.stderr[-3000:]
+    assert "MLmodel: sha256" in refused.stdout + refused.stderr and not (tmp_path / "tampered").exists()
+
+    # 5. An auditor clone with read access to both remotes re-checks the separation.
     auditor = tmp_path / "clone-auditor"
     run_checked(["git", "clone", "-q", str(root), str(auditor)], tmp_path, env)
     s3_team.configure_dvc(auditor, "auditor", ("train", "heldout"), env)
@@ -195,6 +274,53 @@ def test_team_walkthrough_train_clone_pulls_and_cannot_read_heldout(pipeline_rep
 
 
 # ----------------------------------------------------------------------------- MLflow as a team runs it
+
+
+@pytest.mark.parametrize(("status", "said"), [(401, "rejected the credentials of account 'trainer'"),
+                                              (403, "refused read access to account 'trainer'")])
+def test_a_refused_account_is_named_at_once_not_retried_as_unreachable(monkeypatch, status, said):
+    import mlflow
+    from mlflow.exceptions import MlflowException, get_error_code
+
+    from reappreg.registry import RegistryUnavailable, connect
+
+    calls = []
+
+    class Refusing:
+        def __init__(self, **_):
+            pass
+
+        def search_registered_models(self, **_):
+            calls.append(1)
+            raise MlflowException(f"failed with error code {status}", error_code=get_error_code(status))
+
+    monkeypatch.setattr(mlflow, "MlflowClient", Refusing)
+    monkeypatch.setenv("MLFLOW_TRACKING_USERNAME", "trainer")
+    slept = []
+    with pytest.raises(RegistryUnavailable) as err:
+        connect("http://127.0.0.1:9", attempts=3, backoff_s=1.0, sleep=slept.append)
+    assert said in str(err.value) and "MLFLOW_TRACKING_PASSWORD" in str(err.value)
+    assert len(calls) == 1 and not slept
+
+
+def test_a_read_account_cannot_take_a_failing_version_it_cannot_record():
+    """`pull --allow-failing-gates` is allowed only because it is recorded on the version; a
+    READ account's write is refused by the server, so the pull is refused with the reason."""
+    from types import SimpleNamespace
+
+    from mlflow.exceptions import MlflowException, get_error_code
+
+    from reappreg.errors import GateFailed
+    from reappreg.registry.pull import _record_failing_pull
+    from reappreg.registry.verification import VersionCheck
+
+    class ReadOnly:
+        def set_model_version_tag(self, *_):
+            raise MlflowException("Permission denied", error_code=get_error_code(403))
+
+    version = SimpleNamespace(name="team-probe", version="3")
+    with pytest.raises(GateFailed, match=r"may not write to it \(HTTP 403\).*EDIT on 'team-probe'"):
+        _record_failing_pull(ReadOnly(), version, "trainer", VersionCheck("team-probe", "3", None, None))
 
 
 class _LengthModel:

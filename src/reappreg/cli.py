@@ -1,8 +1,11 @@
 """The one command line entry point: reappreg CONCERN COMMAND.
 
-Each concern's commands live in ``reappreg.commands.<concern>`` as a typer sub-app;
-those modules import heavy libraries (torch, mlflow, GX) inside the commands so that
-``reappreg --help`` stays fast.
+Each concern's commands live in ``reappreg.commands.<concern>`` as a typer sub-app, and
+that module is imported only when its concern is named (``reappreg rm train`` imports
+``reappreg.commands.rm`` and nothing of the other concerns); ``reappreg --help`` imports
+them all to list their one-line help. So a stage runs, and its DVC code deps list
+(``reappreg.dvcdeps``), only the code of its own concern. The commands modules import
+heavy libraries (torch, mlflow, GX) inside the commands, so help stays fast.
 
 Errors are handled here, once, for every command: a usage error (unknown command or
 option, missing or malformed value) prints its usage, one ``error:`` line and a hint,
@@ -12,10 +15,13 @@ line and exits 2. Neither prints a traceback.
 
 from __future__ import annotations
 
+import functools
 import importlib
 import os
 import shutil
 import sys
+from collections.abc import Callable, Iterator, MutableMapping
+from typing import Any
 
 # Air-gapped by design: models load from local folders and installed packages only, and no
 # library may phone home (Hugging Face hub, great-expectations usage statistics).
@@ -24,6 +30,8 @@ for _name, _value in {"HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1", "GX_AN
 
 import typer
 from typer._click import exceptions as click_exceptions
+from typer._click.core import Command, Context
+from typer.core import TyperGroup
 
 from reappreg import __version__
 from reappreg.errors import ReappregError
@@ -32,11 +40,99 @@ USAGE_EXIT = 2
 
 HELP = "Data-and-model registry for RLHF research on cognitive reappraisal."
 
+# The concerns: ``reappreg <name> ...`` runs the typer app ``app`` of ``reappreg.commands.<name>``.
+# A listed concern whose module does not exist is an error when it is named.
+SUBCOMMANDS = ("data", "validate", "guard", "rm", "policy", "stats", "generate", "judge", "card", "registry",
+               "leakscan")
+# (module under reappreg.commands, function, command name): commands directly under the root.
+# reappreg.dvcdeps reads both literals to find the code a DVC stage's command runs.
+COMMANDS = [("report", "report", "report")]
+
+
+def _plain(command: Command) -> Command:
+    """Plain help (no rich markup) on ``command`` and everything under it."""
+    stack = [command]
+    while stack:
+        current = stack.pop()
+        current.rich_markup_mode = None
+        stack.extend(getattr(current, "commands", {}).values())
+    return command
+
+
+def _load_concern(name: str) -> Command:
+    module = importlib.import_module(f"reappreg.commands.{name}")
+    group = typer.main.get_group(module.app)  # a group even when the concern has one command
+    group.name = name
+    return _plain(group)
+
+
+def _load_root_command(module_name: str, function: str, name: str) -> Command:
+    module = importlib.import_module(f"reappreg.commands.{module_name}")
+    holder = typer.Typer(add_completion=False)
+    holder.command(name)(getattr(module, function))
+    return _plain(typer.main.get_command(holder))
+
+
+class LazyCommands(MutableMapping):
+    """A group's ``name -> command`` mapping whose commands are built when first looked up.
+
+    Iterating yields the names without importing anything (typer's "did you mean"
+    suggestions use them); looking a name up imports its commands module.
+    """
+
+    def __init__(self, loaders: dict[str, Callable[[], Command]]) -> None:
+        self._loaders = dict(loaders)
+        self._loaded: dict[str, Command] = {}
+        self._order = list(loaders)
+
+    def __getitem__(self, name: str) -> Command:
+        if name not in self._loaded:
+            if name not in self._loaders:
+                raise KeyError(name)
+            self._loaded[name] = self._loaders[name]()
+        return self._loaded[name]
+
+    def __setitem__(self, name: str, command: Command) -> None:
+        if name not in self._order:
+            self._order.append(name)
+        self._loaded[name] = command
+
+    def __delitem__(self, name: str) -> None:
+        if name not in self._order:
+            raise KeyError(name)
+        self._order.remove(name)
+        self._loaded.pop(name, None)
+        self._loaders.pop(name, None)
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(list(self._order))
+
+    def __len__(self) -> int:
+        return len(self._order)
+
+
+class LazyGroup(TyperGroup):
+    """The root group: its concerns and root commands are imported when they are named."""
+
+    def __init__(self, **attrs: Any) -> None:
+        super().__init__(**attrs)
+        loaders: dict[str, Callable[[], Command]] = {name: functools.partial(_load_concern, name) for name in SUBCOMMANDS}
+        for module_name, function, name in COMMANDS:
+            loaders[name] = functools.partial(_load_root_command, module_name, function, name)
+        eager = dict(self.commands)  # none today; kept if a command is ever added to ``app`` itself
+        self.commands = LazyCommands(loaders)
+        for name, command in eager.items():
+            self.commands[name] = command
+
+    def list_commands(self, ctx: Context) -> list[str]:
+        return list(self.commands)  # the names only: nothing is imported to list them
+
+
 # Plain help everywhere (no rich panels, no markup): it reads the same in a terminal, a log
 # file and a pipe, and help strings show exactly as written.
 # Help is at least WIDTH columns wide, so one-line command summaries are not cut short.
 WIDTH = 100
-app = typer.Typer(no_args_is_help=True, add_completion=False, help=HELP, rich_markup_mode=None,
+app = typer.Typer(cls=LazyGroup, no_args_is_help=True, add_completion=False, help=HELP, rich_markup_mode=None,
                   pretty_exceptions_enable=False,
                   context_settings={"max_content_width": WIDTH,
                                     "terminal_width": max(WIDTH, shutil.get_terminal_size().columns)})
@@ -50,59 +146,22 @@ def _show_version(value: bool) -> None:
 
 @app.callback()
 def _root(
-    version: bool = typer.Option(False, "--version", help="Print the version and exit.", is_eager=True,
+    version: bool = typer.Option(False, "--version", help="Print the version and exit", is_eager=True,
                                  callback=_show_version),
 ) -> None:
     """Data-and-model registry for RLHF research on cognitive reappraisal."""
 
 
-# (module under reappreg.commands, sub-command name). A module listed here that does
-# not exist yet is an error: every listed concern must be real.
-SUBCOMMANDS = [
-    ("data", "data"),
-    ("validate", "validate"),
-    ("guard", "guard"),
-    ("rm", "rm"),
-    ("policy", "policy"),
-    ("stats", "stats"),
-    ("generate", "generate"),
-    ("judge", "judge"),
-    ("card", "card"),
-    ("registry", "registry"),
-    ("leakscan", "leakscan"),
-]
-# (module under reappreg.commands, function, command name): commands directly under the root.
-COMMANDS = [("report", "report", "report")]
-
-
-def _register() -> None:
-    for module_name, name in SUBCOMMANDS:
-        module = importlib.import_module(f"reappreg.commands.{module_name}")
-        app.add_typer(module.app, name=name)
-    for module_name, function, name in COMMANDS:
-        module = importlib.import_module(f"reappreg.commands.{module_name}")
-        app.command(name)(getattr(module, function))
-
-
-_register()
-
-
 def command_tree():
-    """The click command behind ``app``, with plain help on every group and command."""
+    """The click command behind ``app``, with plain help. A concern is imported (and made
+    plain) when it is looked up, so building the tree imports no commands module."""
     root = typer.main.get_command(app)
-    stack = [root]
-    while stack:
-        command = stack.pop()
-        # Sub-apps are built by their own modules; plain help is set here for all of them.
-        command.rich_markup_mode = None
-        stack.extend(getattr(command, "commands", {}).values())
+    root.rich_markup_mode = None
     return root
 
 
 def _context_for(root, argv: list[str]):
     """The context of the deepest command ``argv`` names (for errors raised without one)."""
-    from typer._click.core import Context
-
     ctx = Context(root, info_name="reappreg")
     command = root
     for token in argv:

@@ -1,12 +1,15 @@
 """Each DVC stage's code deps, computed from the import closure of the command it runs.
 
 A stage's ``cmd`` starts ``reappreg <concern> <command>`` (a function in
-``src/reappreg/commands/<concern>.py``) or ``reappreg <name>`` for a command under the root
-(cli.py's ``COMMANDS``). Its closure, parsed with ``ast`` (nothing is
-imported), is:
+``src/reappreg/commands/<concern>.py``, for a concern in cli.py's ``SUBCOMMANDS``) or
+``reappreg <name>`` for a command under the root (cli.py's ``COMMANDS``). Its closure, parsed
+with ``ast`` (nothing is imported), is:
 
-- the CLI entry (``cli.py``, ``__main__.py``) and the top-level imports of every commands
-  module, which run whenever the CLI starts;
+- the CLI entry (``cli.py``, ``__main__.py``) and what it imports. The CLI imports a
+  commands module only when its concern is named, through
+  ``importlib.import_module(f"reappreg.commands.{...}")``: such a dynamic import stands for
+  the one commands module of the command being run (below), not for all of them. A commands
+  module imported by name (``from reappreg.commands import x``) counts as usual;
 - the command function's module: its top-level imports, the imports inside the function
   (lazy imports included), the module-level helpers it names (followed transitively), and
   any sibling command it starts as a subprocess (an argv literal with ``"reappreg",
@@ -116,8 +119,11 @@ def _imports(tree: SourceTree, module: str, nodes: Iterable[ast.AST]) -> set[str
 
 def _dynamic_imports(tree: SourceTree, module: str, nodes: Iterable[ast.AST]) -> set[str]:
     """Modules named by ``importlib.import_module(...)`` / ``__import__(...)`` calls: a literal
-    name, or every module of the package an f-string prefix names (``f"reappreg.commands.{x}"``,
-    ``f"{__name__}.{x}"``). A call that cannot be resolved is an error, never a silent miss."""
+    name, or every module of the package an f-string prefix names (``f"reappreg.plugins.{x}"``,
+    ``f"{__name__}.{x}"``). An f-string under ``reappreg.commands`` is the CLI's lazy command
+    registration: it imports the commands module of the command being run, which
+    :func:`command_closure` adds itself, so it contributes nothing here. A call that cannot be
+    resolved is an error, never a silent miss."""
     found: set[str] = set()
     own_package = module if tree.is_package(module) else module.rpartition(".")[0]
     for node in nodes:
@@ -146,6 +152,8 @@ def _dynamic_imports(tree: SourceTree, module: str, nodes: Iterable[ast.AST]) ->
                 f"{tree.repo_path(module)}: line {node.lineno}: dynamic import the deps generator cannot "
                 "resolve; use a literal module name or an f-string with a package prefix"
             )
+        if prefix == COMMANDS:
+            continue  # lazy command registration (see the docstring)
         if prefix == PACKAGE or prefix.startswith(PACKAGE + "."):
             found |= tree.modules_under(prefix)
     return found
@@ -204,14 +212,18 @@ def _started_commands(nodes: list[ast.AST]) -> set[tuple[str, str]]:
     return found
 
 
+def _cli_literal(tree: SourceTree, name: str):
+    """The value of cli.py's top-level ``name = <literal>`` (an error if there is none)."""
+    for node in tree.parse(f"{PACKAGE}.cli").body:
+        if isinstance(node, ast.Assign) and any(isinstance(t, ast.Name) and t.id == name for t in node.targets):
+            return ast.literal_eval(node.value)
+    raise InputError(f"{tree.repo_path(PACKAGE + '.cli')}: no literal {name} (the deps generator reads it)")
+
+
 def _root_commands(tree: SourceTree) -> dict[str, tuple[str, str]]:
     """Commands directly under the root (``reappreg <name>``): cli.py's ``COMMANDS`` literal of
     (module under reappreg.commands, function, command name)."""
-    for node in tree.parse(f"{PACKAGE}.cli").body:
-        if isinstance(node, ast.Assign) and any(isinstance(t, ast.Name) and t.id == "COMMANDS" for t in node.targets):
-            entries = ast.literal_eval(node.value)
-            return {name: (f"{COMMANDS}.{module}", function) for module, function, name in entries}
-    return {}
+    return {name: (f"{COMMANDS}.{module}", function) for module, function, name in _cli_literal(tree, "COMMANDS")}
 
 
 def _locate(tree: SourceTree, first: str, second: str | None) -> tuple[str, str] | None:
@@ -220,7 +232,7 @@ def _locate(tree: SourceTree, first: str, second: str | None) -> tuple[str, str]
     if first in root:
         return root[first]
     module = f"{COMMANDS}.{first}"
-    if second is None or tree.path_of(module) is None:
+    if second is None or first not in _cli_literal(tree, "SUBCOMMANDS") or tree.path_of(module) is None:
         return None
     functions = _command_functions(tree.parse(module))
     return (module, functions[second].name) if second in functions else None
@@ -233,7 +245,7 @@ def command_closure(tree: SourceTree, first: str, second: str | None) -> set[str
         raise InputError(f"`reappreg {first} {second or ''}`: no such command under {tree.src_root / PACKAGE / 'commands'}")
     done: set[tuple[str, str]] = set()
     todo = [target]
-    start: set[str] = set(ENTRY_MODULES)  # cli.py imports every commands module at start-up
+    start: set[str] = set(ENTRY_MODULES)  # the commands module(s) run are added below
     while True:
         while todo:
             item = todo.pop()

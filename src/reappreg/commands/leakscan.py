@@ -16,7 +16,7 @@ def run(
     folder: list[Path] = typer.Option([], help="Folder (or file) whose text files are scanned; repeatable"),
     sketch: Path | None = typer.Option(None, help="Published held-out sketch to scan"),
     skip_mlflow: bool = typer.Option(False, help="Do not scan the MLflow experiment"),
-    params: Path = typer.Option(Path("params.yaml"), help="params.yaml"),
+    params: Path = typer.Option(Path("params.yaml"), help="Params file"),
 ) -> None:
     """Fail (exit 1) when any probe overlaps a held-out answer; the report names where."""
     import mlflow

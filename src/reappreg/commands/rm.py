@@ -39,18 +39,18 @@ def _accuracy_line(metrics: dict) -> str:
 
 @app.command()
 def train(
-    objective: str = typer.Option(..., help="bt | regression | multidim"),
-    seed: int = typer.Option(..., help="model seed (one of rm.seeds)"),
-    params_path: Path = typer.Option(Path("params.yaml"), "--params", help="params file"),
-    vignettes: Path = typer.Option(Path("data/guarded/vignettes.jsonl"), help="guarded vignettes (scenario text)"),
-    reappraisals: Path = typer.Option(Path("data/guarded/reappraisals.jsonl"), help="guarded reappraisals"),
-    ratings: Path = typer.Option(Path("data/train/ratings.jsonl"), help="training ratings"),
-    meta: Path = typer.Option(Path("data/train/meta.json"), help="the ratings' meta.json (dimensions, rating scale)"),
-    certificate: Path = typer.Option(Path("data/guard/certificate.json"), help="separation-guard certificate"),
-    out: Path = typer.Option(..., help="member folder, e.g. models/rm/<objective>/seed_<s>"),
-    metrics: Path = typer.Option(..., help="metrics JSON, e.g. metrics/rm/<objective>_seed_<s>.json"),
-    plots: Path = typer.Option(..., help="plots folder, e.g. plots/rm/<objective>/seed_<s>"),
-    work: Path = typer.Option(..., help="resumable checkpoints (kept until the stage succeeds)"),
+    objective: str = typer.Option(..., help="Objective to train: rm.ensemble.objective or one of rm.baselines"),
+    seed: int = typer.Option(..., help="Model seed (one of rm.seeds, or of rm.baseline_seeds for a baseline)"),
+    params_path: Path = typer.Option(Path("params.yaml"), "--params", help="Params file"),
+    vignettes: Path = typer.Option(Path("data/guarded/vignettes.jsonl"), help="Guarded vignettes JSONL (scenario text)"),
+    reappraisals: Path = typer.Option(Path("data/guarded/reappraisals.jsonl"), help="Guarded reappraisals JSONL"),
+    ratings: Path = typer.Option(Path("data/train/ratings.jsonl"), help="Training ratings JSONL"),
+    meta: Path = typer.Option(Path("data/train/meta.json"), help="The ratings' meta.json (dimensions, rating scale)"),
+    certificate: Path = typer.Option(Path("data/guard/certificate.json"), help="Guard certificate"),
+    out: Path = typer.Option(..., help="Member folder to write, e.g. models/rm/<objective>/seed_<s>"),
+    metrics: Path = typer.Option(..., help="Metrics JSON to write, e.g. metrics/rm/<objective>_seed_<s>.json"),
+    plots: Path = typer.Option(..., help="Plots folder to write, e.g. plots/rm/<objective>/seed_<s>"),
+    work: Path = typer.Option(..., help="Folder of resumable checkpoints (kept until the stage succeeds)"),
 ) -> None:
     """Train and evaluate one reward model (objective x seed)."""
     import shutil
@@ -101,12 +101,12 @@ def train(
 
 @app.command()
 def ensemble(
-    params_path: Path = typer.Option(Path("params.yaml"), "--params", help="params file"),
-    members: Path = typer.Option(..., help="folder of the ensemble objective's seeds (models/rm/<objective>)"),
-    out: Path = typer.Option(Path("models/rm/ensemble"), help="self-contained ensemble folder"),
-    metrics: Path = typer.Option(Path("metrics/rm/ensemble.json"), help="ensemble metrics JSON"),
-    plots: Path = typer.Option(Path("plots/rm/ensemble"), help="plots folder"),
-    model_info: Path = typer.Option(Path("models/rm/ensemble_mlflow.json"), help="where the logged pyfunc model is"),
+    params_path: Path = typer.Option(Path("params.yaml"), "--params", help="Params file"),
+    members: Path = typer.Option(..., help="Folder of the ensemble objective's members (models/rm/<objective>)"),
+    out: Path = typer.Option(Path("models/rm/ensemble"), help="Self-contained ensemble folder to write"),
+    metrics: Path = typer.Option(Path("metrics/rm/ensemble.json"), help="Ensemble metrics JSON to write"),
+    plots: Path = typer.Option(Path("plots/rm/ensemble"), help="Plots folder to write"),
+    model_info: Path = typer.Option(Path("models/rm/ensemble_mlflow.json"), help="JSON to write naming where the logged pyfunc model is"),
 ) -> None:
     """Combine rm.seeds of rm.ensemble.objective into the reward ensemble; log it as a pyfunc model."""
     import os
@@ -172,10 +172,10 @@ def ensemble(
 
 @app.command()
 def compare(
-    params_path: Path = typer.Option(Path("params.yaml"), "--params", help="params file"),
-    metrics: Path = typer.Option(Path("metrics/rm"), help="folder of the rm metrics files"),
-    out: Path = typer.Option(Path("plots/rm/comparison.csv"), help="comparison table (CSV, for dvc plots)"),
-    figure: Path = typer.Option(Path("plots/rm/comparison.png"), help="comparison figure"),
+    params_path: Path = typer.Option(Path("params.yaml"), "--params", help="Params file"),
+    metrics: Path = typer.Option(Path("metrics/rm"), help="Folder of the reward-model metrics files"),
+    out: Path = typer.Option(Path("plots/rm/comparison.csv"), help="Comparison table to write (CSV, for dvc plots)"),
+    figure: Path = typer.Option(Path("plots/rm/comparison.png"), help="Comparison figure to write (PNG)"),
 ) -> None:
     """One table of every trained objective x seed and the ensemble (held-out and leave-one-vignette-out)."""
     import mlflow

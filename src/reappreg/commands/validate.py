@@ -13,7 +13,7 @@ app = typer.Typer(no_args_is_help=True, help="Validate canonical data with great
 def run(
     data: Path = typer.Option(..., help="Canonical data folder"),
     report: Path = typer.Option(..., help="Report JSON to write (only when every expectation passes)"),
-    params: Path = typer.Option(Path("params.yaml"), help="params.yaml"),
+    params: Path = typer.Option(Path("params.yaml"), help="Params file"),
 ) -> None:
     """Run the suites; on failure print a summary, leave no report and exit non-zero.
 

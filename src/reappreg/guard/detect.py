@@ -47,7 +47,7 @@ import numpy as np
 from reappreg.errors import InputError
 from reappreg.guard.config import MINHASH_SCHEME, GuardConfig
 from reappreg.guard.hashing import _NGRAM, _SHINGLE, FastHasher
-from reappreg.guard.minhash import lsh_candidates, minhash_permutations, minhash_signatures
+from reappreg.guard.minhash import BandLookup, lsh_candidates, minhash_permutations, minhash_signatures
 from reappreg.guard.normalise import letter_tokens, letters, text_views, tokens
 from reappreg.guard.text import TextUnit
 
@@ -94,10 +94,16 @@ class GramTable:
         self.matrix = csr_matrix((np.ones(len(pairs_ans), dtype=np.int32), pairs_ans.astype(np.int64), ptr),
                                  shape=(len(self.keys), len(sets)))
 
+        self._by_answer = self.matrix.tocsc()
+
         # A bitmap over the low bits of the keys rules most grams out before the exact
         # sorted-key search (a prefilter only: every candidate is then compared exactly).
         self._bits = np.zeros(1 << _PREFILTER_BITS, dtype=bool)
         self._bits[(self.keys & _U64_MASK).astype(np.intp)] = True
+
+    def answer_keys(self, answer: int) -> np.ndarray:
+        """The sorted gram keys of one answer."""
+        return self.keys[self._by_answer.indices[self._by_answer.indptr[answer] : self._by_answer.indptr[answer + 1]]]
 
     def lookup(self, grams: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         """(position in ``keys``, matched) for each gram."""
@@ -141,6 +147,7 @@ class HeldoutIndex:
 
         self.ngrams = GramTable(self.ngram_sets, self.token_counts)
         self.letters = GramTable(self.letter_sets, self.letter_counts)
+        self.shingles = GramTable(self.shingle_sets, [len(s) for s in self.shingle_sets])
         self.stock = stock_windows(self.letters, self.answers, self.config.fragments_stock_answers)
         self.shingle_sizes = np.array([len(s) for s in self.shingle_sets], dtype=np.int64)
         self._permutations = minhash_permutations(self.config.num_perm, self.config.seed)
@@ -148,11 +155,12 @@ class HeldoutIndex:
         with self._lsh.insertion_session() as session:
             for i, sig in enumerate(self.signatures):
                 session.insert(i, LeanMinHash(seed=self.config.seed, hashvalues=sig, scheme=MINHASH_SCHEME))
+        self._bands = BandLookup(self._lsh, self.signatures)
         # The batched lookups must give exactly what datasketch's own query gives.
         probe = self.signatures[: min(len(self.signatures), 64)]
         expected = [set(self._lsh.query(LeanMinHash(seed=self.config.seed, hashvalues=s, scheme=MINHASH_SCHEME)))
                     for s in probe]
-        if lsh_candidates(self._lsh, probe) != expected:
+        if lsh_candidates(self._bands, probe) != expected:
             raise RuntimeError("guard: batched LSH lookups disagree with MinHashLSH.query (datasketch changed)")
 
     def __getstate__(self) -> dict:
@@ -345,7 +353,8 @@ def _containment_hits(table: GramTable, n_texts: int, grams: np.ndarray, offsets
 
 
 def _minhash_hits(index: HeldoutIndex, n_texts: int, sh: np.ndarray, sh_off: np.ndarray) -> list[RawHit]:
-    """LSH candidates (datasketch), each scored by exact Jaccard of the shingle sets."""
+    """LSH candidates (datasketch's index, looked up in batch), each scored by exact Jaccard
+    of the shingle sets."""
     t = index.config.jaccard
     answer_sizes, answer_sets = index.shingle_sizes, index.shingle_sets
     lo_size, hi_size = answer_sizes.min() * t, answer_sizes.max() / t
@@ -355,25 +364,30 @@ def _minhash_hits(index: HeldoutIndex, n_texts: int, sh: np.ndarray, sh_off: np.
     queried = np.flatnonzero((counts > 0) & (counts >= lo_size))
     if not len(queried):
         return []
-    signatures = minhash_signatures(sh, sh_off, index._permutations)
+    keep = np.zeros(len(sh), dtype=bool)
+    keep[np.repeat(np.isin(np.arange(n_texts), queried), counts)] = True
+    sub_off = np.zeros(len(queried) + 1, dtype=np.int64)
+    np.cumsum(counts[queried], out=sub_off[1:])
+    signatures = minhash_signatures(sh[keep], sub_off, index._permutations)
+    rows, answers = index._bands.pairs(signatures)
+    if not len(rows):
+        return []
     bounds = sh_off.tolist()
     hits: list[RawHit] = []
-    for i, found in zip(queried.tolist(), lsh_candidates(index._lsh, signatures[queried])):
-        if not found:
+    text_set: set[int] = set()
+    current = -1
+    for row, a in zip(queried[rows].tolist(), answers.tolist()):
+        if row != current:
+            current = row
+            text_set = set(sh[bounds[row] : bounds[row + 1]].tolist())
+        size, other = len(text_set), answer_sets[a]
+        other_size = len(other)
+        if size < lo_size or size > hi_size or other_size < size * t or size < other_size * t:
             continue
-        text_set = set(sh[bounds[i] : bounds[i + 1]].tolist())
-        size = len(text_set)
-        if size < lo_size or size > hi_size:
-            continue
-        for a in found:
-            other = answer_sets[a]
-            other_size = len(other)
-            if other_size < size * t or size < other_size * t:
-                continue
-            inter = len(text_set.intersection(other))
-            jaccard = inter / (size + other_size - inter)
-            if jaccard >= t:
-                hits.append((i, a, "minhash", jaccard, "jaccard", inter, 0))
+        inter = len(text_set.intersection(other))
+        jaccard = inter / (size + other_size - inter)
+        if jaccard >= t:
+            hits.append((row, a, "minhash", jaccard, "jaccard", inter, 0))
     return hits
 
 
@@ -431,12 +445,27 @@ def _worker_scan(start: int, texts: list[str]) -> tuple[int, ScanResult]:
     return start, _scan(_WORKER_INDEX, texts)
 
 
+def _pool_context() -> tuple[Any, tuple]:
+    """(multiprocessing context, initargs) for the scan's worker pool.
+
+    Where the platform can fork, workers are forked with the index already in memory (a
+    module global set just before the pool starts): no pickling, no re-import, no index
+    rebuild, which on a 2-core machine cost as much as the scan itself. The workers only run
+    numpy/scipy/ICU code and leave through ``os._exit``, so the parent's other threads
+    (tokenizers, MLflow) are never touched in them. Elsewhere (macOS, Windows) a spawned
+    worker unpickles the index once. Either way the results are the same.
+    """
+    if "fork" in multiprocessing.get_all_start_methods():
+        return multiprocessing.get_context("fork"), ()
+    return multiprocessing.get_context("spawn"), (pickle.dumps(_WORKER_INDEX),)
+
+
 def scan_batches(index: HeldoutIndex, texts: Sequence[str], *, workers: int = 1, chunk_size: int = 2000,
                  progress: Callable[[int], None] | None = None) -> ScanResult:
     """Per-text hits (global text index, ...) and fragment pieces for ``texts``, deterministic.
 
-    With ``workers > 1`` and more than one chunk, chunks go to a spawn-started process pool
-    (each worker unpickles the index once); results do not depend on ``workers``.
+    With ``workers > 1`` and more than one chunk, chunks go to a process pool
+    (``_pool_context``); results do not depend on ``workers``.
     """
     if workers < 1 or chunk_size < 1:
         raise InputError(f"guard: workers ({workers}) and chunk_size ({chunk_size}) must be >= 1")
@@ -454,14 +483,19 @@ def scan_batches(index: HeldoutIndex, texts: Sequence[str], *, workers: int = 1,
             if progress:
                 progress(len(chunk))
     else:
-        blob = pickle.dumps(index)
-        ctx = multiprocessing.get_context("spawn")
-        with ProcessPoolExecutor(max_workers=workers, mp_context=ctx, initializer=_init_worker, initargs=(blob,)) as pool:
-            futures = {pool.submit(_worker_scan, start, chunk): len(chunk) for start, chunk in chunks}
-            for future in as_completed(futures):
-                collect(*future.result())
-                if progress:
-                    progress(futures[future])
+        global _WORKER_INDEX
+        _WORKER_INDEX = index
+        try:
+            ctx, initargs = _pool_context()
+            with ProcessPoolExecutor(max_workers=min(workers, len(chunks)), mp_context=ctx,
+                                     initializer=_init_worker if initargs else None, initargs=initargs) as pool:
+                futures = {pool.submit(_worker_scan, start, chunk): len(chunk) for start, chunk in chunks}
+                for future in as_completed(futures):
+                    collect(*future.result())
+                    if progress:
+                        progress(futures[future])
+        finally:
+            _WORKER_INDEX = None
     hits.sort(key=lambda h: (h[0], h[1], h[2]))
     all_pieces = np.concatenate(pieces, axis=1)
     order = np.lexsort((all_pieces[2], all_pieces[0]))
@@ -570,7 +604,7 @@ def fragment_hits(index: HeldoutIndex, pieces: np.ndarray, groups: Sequence[tupl
     for j in candidates:
         g, a = int(shared.row[j]), int(shared.col[j])
         if a not in in_answer:
-            in_answer[a] = np.flatnonzero((table.matrix[:, a].toarray().ravel() > 0)[pieces[1]])
+            in_answer[a] = np.flatnonzero(np.isin(pieces[1], table._by_answer.indices[table._by_answer.indptr[a] : table._by_answer.indptr[a + 1]]))
         if g not in members_of:
             members_of[g] = np.asarray(groups[g][1], dtype=np.int64)
         sel = in_answer[a]
@@ -609,30 +643,52 @@ def _merge_spans(hit_positions: list[int], n: int) -> list[tuple[int, int]]:
 def shared_spans(index: HeldoutIndex, text: str, answer: int, detector: str, limit: int) -> list[str]:
     """The passages of ``text`` (normalised words) made of grams the answer also has, in
     text order; overlapping grams are merged, so a copied sentence shows as one span."""
+    return shared_spans_many(index, [text], [(0, answer, detector)], limit)[0]
+
+
+def shared_spans_many(index: HeldoutIndex, texts: Sequence[str], requests: Sequence[tuple[int, int, str]],
+                      limit: int) -> list[list[str]]:
+    """``shared_spans`` for many (text index, answer index, detector) requests: each text is
+    normalised once and the texts of one gram kind are hashed in one vectorised call."""
     config = index.config
-    toks = tokens(text)
-    if detector in ("chars", "fragments"):
-        toks = letter_tokens(text)
-        view_letters = [letters([t]) for t in toks]
-        ends = np.cumsum([len(v) for v in view_letters])
-        view = "".join(view_letters)
-        n, target = config.chars_n, index.letter_sets[answer]
-        grams, _ = index.hasher.letter_grams([view], n)
-        hit_positions = np.flatnonzero(np.isin(grams, np.fromiter(target, dtype=np.uint64, count=len(target)))).tolist()
-        spans = []
-        for lo, hi in _merge_spans(hit_positions, n):
-            first, last = int(np.searchsorted(ends, lo, side="right")), int(np.searchsorted(ends, hi - 1, side="right"))
-            spans.append(" ".join(toks[first : last + 1]))
-    else:
-        if detector == "ngram":
-            n, domain, target = config.ngram_n, _NGRAM, index.ngram_sets[answer]
-        else:
-            n, domain, target = config.shingle_words, _SHINGLE, index.shingle_sets[answer]
-        if 0 < len(toks) < n:
-            return [" ".join(toks)] if index.hasher.gram_key(toks, n, domain) in target else []
-        hit_positions = [p for p in range(len(toks) - n + 1) if index.hasher.gram_key(toks[p : p + n], n, domain) in target]
-        spans = [" ".join(toks[lo:hi]) for lo, hi in _merge_spans(hit_positions, n)]
-    return list(dict.fromkeys(spans))[:limit]
+    out: list[list[str]] = [[] for _ in requests]
+    def firsts(spans: list[str]) -> list[str]:
+        return list(dict.fromkeys(spans))[:limit]
+
+    word_kinds = {"ngram": (config.ngram_n, _NGRAM, index.ngrams), "minhash": (config.shingle_words, _SHINGLE, index.shingles)}
+    for detector, (n, domain, table) in word_kinds.items():
+        wanted = [k for k, r in enumerate(requests) if r[2] == detector]
+        if not wanted:
+            continue
+        text_ids = sorted({requests[k][0] for k in wanted})
+        toks = {t: tokens(texts[t]) for t in text_ids}
+        keys, offsets = index.hasher.grams([toks[t] for t in text_ids], n, domain)  # the keys the scan used
+        row = {t: i for i, t in enumerate(text_ids)}
+        for k in wanted:
+            t, answer, _ = requests[k]
+            found = np.isin(keys[offsets[row[t]] : offsets[row[t] + 1]], table.answer_keys(answer))
+            if 0 < len(toks[t]) < n:
+                out[k] = [" ".join(toks[t])] if found.any() else []
+            else:
+                out[k] = firsts([" ".join(toks[t][lo:hi]) for lo, hi in _merge_spans(np.flatnonzero(found).tolist(), n)])
+    wanted = [k for k, r in enumerate(requests) if r[2] in ("chars", "fragments")]
+    if wanted:
+        n = config.chars_n
+        text_ids = sorted({requests[k][0] for k in wanted})
+        words = {t: letter_tokens(texts[t]) for t in text_ids}
+        parts = {t: [letters([w]) for w in words[t]] for t in text_ids}
+        keys, offsets = index.hasher.letter_grams(["".join(parts[t]) for t in text_ids], n)
+        row = {t: i for i, t in enumerate(text_ids)}
+        for k in wanted:
+            t, answer, _ = requests[k]
+            ends = np.cumsum([len(v) for v in parts[t]])
+            found = np.isin(keys[offsets[row[t]] : offsets[row[t] + 1]], index.letters.answer_keys(answer))
+            spans = []
+            for lo, hi in _merge_spans(np.flatnonzero(found).tolist(), n):
+                first, last = int(np.searchsorted(ends, lo, side="right")), int(np.searchsorted(ends, hi - 1, side="right"))
+                spans.append(" ".join(words[t][first : last + 1]))
+            out[k] = firsts(spans)
+    return out
 
 
 def _expand_views(texts: list[str], views: Sequence[TextView]) -> tuple[list[str], list[int], list[str]]:
@@ -679,13 +735,13 @@ def check_units(
         if current is None or (hit.score, hit.view == TEXT_VIEW) > (current.score, current.view == TEXT_VIEW):
             best[key] = hit
 
-    for ti, ai, detector, score, reason, shared_count, longest_run in result.hits:
+    spans_of = shared_spans_many(index, texts, [(ti, ai, detector) for ti, ai, detector, *_ in result.hits], max_shared)
+    for (ti, ai, detector, score, reason, shared_count, longest_run), shared in zip(result.hits, spans_of):
         unit, meta = units[unit_of[ti]], index.answers[ai]
         hit = Hit(source=unit.source, record_id=unit.record_id, field=unit.field, answer_id=meta.answer_id,
                   answer_source=meta.source, detector=detector, score=score, threshold=thresholds[detector],
                   reason=reason, shared_count=shared_count, longest_run=longest_run,
-                  answer_grams=len(sizes[detector][ai]), view=view_of[ti])
-        hit.shared = shared_spans(index, texts[ti], ai, detector, max_shared)
+                  answer_grams=len(sizes[detector][ai]), view=view_of[ti], shared=shared)
         offer((unit.source, unit.record_id, unit.field, meta.answer_id, detector), hit)
 
     if groups:
@@ -693,20 +749,21 @@ def check_units(
         for ti, ui in enumerate(unit_of):
             variants_of.setdefault(ui, []).append(ti)
         expanded = [(gi, [t for u in g.members for t in variants_of[u]]) for gi, g in enumerate(groups)]
-        record_keys = {(u.source, u.record_id) for u in units}
-        record_index = {key: i for i, key in enumerate(sorted(record_keys))}
-        record_of = np.array([record_index[(units[u].source, units[u].record_id)] for u in unit_of], dtype=np.int64)
-        flagged_records = {record_of[ti] for ti, *_ in result.hits}
-        flagged = np.array([r in flagged_records for r in record_of], dtype=bool)
-        for gi, ai, coverage, shared_count, contributors in fragment_hits(index, result.pieces, expanded, len(texts),
-                                                                          record_of, flagged):
+        # a record's fields and views count as one record
+        record_keys = [f"{u.source}\0{u.record_id}" for u in units]
+        record_number = {key: i for i, key in enumerate(dict.fromkeys(record_keys))}
+        record_of_unit = np.fromiter(map(record_number.__getitem__, record_keys), dtype=np.int64, count=len(units))
+        record_of = record_of_unit[np.asarray(unit_of, dtype=np.int64)]
+        flagged = np.isin(record_of, record_of[[ti for ti, *_ in result.hits]])
+        found = [f for f in fragment_hits(index, result.pieces, expanded, len(texts), record_of, flagged)
+                 if len({units[unit_of[t]].record_id for t in f[4]}) >= 2]  # one record's own variants: per-record case
+        spans_of = shared_spans_many(index, texts, [(t, f[1], "fragments") for f in found for t in f[4]], max_shared)
+        position = 0
+        for gi, ai, coverage, shared_count, contributors in found:
             group, meta = groups[gi], index.answers[ai]
             member_ids = list(dict.fromkeys(units[unit_of[t]].record_id for t in contributors))
-            if len(member_ids) < 2:
-                continue  # one record's own variants: the per-record detectors judge it
-            spans: list[str] = []
-            for t in contributors:
-                spans += shared_spans(index, texts[t], ai, "fragments", max_shared)
+            spans = [span for found_spans in spans_of[position : position + len(contributors)] for span in found_spans]
+            position += len(contributors)
             views_used = sorted({view_of[t] for t in contributors})
             hit = Hit(source=group.source, record_id=group.label, field="*", answer_id=meta.answer_id,
                       answer_source=meta.source, detector="fragments", score=coverage,

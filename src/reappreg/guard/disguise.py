@@ -15,7 +15,7 @@ together carry ``answer``. ``filler(n_words)`` supplies innocent text to hide it
   ``spaces_removed``, ``odd_separators`` (words joined by symbols), ``html_nbsp``
   (``&nbsp;`` between words, tags inside words), ``html_escaped``, ``markdown``,
   ``embedded_2000`` (inside 2,000 words), ``pieces_in_record`` (cut into pieces of at least
-  ``MIN_PIECE_WORDS`` words spread through one long text), ``pieces_across_records`` (such
+  ``MIN_PIECE_LETTERS`` letters spread through one long text), ``pieces_across_records`` (such
   pieces inside other texts, one per record), ``halves_on_rows`` (each half its own record), ``mixed`` (several of the above
   at once);
 * edited: ``reordered_clauses``, ``synonyms_15`` (about 15% of the words replaced).
@@ -86,31 +86,58 @@ def _words_map(text: str, fn: Callable[[str], str]) -> str:
     return re.sub(r"\S+", lambda m: fn(m.group(0)), text)
 
 
-# The smallest piece an adversary may cut: a passage of this many words (about 30+ letters,
-# the guard's resolution; shorter pieces share no letter window and no word n-gram).
-MIN_PIECE_WORDS = 7
+# The smallest piece an adversary may cut and still be promised a catch: a passage of this
+# many letters, the guard's documented resolution (``guard.fragments.min_piece``; the README's
+# "what the guard cannot see"). A shorter piece shares too little with its answer to tell it
+# from ordinary language. Pieces are cut at word boundaries.
+MIN_PIECE_LETTERS = 30
+
+
+class TooShort(ValueError):
+    """The answer cannot be cut into pieces of ``MIN_PIECE_LETTERS`` letters for this class."""
+
+
+def _letter_counts(words: list[str]) -> list[int]:
+    return [sum(ch.isalpha() for ch in w) for w in words]
+
+
+def _valid_cut(counts: list[int], bounds: list[int]) -> bool:
+    return all(b > a and sum(counts[a:b]) >= MIN_PIECE_LETTERS for a, b in zip(bounds, bounds[1:]))
+
+
+def _even_bounds(counts: list[int], count: int) -> list[int]:
+    """Word-boundary cut points that split the letters as evenly as possible into ``count``."""
+    total, cumulative, bounds = sum(counts), 0, [0]
+    for i, c in enumerate(counts):
+        cumulative += c
+        if len(bounds) < count and cumulative >= total * len(bounds) / count and i + 1 < len(counts):
+            bounds.append(i + 1)
+    return [*bounds, len(counts)]
+
+
+def _cut(answer: str, count: int, rng: random.Random | None = None) -> list[str]:
+    """``answer`` cut into up to ``count`` consecutive pieces (at least 2) of at least
+    ``MIN_PIECE_LETTERS`` letters each: at random points with ``rng``, else evenly."""
+    words = answer.split()
+    counts = _letter_counts(words)
+    for k in range(min(count, sum(counts) // MIN_PIECE_LETTERS), 1, -1):
+        if rng is not None and len(words) > k:
+            for _ in range(50):
+                bounds = [0, *sorted(rng.sample(range(1, len(words)), k - 1)), len(words)]
+                if _valid_cut(counts, bounds):
+                    return [" ".join(words[a:b]) for a, b in zip(bounds, bounds[1:])]
+        bounds = _even_bounds(counts, k)
+        if len(bounds) == k + 1 and _valid_cut(counts, bounds):
+            return [" ".join(words[a:b]) for a, b in zip(bounds, bounds[1:])]
+    raise TooShort(f"an answer of {sum(counts)} letters cannot be cut into 2+ pieces of {MIN_PIECE_LETTERS}+ letters")
 
 
 def _pieces(rng: random.Random, answer: str, count: int) -> list[str]:
-    words = answer.split()
-    count = max(2, min(count, len(words) // MIN_PIECE_WORDS))
-    if len(words) >= 2 * MIN_PIECE_WORDS:
-        # cut points at least MIN_PIECE_WORDS apart
-        slack = len(words) - count * MIN_PIECE_WORDS
-        extra = sorted(rng.randint(0, slack) for _ in range(count - 1))
-        cuts = [MIN_PIECE_WORDS * (k + 1) + e for k, e in enumerate(extra)]
-        bounds = [0, *cuts, len(words)]
-        return [" ".join(words[a:b]) for a, b in zip(bounds, bounds[1:]) if b > a]
-    cuts = sorted(rng.sample(range(1, len(words)), count - 1)) if len(words) > count else list(range(1, count))
-    bounds = [0, *cuts, len(words)]
-    return [" ".join(words[a:b]) for a, b in zip(bounds, bounds[1:]) if b > a]
+    return _cut(answer, count, rng)
 
 
 def _even_pieces(answer: str, count: int) -> list[str]:
-    words = answer.split()
-    count = max(2, min(count, len(words) // MIN_PIECE_WORDS))
-    size = -(-len(words) // count)
-    return [" ".join(words[i : i + size]) for i in range(0, len(words), size)]
+    return _cut(answer, count)
 
 
 # ----------------------------------------------------------------------------- classes
@@ -269,11 +296,30 @@ EDITED = frozenset({"reordered_clauses", "synonyms_15"})
 GROUPED = frozenset({"pieces_across_records", "halves_on_rows"})
 
 
+CUT = frozenset({"pieces_in_record", "pieces_across_records", "halves_on_rows"})
+
+
 def disguise(kind: str, rng: random.Random, answer: str, filler: Filler) -> Plant:
-    """``answer`` disguised as ``kind`` (one of ``CLASSES``), as one or more training texts."""
+    """``answer`` disguised as ``kind`` (one of ``CLASSES``), as one or more training texts.
+
+    Raises ``TooShort`` for a class that cuts the answer (``CUT``) when it has too few
+    letters for two pieces of ``MIN_PIECE_LETTERS`` (``can_disguise`` says beforehand)."""
     if kind not in CLASSES:
         raise KeyError(f"unknown disguise class '{kind}' (known: {sorted(CLASSES)})")
     return Plant(kind, CLASSES[kind](rng, answer, filler), edited=kind in EDITED, grouped=kind in GROUPED)
+
+
+def can_disguise(kind: str, answer: str) -> bool:
+    """Whether ``answer`` is long enough for ``kind`` (only the cutting classes have a minimum)."""
+    return kind not in CUT or _can_cut(answer)
+
+
+def _can_cut(answer: str) -> bool:
+    try:
+        _cut(answer, 2)
+    except TooShort:
+        return False
+    return True
 
 
 def word_filler(texts: list[str], rng: random.Random) -> Filler:

@@ -235,10 +235,13 @@ def letter_grams(views: Sequence[str], n: int) -> tuple[np.ndarray, np.ndarray]:
     with np.errstate(over="ignore"):
         prefix = np.zeros(total + 1, dtype=np.uint64)
         np.cumsum(codes * down[:total], out=prefix[1:])
-        starts = np.repeat(_offsets(lengths)[:-1], windows) + (np.arange(int(windows.sum())) - np.repeat(_offsets(windows)[:-1], windows))
-        # sum_{j<n} c[s+j] * base^(n-1-j) = (P[s+n] - P[s]) * base^(s+n-1)
-        poly = (prefix[starts + n] - prefix[starts]) * up[starts + n - 1]
-        keys = _mix64(poly ^ _U64(_gram_seed("ch", n, n)))
+        # Every window of the concatenation at once, from slices (no gathers):
+        # sum_{j<n} c[s+j] * base^(n-1-j) = (P[s+n] - P[s]) * base^(s+n-1);
+        # then only the windows inside one text are kept.
+        poly = (prefix[n:] - prefix[: total - n + 1]) * up[n - 1 : total]
+        text_of = np.repeat(np.arange(len(views), dtype=np.int32), lengths)
+        inside = text_of[: total - n + 1] == text_of[n - 1 :]
+        keys = _mix64(poly[inside] ^ _U64(_gram_seed("ch", n, n)))
     return keys, _offsets(windows)
 
 

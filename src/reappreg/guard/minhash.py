@@ -58,33 +58,72 @@ def minhash_signatures(keys: np.ndarray, offsets: np.ndarray, permutations: np.n
     return sig
 
 
-def _band_keys(lsh: Any, signatures: np.ndarray) -> list[list[bytes]]:
-    """Each signature's bucket key in every band, as datasketch's MinHashLSH computes it
-    (``bytes(hashvalues[start:end].byteswap().data)``), for all signatures at once."""
-    keys = []
-    for start, end in lsh.hashranges:
-        band = np.ascontiguousarray(signatures[:, start:end]).byteswap()
-        keys.append(band.view(f"V{band.itemsize * (end - start)}").ravel().tolist())
-    return keys
+_POLY = np.uint64(0x9E3779B97F4A7C15)
 
 
-def lsh_candidates(lsh: Any, signatures: np.ndarray) -> list[set[int]]:
-    """``set(lsh.query(m))`` for every signature row, with the band lookups batched.
+def _band_codes(signatures: np.ndarray, start: int, end: int) -> np.ndarray:
+    """One uint64 per signature for its band ``[start, end)``: the band's bytes themselves
+    when they fit in 8 bytes (rows x 32 bits <= 64: exact), else a 64-bit mix of them (two
+    different bands share a code with probability 2^-64, which can only add a candidate,
+    and every candidate is scored exactly)."""
+    block = np.ascontiguousarray(signatures[:, start:end])
+    width = block.dtype.itemsize * (end - start)
+    if width <= 8:
+        padded = np.zeros((len(block), 8), dtype=np.uint8)
+        padded[:, :width] = block.view(np.uint8).reshape(len(block), width)
+        return padded.view(np.uint64).ravel()
+    from reappreg.guard.hashing import _mix64
 
-    Same index, same buckets, same answer as datasketch's ``MinHashLSH.query``; it only
-    computes the bucket keys of many signatures in one numpy pass instead of one query at a
-    time. ``HeldoutIndex`` checks the equality against ``query`` when it is built.
+    acc = np.zeros(len(block), dtype=np.uint64)
+    with np.errstate(over="ignore"):
+        for column in block.T.astype(np.uint64):
+            acc = _mix64(acc * _POLY + column)
+    return acc
+
+
+class BandLookup:
+    """``MinHashLSH.query`` for many signatures at once.
+
+    The index is datasketch's: the same bands (``lsh.hashranges``) over the same signatures
+    that were inserted into ``lsh``, so a query signature finds an answer exactly when one of
+    its bands equals that answer's band, as ``MinHashLSH.query`` does. Instead of one Python
+    dict lookup per band and text, each band is a sorted array searched for all texts at once.
+    ``HeldoutIndex`` checks the result against ``MinHashLSH.query`` whenever it is built.
     """
-    keys = _band_keys(lsh, signatures)
-    # DictSetStorage.get is ``self._dict.get(key, set())``: look the plain dict up directly
-    # (HeldoutIndex checks the result against ``MinHashLSH.query`` whenever it is built).
-    gets = [table._dict.get if isinstance(getattr(table, "_dict", None), dict) else table.get for table in lsh.hashtables]
-    out: list[set[int]] = []
-    for row in range(len(signatures)):
-        found: set[int] = set()
-        for get, band in zip(gets, keys):
-            bucket = get(band[row])
-            if bucket:
-                found |= bucket
-        out.append(found)
+
+    def __init__(self, lsh: Any, signatures: np.ndarray) -> None:
+        self.hashranges = list(lsh.hashranges)
+        self.bands: list[tuple[np.ndarray, np.ndarray]] = []
+        for start, end in self.hashranges:
+            codes = _band_codes(signatures, start, end)
+            order = np.argsort(codes, kind="stable")
+            self.bands.append((codes[order], order.astype(np.int64)))
+
+    def pairs(self, signatures: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """(query row, answer) of every candidate pair, each pair once, sorted by row then answer."""
+        rows: list[np.ndarray] = []
+        answers: list[np.ndarray] = []
+        for (start, end), (codes, ids) in zip(self.hashranges, self.bands):
+            query = _band_codes(signatures, start, end)
+            lo = np.searchsorted(codes, query, side="left")
+            count = np.searchsorted(codes, query, side="right") - lo
+            hit = np.flatnonzero(count)
+            if not len(hit):
+                continue
+            sizes = count[hit]
+            first = np.repeat(np.cumsum(sizes) - sizes, sizes)
+            rows.append(np.repeat(hit, sizes))
+            answers.append(ids[np.repeat(lo[hit], sizes) + np.arange(int(sizes.sum())) - first])
+        if not rows:
+            return np.zeros(0, dtype=np.int64), np.zeros(0, dtype=np.int64)
+        n_answers = max(int(max(a.max() for a in answers)) + 1, 1)
+        pair = np.unique(np.concatenate(rows) * n_answers + np.concatenate(answers))
+        return pair // n_answers, pair % n_answers
+
+
+def lsh_candidates(lookup: BandLookup, signatures: np.ndarray) -> list[set[int]]:
+    """``set(lsh.query(m))`` for every signature row (``BandLookup.pairs`` as sets)."""
+    out: list[set[int]] = [set() for _ in range(len(signatures))]
+    for row, answer in zip(*(a.tolist() for a in lookup.pairs(signatures))):
+        out[row].add(answer)
     return out

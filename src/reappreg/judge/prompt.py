@@ -4,9 +4,8 @@ from __future__ import annotations
 
 import os
 from dataclasses import dataclass
-from pathlib import Path
 
-from reappreg.errors import InputError
+from reappreg.prompt_file import read_prompt_file
 
 Messages = list[dict[str, str]]
 PLACEHOLDERS = ("{scenario}", "{answer_a}", "{answer_b}", "{choices}")
@@ -39,27 +38,8 @@ class JudgePrompt:
 
 
 def load_judge_prompt(path: str | os.PathLike) -> JudgePrompt:
-    """Read and check the judge prompt file (keys ``version``, ``system``, ``user_template``)."""
-    import yaml
-
-    path = Path(path)
-    if not path.is_file():
-        raise InputError(f"{path}: judge prompt file not found")
-    try:
-        raw = yaml.safe_load(path.read_text(encoding="utf-8"))
-    except yaml.YAMLError as exc:
-        raise InputError(f"{path}: not valid YAML: {exc}") from exc
-    if not isinstance(raw, dict) or set(raw) != {"version", "system", "user_template"}:
-        keys = sorted(raw) if isinstance(raw, dict) else type(raw).__name__
-        raise InputError(f"{path}: expected exactly the keys version, system, user_template (got {keys})")
-    for key in ("system", "user_template"):
-        if not isinstance(raw[key], str) or not raw[key].strip():
-            raise InputError(f"{path}: '{key}' must be a non-empty string")
-    if not isinstance(raw["version"], int):
-        raise InputError(f"{path}: 'version' must be an integer, got {raw['version']!r}")
-    template = raw["user_template"]
-    wrong = [p for p in PLACEHOLDERS if template.count(p) != 1]
-    if wrong:
-        raise InputError(f"{path}: user_template must contain each of {', '.join(PLACEHOLDERS)} exactly once "
-                         f"(wrong: {', '.join(wrong)})")
-    return JudgePrompt(system=raw["system"], user_template=template, version=raw["version"], source=str(path))
+    """Read and check the judge prompt file (keys ``version``, ``system``, ``user_template``;
+    see :mod:`reappreg.prompt_file`). The texts are used as written."""
+    raw = read_prompt_file(path, "judge prompt", PLACEHOLDERS)
+    return JudgePrompt(system=raw["system"], user_template=raw["user_template"], version=raw["version"],
+                       source=str(path))

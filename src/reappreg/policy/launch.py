@@ -25,7 +25,6 @@ Nothing here imports deepspeed or torch, so the configs can be checked on any ma
 
 from __future__ import annotations
 
-import json
 import os
 import sys
 from dataclasses import dataclass
@@ -33,6 +32,7 @@ from pathlib import Path
 from typing import Any
 
 from reappreg.errors import InputError
+from reappreg.io import read_json, read_yaml
 
 # accelerate refuses these in the accelerate file when a deepspeed_config_file is given
 # (they must live in the json); see accelerate's DeepSpeedPlugin._deepspeed_config_checks.
@@ -81,15 +81,10 @@ class BatchGeometry:
 
 
 def load_accelerate_config(path: str | os.PathLike) -> dict[str, Any]:
-    import yaml
-
     path = Path(path)
     if not path.is_file():
         raise InputError(f"{path}: accelerate config not found")
-    try:
-        config = yaml.safe_load(path.read_text(encoding="utf-8"))
-    except yaml.YAMLError as exc:
-        raise InputError(f"{path}: not valid YAML: {exc}") from exc
+    config = read_yaml(path)
     if not isinstance(config, dict):
         raise InputError(f"{path}: top level must be a mapping")
     return config
@@ -99,10 +94,7 @@ def load_deepspeed_config(path: str | os.PathLike) -> dict[str, Any]:
     path = Path(path)
     if not path.is_file():
         raise InputError(f"{path}: DeepSpeed config not found")
-    try:
-        return json.loads(path.read_text(encoding="utf-8"))
-    except json.JSONDecodeError as exc:
-        raise InputError(f"{path}: invalid JSON at line {exc.lineno}: {exc.msg}") from exc
+    return read_json(path)
 
 
 def check_launch_configs(

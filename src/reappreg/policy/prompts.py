@@ -16,10 +16,10 @@ import json
 import os
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Any
 
 from reappreg.errors import InputError
+from reappreg.prompt_file import read_prompt_file
 
 SCENARIO_PLACEHOLDER = "{scenario}"
 
@@ -54,34 +54,9 @@ class PromptTemplate:
 
 
 def load_prompt_template(path: str | os.PathLike) -> PromptTemplate:
-    """Read and check the prompt file (keys ``version``, ``system``, ``user_template``)."""
-    import yaml
-
-    path = Path(path)
-    if not path.exists():
-        raise InputError(f"{path}: prompt file not found")
-    try:
-        raw = yaml.safe_load(path.read_text(encoding="utf-8"))
-    except yaml.YAMLError as exc:
-        raise InputError(f"{path}: not valid YAML: {exc}") from exc
-    if not isinstance(raw, dict):
-        raise InputError(f"{path}: top level must be a mapping with keys version, system, user_template")
-    missing = [key for key in ("version", "system", "user_template") if key not in raw]
-    if missing:
-        raise InputError(f"{path}: missing key(s) {', '.join(missing)}")
-    unknown = sorted(set(raw) - {"version", "system", "user_template"})
-    if unknown:
-        raise InputError(f"{path}: unknown key(s) {', '.join(unknown)}")
-    for key in ("system", "user_template"):
-        if not isinstance(raw[key], str) or not raw[key].strip():
-            raise InputError(f"{path}: '{key}' must be a non-empty string")
-    count = raw["user_template"].count(SCENARIO_PLACEHOLDER)
-    if count != 1:
-        raise InputError(
-            f"{path}: 'user_template' must contain {SCENARIO_PLACEHOLDER} exactly once (found {count})"
-        )
-    if not isinstance(raw["version"], int):
-        raise InputError(f"{path}: 'version' must be an integer (got {raw['version']!r})")
+    """Read and check the prompt file (keys ``version``, ``system``, ``user_template``; see
+    :mod:`reappreg.prompt_file`). The texts are stripped."""
+    raw = read_prompt_file(path, "prompt", (SCENARIO_PLACEHOLDER,))
     return PromptTemplate(
         system=raw["system"].strip(),
         user_template=raw["user_template"].strip(),

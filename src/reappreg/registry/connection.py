@@ -54,6 +54,9 @@ def connect(uri: str, *, attempts: int, backoff_s: float, sleep: Callable[[float
             client.search_registered_models(max_results=1)
             return client
         except Exception as exc:  # any transport/server error counts as "not answering"
+            refused = refused_credentials(exc, uri)
+            if refused:
+                raise RegistryUnavailable(refused) from exc  # retrying a wrong password only delays the answer
             last = exc
             if attempt + 1 < attempts:
                 sleep(backoff_s * (2**attempt))
@@ -61,6 +64,22 @@ def connect(uri: str, *, attempts: int, backoff_s: float, sleep: Callable[[float
         f"MLflow registry at {uri} did not answer after {attempts} attempt(s): {short(last)}. "
         "Nothing was registered, promoted or verified; start the server (or fix MLFLOW_TRACKING_URI) and rerun."
     )
+
+
+def refused_credentials(exc: Exception, uri: str) -> str | None:
+    """The message for a server that answered 401/403 (MLflow's basic-auth app), else None.
+
+    A team server (README "Working as a team") reads the account from the standard
+    ``MLFLOW_TRACKING_USERNAME`` / ``MLFLOW_TRACKING_PASSWORD``; naming them is the fix, where
+    "did not answer" would send the reader looking for a server that is up."""
+    status = getattr(exc, "get_http_status_code", lambda: None)()
+    if status not in (401, 403):
+        return None
+    user = os.environ.get("MLFLOW_TRACKING_USERNAME")
+    who = f"account '{user}'" if user else "no account (MLFLOW_TRACKING_USERNAME is unset)"
+    what = "rejected the credentials of" if status == 401 else "refused read access to"
+    return (f"MLflow registry at {uri} {what} {who} (HTTP {status}). Set MLFLOW_TRACKING_USERNAME and "
+            "MLFLOW_TRACKING_PASSWORD to an account the server's admin created; nothing was registered, promoted or verified.")
 
 
 def short(exc: Exception | None) -> str:

@@ -20,7 +20,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from reappreg.errors import InputError, ReappregError
+from reappreg.errors import GateFailed, InputError, ReappregError
 from reappreg.registry.declarations import RegistryDecl, parse_spec
 from reappreg.registry.keys import Keyring
 from reappreg.registry.verification import VersionCheck, gates_for, get_version, verify_version
@@ -68,12 +68,29 @@ def pull(client: Any, decl: RegistryDecl, keyring: Keyring, spec: str, to: str |
                 hint = "" if check.tampering else " (--allow-failing-gates takes it anyway, and records that)"
                 raise IntegrityError(f"{mv.name} version {mv.version} refused: {check.problems()}{hint}. "
                                      "The partial download was deleted.")
-            when = dt.datetime.now(dt.timezone.utc).strftime("%Y%m%dT%H%M%SZ")
-            client.set_model_version_tag(mv.name, str(mv.version), f"reappreg.pulled_failing.{when}",
-                                         f"pulled by {actor} with --allow-failing-gates despite: {check.problems()}")
+            _record_failing_pull(client, mv, actor, check)
         if target.exists():
             target.rmdir()
         os.replace(partial / "model", target)
     finally:
         shutil.rmtree(partial, ignore_errors=True)
     return Pulled(mv.name, str(mv.version), target, check.files, mv.description or "", check, not check.ok, dict(mv.tags))
+
+
+def _record_failing_pull(client: Any, mv: Any, actor: str, check: VersionCheck) -> None:
+    """Taking a failing version is allowed only when it is recorded on the version; an account
+    the server lets only read (a training-side READ account on a team server) cannot record
+    it, so it cannot take the version either."""
+    from mlflow.exceptions import MlflowException
+
+    when = dt.datetime.now(dt.timezone.utc).strftime("%Y%m%dT%H%M%SZ")
+    try:
+        client.set_model_version_tag(mv.name, str(mv.version), f"reappreg.pulled_failing.{when}",
+                                     f"pulled by {actor} with --allow-failing-gates despite: {check.problems()}")
+    except MlflowException as exc:
+        if exc.get_http_status_code() not in (401, 403):
+            raise
+        raise GateFailed(f"{mv.name} version {mv.version} fails {check.problems()}; --allow-failing-gates must record that on the "
+                         "version, and this account may not write to it (HTTP "
+                         f"{exc.get_http_status_code()}). Ask a maintainer with EDIT on '{mv.name}'. "
+                         "The partial download was deleted.") from exc

@@ -1,13 +1,14 @@
 """Reward models of reappraisal quality: three objectives, seeds, and the seed ensemble.
 
-Public API (used by the policy's GRPO reward and by best-of-N generation):
+Public API (used by the policy's GRPO reward and by best-of-N generation), imported from
+the module that defines it:
 
-- :func:`load_ensemble` -> :class:`RewardEnsemble` with ``.score(scenarios, answers)``
-  (mean - k*std over seeds, format gate applied), ``.score_raw(...)`` (no gate),
+- ``reappreg.rm.ensemble.load_ensemble`` -> ``RewardEnsemble`` with ``.score(scenarios,
+  answers)`` (mean - k*std over seeds, format gate applied), ``.score_raw(...)`` (no gate),
   ``.member_scores(...)`` (per-seed matrix, shape (n_answers, n_members)), ``.gate(answers)``
   and ``.format_penalty``;
-- :func:`count_sentences` and :func:`format_gate_ok`: the format gate (pySBD sentence
-  boundaries; empty or more than ``max_sentences`` sentences fails).
+- ``reappreg.rm.gate.count_sentences`` and ``format_gate_ok``: the format gate (pySBD
+  sentence boundaries; empty or more than ``max_sentences`` sentences fails).
 
 What the default (CPU) recipe is, stated plainly:
 
@@ -36,17 +37,7 @@ What the default (CPU) recipe is, stated plainly:
   (``rm.evaluation.refit_on_all``), so the reported numbers describe the recipe, not the
   exact shipped weights.
 
-Importing this package is cheap; torch and transformers load when a model does.
+This package's ``__init__`` imports nothing: importing any part of it (the settings import
+the objective names, the guard the model resolver) must not pull in the ensemble, the
+trainer or torch, at run time or in a DVC stage's code deps (``reappreg.dvcdeps``).
 """
-
-from reappreg.rm.ensemble import RewardEnsemble, combine, load_ensemble
-from reappreg.rm.gate import count_sentences, format_gate_ok, split_sentences
-
-__all__ = [
-    "RewardEnsemble",
-    "combine",
-    "count_sentences",
-    "format_gate_ok",
-    "load_ensemble",
-    "split_sentences",
-]

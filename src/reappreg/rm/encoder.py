@@ -11,53 +11,23 @@ Models load from local files only (HF_HUB_OFFLINE); a missing path is an InputEr
 
 from __future__ import annotations
 
-import importlib.util
 import os
-from dataclasses import dataclass
 from pathlib import Path
 
 from reappreg.errors import InputError
+from reappreg.lm import ModelLocation, resolve_model
 
 
-@dataclass(frozen=True)
-class EncoderLocation:
-    folder: Path
-    gguf_file: str | None = None  # a GGUF checkpoint inside ``folder``
-
-    @property
-    def path(self) -> Path:
-        return self.folder / self.gguf_file if self.gguf_file else self.folder
+# The encoder's location is a local model's: one resolver for every model param (reappreg.lm).
+EncoderLocation = ModelLocation
 
 
 def resolve_encoder(spec: str, base: str | Path | None = None) -> EncoderLocation:
-    """Resolve ``pkg:<package>/<subfolder>``, a folder, or a ``.gguf`` file to a location.
+    """Resolve ``rm.encoder.path`` (``pkg:<package>/<subfolder>``, a folder or a ``.gguf`` file).
 
     Relative paths are taken relative to ``base`` (the current directory when None).
     """
-    if spec.startswith("pkg:"):
-        package, _, sub = spec[4:].partition("/")
-        # find_spec on a top-level name locates the package without importing it (some
-        # model-carrying packages fail to import for unrelated reasons).
-        found = importlib.util.find_spec(package) if package else None
-        if found is None or not found.submodule_search_locations:
-            raise InputError(f"rm.encoder.path: '{spec}': Python package '{package}' is not installed")
-        path = Path(list(found.submodule_search_locations)[0]) / sub
-    else:
-        path = Path(spec)
-        if not path.is_absolute() and base is not None:
-            path = Path(base) / path
-    if not path.exists():
-        raise InputError(
-            f"rm.encoder.path: encoder '{spec}' not found (looked at {path}); give a local model folder, "
-            "a .gguf file or pkg:<package>/<subfolder> (models are never downloaded)"
-        )
-    if path.is_file():
-        if path.suffix != ".gguf":
-            raise InputError(f"rm.encoder.path: '{spec}' is a file but not a .gguf checkpoint")
-        return EncoderLocation(path.parent, path.name)
-    if not (path / "config.json").exists():
-        raise InputError(f"rm.encoder.path: '{spec}' ({path}) has no config.json; not a Hugging Face model folder")
-    return EncoderLocation(path)
+    return resolve_model(spec, "rm.encoder.path", kind="encoder", base=base)
 
 
 def pick_device(name: str) -> str:

@@ -30,6 +30,7 @@ from reappreg.rm.dataset import preference_pairs
 from reappreg.rm.evaluate import (
     calibration_error,
     calibration_table,
+    calibration_title,
     disagreement_table,
     evaluate_scores,
     plot_calibration,
@@ -40,7 +41,8 @@ from reappreg.rm.evaluate import (
 )
 from reappreg.rm.gate import format_gate_ok
 from reappreg.rm.member import load_member, member_encoder_location, read_eval_predictions
-from reappreg.rm.objectives import ScoreMap, objective_class
+from reappreg.rm.objectives.base import ScoreMap
+from reappreg.rm.objectives.classes import objective_class
 from reappreg.rm.trivial import (
     RANKERS,
     beats_length_gate,
@@ -321,7 +323,8 @@ def evaluate_ensemble(member_dirs: list[str | Path], *, k: float, pair_margin: f
                 if scorer.rating_scale:
                     fold_metrics["reward"]["calibration_error"] = calibration_error(cal)
                 write_csv(cal, tmp / "calibration.csv")
-                plot_calibration(cal, tmp / "calibration.png", f"{objective} ensemble (k={k:g}): held-out calibration",
+                plot_calibration(cal, tmp / "calibration.png",
+                                 calibration_title(f"{objective} ensemble (k={k:g})", scorer.rating_scale, observed_label),
                                  scorer.rating_scale, observed_label)
                 dis = disagreement_table(std, error, bins)
                 write_csv(dis, tmp / "disagreement.csv")

@@ -124,14 +124,22 @@ def _save_figure(fig, path: Path) -> None:
     plt.close(fig)
 
 
+def calibration_title(model: str, rating_scale: bool, observed_label: str) -> str:
+    """A calibration plot's title: which model, what its score is plotted against, and on
+    which texts, so that no two plots of a run (members, baselines, ensemble) share one."""
+    score = "predicted rating" if rating_scale else "Bradley-Terry logit"
+    return f"{model}: held-out calibration\n{score} vs {observed_label}"
+
+
 def plot_calibration(table: pd.DataFrame, path: str | Path, title: str, rating_scale: bool,
                      observed_label: str = "mean human effectiveness rating") -> None:
+    """Binned score against the observed rating; ``title`` from :func:`calibration_title`."""
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    fig, ax = plt.subplots(figsize=(5, 4))
+    fig, ax = plt.subplots(figsize=(6, 4.2))  # wide enough for the two-line title
     ax.errorbar(table["score_mean"], table["observed_mean"], yerr=1.96 * table["observed_se"], fmt="o-", capsize=3,
                 label="held-out texts (quantile bins, 95% CI)")
     if rating_scale:
@@ -142,7 +150,7 @@ def plot_calibration(table: pd.DataFrame, path: str | Path, title: str, rating_s
     else:
         ax.set_xlabel("predicted score (Bradley-Terry logit)")
     ax.set_ylabel(observed_label)
-    ax.set_title(title)
+    ax.set_title(title, fontsize=10)
     ax.legend(fontsize=8)
     _save_figure(fig, Path(path))
 

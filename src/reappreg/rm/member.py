@@ -37,6 +37,7 @@ from reappreg.rm.encoder import EncoderLocation, TextEncoder, resolve_encoder
 from reappreg.rm.evaluate import (
     calibration_error,
     calibration_table,
+    calibration_title,
     dimension_spearman,
     evaluate_scores,
     plot_calibration,
@@ -44,7 +45,8 @@ from reappreg.rm.evaluate import (
 )
 from reappreg.rm.gate import format_gate_ok
 from reappreg.rm.model import MemberTrainer, deterministic_torch, make_head
-from reappreg.rm.objectives import ScoreMap, make_objective, objective_class
+from reappreg.rm.objectives.base import ScoreMap
+from reappreg.rm.objectives.classes import make_objective, objective_class
 from reappreg.rm.trivial import LengthRegression, compare_with_rankers, cosine, headline, ranker_scores, with_interval
 from reappreg.settings.rm import RmSettings
 
@@ -295,7 +297,8 @@ def _train_member(objective_name, seed, settings, vignettes, reappraisals, ratin
     plots_dir = Path(plots_dir)
     with atomic_dir(plots_dir) as tmp:
         write_csv(table, tmp / "calibration.csv")
-        plot_calibration(table, tmp / "calibration.png", f"{objective.name} seed {seed}: held-out calibration",
+        plot_calibration(table, tmp / "calibration.png",
+                         calibration_title(f"{objective.name} seed {seed}", objective.rating_scale, observed_label),
                          objective.rating_scale, observed_label)
     return MemberResult(metrics, [plots_dir / "calibration.png", plots_dir / "calibration.csv"], timings, resumed)
 

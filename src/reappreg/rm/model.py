@@ -25,7 +25,7 @@ import pandas as pd
 
 from reappreg.io import atomic_path
 from reappreg.rm.dataset import RatedPool, mean_targets
-from reappreg.rm.objectives import Objective, ScoreMap
+from reappreg.rm.objectives.base import Objective, ScoreMap
 
 
 @contextlib.contextmanager

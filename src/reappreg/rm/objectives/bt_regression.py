@@ -6,29 +6,29 @@ which is what GRPO compares. The score is the prediction mapped back to the rati
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 import numpy as np
 import pandas as pd
 
 from reappreg.errors import InputError
 from reappreg.rm.dataset import preference_pairs
-from reappreg.rm.objectives.base import Examples, Objective, ScoreMap, pairwise_loss
+from reappreg.rm.objectives.base import Examples, ScoreMap, pairwise_loss
+from reappreg.rm.objectives.regression import Regression
 
 
-class BtRegression(Objective):
+class BtRegression(Regression):
+    """Regression's targets and score, plus the within-vignette pairs and the pairwise term."""
+
     name = "bt_regression"
     score_units = "predicted mean effectiveness rating (rating scale), trained with a pairwise term"
-    rating_scale = True
-
-    def columns(self) -> list[str]:
-        return ["effectiveness"]
 
     def examples(self, targets: pd.DataFrame) -> tuple[Examples, ScoreMap]:
-        standardised, score_map = self.standardised(targets)
-        rows = targets["row"].to_numpy()
+        examples, score_map = super().examples(targets)
         pairs = preference_pairs(targets, self.settings.bt.pair_margin)
         if len(pairs) == 0:
             raise InputError(f"rm: no training pairs at rm.bt.pair_margin={self.settings.bt.pair_margin}")
-        return Examples(rows, standardised, rows[pairs], len(rows)), score_map
+        return replace(examples, pairs=examples.rows[pairs]), score_map
 
     def epoch(self, trainer, head, optimizer, examples: Examples, epoch_seed: int) -> None:
         torch = trainer.torch
