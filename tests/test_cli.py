@@ -162,7 +162,7 @@ def test_help_is_plain_and_consistent(path, command, capsys):
 
 # Concerns whose option help follows the house style (other concerns' help is being brought
 # in line; add them here as they are).
-STYLED = {"data", "validate", "judge", "leakscan", "report", "rm"}
+STYLED = {"data", "validate", "guard", "judge", "leakscan", "report", "rm"}
 STYLED_PARAMS = [(path, p) for path, c in TREE if not path or path[0] in STYLED
                  for p in getattr(c, "params", []) if getattr(p, "help", None)]
 

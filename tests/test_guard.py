@@ -216,15 +216,22 @@ def test_ascii_fast_path_folds_like_the_general_path():
     import random
     import string
 
-    from reappreg.guard.normalise import fold, fold_general
+    from reappreg.guard.normalise import (_ascii_letter_view, _ascii_letters, _fold_core, _words, fold, fold_general,
+                                          letters, text_views_general)
 
     rng = random.Random(0)
     alphabet = string.printable + "\x00\x01\x07\x1b\x7f|&<>[]()*_~`'-"
     for _ in range(5000):
         sample = "".join(rng.choice(alphabet) for _ in range(rng.randint(0, 40)))
         assert fold(sample) == fold_general(sample), repr(sample)
-    for sample in ["a&amp;b", "<b>bo</b>ld", "[link](http://x)", "ans-\nwer", "He|lo", "don't", "&lt;p&gt;x"]:
+        assert text_views(sample) == text_views_general(sample), repr(sample)
+        folded = _fold_core(sample)
+        if folded.isascii():
+            assert _ascii_letter_view(folded) == folded.translate(_ascii_letters()) == letters(_words(folded))
+    for sample in ["a&amp;b", "<b>bo</b>ld", "[link](http://x)", "ans-\nwer", "He|lo", "don't", "&lt;p&gt;x",
+                   "a | b", "x&nbsp;y", "wel|-\ncome"]:
         assert fold(sample) == fold_general(sample), sample
+        assert text_views(sample) == text_views_general(sample), sample
 
 
 def test_batched_lsh_lookups_equal_datasketch_query():

@@ -90,7 +90,7 @@ def run(
     secret_dir: Path = typer.Option(Path("data/guard_secret"), help="Folder of the master secret (created once)"),
     sketch_key: Path = typer.Option(Path("data/heldout/sketch.key"), help="Sketch key to write (hand out with care)"),
     tokenizer: list[str] = typer.Option([], "--tokenizer", help=TOKENIZER_HELP),
-    params: Path = typer.Option(Path("params.yaml"), help="params.yaml"),
+    params: Path = typer.Option(Path("params.yaml"), help="Params file"),
 ) -> None:
     """Check every training source against the held-out answers; block or quarantine overlaps.
 
@@ -180,9 +180,9 @@ def _require_rm_tokenizer(views, rm_encoder_path: str) -> None:
     """The RM trains on what its encoder's tokenizer sees: refuse a guard that did not look."""
     from reappreg.errors import InputError
     from reappreg.guard.views import files_digest, tokenizer_files
-    from reappreg.rm.encoder import resolve_encoder
+    from reappreg.lm import resolve_model
 
-    location = resolve_encoder(rm_encoder_path)
+    location = resolve_model(rm_encoder_path, "rm.encoder.path", kind="encoder")
     digest = files_digest(tokenizer_files(location.folder, location.gguf_file))
     if digest not in {v.files_sha256 for v in views}:
         raise InputError(
@@ -203,7 +203,7 @@ def check(
     report: Path | None = typer.Option(None, help="Also write the hits (with shared passages) as JSONL"),
     workers: int | None = typer.Option(None, help="Processes (default: guard.workers from --params, else 1)"),
     tokenizer: list[str] = typer.Option([], "--tokenizer", help=TOKENIZER_HELP + "; with --sketch, the sketch's own"),
-    params: Path = typer.Option(Path("params.yaml"), help="params.yaml (detector settings for --heldout)"),
+    params: Path = typer.Option(Path("params.yaml"), help="Params file"),
 ) -> None:
     """Report overlaps of ad-hoc texts with the held-out set; exit 1 when any text overlaps."""
     from rich.console import Console
@@ -304,7 +304,7 @@ def sketch_cmd(
     secret_dir: Path = typer.Option(Path("data/guard_secret"), help="Master secret folder (created once)"),
     key_out: Path = typer.Option(Path("data/heldout/sketch.key"), help="Sketch key to write"),
     tokenizer: list[str] = typer.Option([], "--tokenizer", help=TOKENIZER_HELP),
-    params: Path = typer.Option(Path("params.yaml"), help="params.yaml"),
+    params: Path = typer.Option(Path("params.yaml"), help="Params file"),
 ) -> None:
     """Export the held-out set as a sketch (keyed hashes only) and its key."""
     from reappreg.guard import GuardConfig, SourceSpec, build_sketch, derive_key, ensure_secret, load_heldout

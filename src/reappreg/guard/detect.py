@@ -411,10 +411,12 @@ def _pieces(table: GramTable, grams: np.ndarray, offsets: np.ndarray, n: int, mi
 class ScanResult:
     hits: list[RawHit]
     pieces: np.ndarray  # 3 x k (text index, held-out letter-gram position, place in the text)
+    spans: list[list[str]] = field(default_factory=list)  # shared passages per hit (with max_shared > 0)
 
 
-def _scan(index: HeldoutIndex, texts: Sequence[str]) -> ScanResult:
-    """Every per-text detector over one batch of texts, and the batch's fragment pieces."""
+def _scan(index: HeldoutIndex, texts: Sequence[str], max_shared: int = 0) -> ScanResult:
+    """Every per-text detector over one batch of texts, and the batch's fragment pieces;
+    with ``max_shared`` the shared passages of each hit too (in the worker, in parallel)."""
     config = index.config
     both = [text_views(t) for t in texts]
     token_lists = [b[0] for b in both]
@@ -429,7 +431,8 @@ def _scan(index: HeldoutIndex, texts: Sequence[str]) -> ScanResult:
     looked_up = index.letters.lookup(lg)
     hits += _containment_hits(index.letters, n, lg, lg_off, n=config.chars_n, containment=config.chars_containment,
                               min_run=config.chars_min_run, detector="chars", letter_coverage=True, looked_up=looked_up)
-    return ScanResult(hits, _pieces(index.letters, lg, lg_off, config.chars_n, config.fragments_min_piece, looked_up))
+    spans = shared_spans_many(index, texts, [(i, a, detector) for i, a, detector, *_ in hits], max_shared) if max_shared else []
+    return ScanResult(hits, _pieces(index.letters, lg, lg_off, config.chars_n, config.fragments_min_piece, looked_up), spans)
 
 
 _WORKER_INDEX: HeldoutIndex | None = None
@@ -440,9 +443,9 @@ def _init_worker(blob: bytes) -> None:
     _WORKER_INDEX = pickle.loads(blob)
 
 
-def _worker_scan(start: int, texts: list[str]) -> tuple[int, ScanResult]:
+def _worker_scan(start: int, texts: list[str], max_shared: int) -> tuple[int, ScanResult]:
     assert _WORKER_INDEX is not None, "worker started without an index"
-    return start, _scan(_WORKER_INDEX, texts)
+    return start, _scan(_WORKER_INDEX, texts, max_shared)
 
 
 def _pool_context() -> tuple[Any, tuple]:
@@ -461,45 +464,47 @@ def _pool_context() -> tuple[Any, tuple]:
 
 
 def scan_batches(index: HeldoutIndex, texts: Sequence[str], *, workers: int = 1, chunk_size: int = 2000,
-                 progress: Callable[[int], None] | None = None) -> ScanResult:
-    """Per-text hits (global text index, ...) and fragment pieces for ``texts``, deterministic.
+                 progress: Callable[[int], None] | None = None, max_shared: int = 0) -> ScanResult:
+    """Per-text hits (global text index, ...) and fragment pieces for ``texts``, deterministic;
+    with ``max_shared`` also each hit's shared passages (``ScanResult.spans``).
 
     With ``workers > 1`` and more than one chunk, chunks go to a process pool
     (``_pool_context``); results do not depend on ``workers``.
     """
+    global _WORKER_INDEX
     if workers < 1 or chunk_size < 1:
         raise InputError(f"guard: workers ({workers}) and chunk_size ({chunk_size}) must be >= 1")
     chunks = [(s, list(texts[s : s + chunk_size])) for s in range(0, len(texts), chunk_size)]
-    hits: list[RawHit] = []
+    found: list[tuple[RawHit, list[str]]] = []
     pieces: list[np.ndarray] = [np.zeros((3, 0), dtype=np.int64)]
 
     def collect(start: int, result: ScanResult) -> None:
-        hits.extend((start + i, *rest) for i, *rest in result.hits)
+        spans = result.spans or [[] for _ in result.hits]
+        found.extend(((start + i, *rest), shared) for (i, *rest), shared in zip(result.hits, spans))
         pieces.append(result.pieces + np.array([[start], [0], [0]], dtype=np.int64))
 
     if workers == 1 or len(chunks) <= 1:
         for start, chunk in chunks:
-            collect(start, _scan(index, chunk))
+            collect(start, _scan(index, chunk, max_shared))
             if progress:
                 progress(len(chunk))
     else:
-        global _WORKER_INDEX
         _WORKER_INDEX = index
         try:
             ctx, initargs = _pool_context()
             with ProcessPoolExecutor(max_workers=min(workers, len(chunks)), mp_context=ctx,
                                      initializer=_init_worker if initargs else None, initargs=initargs) as pool:
-                futures = {pool.submit(_worker_scan, start, chunk): len(chunk) for start, chunk in chunks}
+                futures = {pool.submit(_worker_scan, start, chunk, max_shared): len(chunk) for start, chunk in chunks}
                 for future in as_completed(futures):
                     collect(*future.result())
                     if progress:
                         progress(futures[future])
         finally:
             _WORKER_INDEX = None
-    hits.sort(key=lambda h: (h[0], h[1], h[2]))
+    found.sort(key=lambda f: (f[0][0], f[0][1], f[0][2]))
     all_pieces = np.concatenate(pieces, axis=1)
     order = np.lexsort((all_pieces[2], all_pieces[0]))
-    return ScanResult(hits, all_pieces[:, order])
+    return ScanResult([hit for hit, _ in found], all_pieces[:, order], [shared for _, shared in found] if max_shared else [])
 
 
 def scan_texts(index: HeldoutIndex, texts: Sequence[str], *, workers: int = 1, chunk_size: int = 2000,
@@ -723,7 +728,7 @@ def check_units(
     the answer's variants.
     """
     texts, unit_of, view_of = _expand_views([u.text for u in units], views)
-    result = scan_batches(index, texts, workers=workers, chunk_size=chunk_size, progress=progress)
+    result = scan_batches(index, texts, workers=workers, chunk_size=chunk_size, progress=progress, max_shared=max_shared)
     config = index.config
     thresholds = {"ngram": config.ngram_containment, "minhash": config.jaccard, "chars": config.chars_containment,
                   "fragments": config.fragments_coverage}
@@ -735,8 +740,7 @@ def check_units(
         if current is None or (hit.score, hit.view == TEXT_VIEW) > (current.score, current.view == TEXT_VIEW):
             best[key] = hit
 
-    spans_of = shared_spans_many(index, texts, [(ti, ai, detector) for ti, ai, detector, *_ in result.hits], max_shared)
-    for (ti, ai, detector, score, reason, shared_count, longest_run), shared in zip(result.hits, spans_of):
+    for (ti, ai, detector, score, reason, shared_count, longest_run), shared in zip(result.hits, result.spans or [[]] * len(result.hits)):
         unit, meta = units[unit_of[ti]], index.answers[ai]
         hit = Hit(source=unit.source, record_id=unit.record_id, field=unit.field, answer_id=meta.answer_id,
                   answer_source=meta.source, detector=detector, score=score, threshold=thresholds[detector],

@@ -17,6 +17,7 @@ from __future__ import annotations
 import hashlib
 import hmac
 from collections.abc import Sequence
+from itertools import chain
 
 import numpy as np
 
@@ -100,10 +101,13 @@ class FastHasher:
         """``grams`` for several (n, domain) at once, hashing each token once."""
         lengths = np.fromiter((len(t) for t in token_lists), dtype=np.int64, count=len(token_lists))
         cache = self._cache
-        flat_tokens = [tok for toks in token_lists for tok in toks]
-        for tok in set(flat_tokens).difference(cache):
-            self._token_hash(tok)
-        th = np.fromiter((cache[tok] for tok in flat_tokens), dtype=np.uint64, count=len(flat_tokens))
+        flat_tokens = list(chain.from_iterable(token_lists))
+        try:
+            th = np.fromiter(map(cache.__getitem__, flat_tokens), dtype=np.uint64, count=len(flat_tokens))
+        except KeyError:  # new tokens: hash each distinct one once, then look all up
+            for tok in set(flat_tokens).difference(cache):
+                self._token_hash(tok)
+            th = np.fromiter(map(cache.__getitem__, flat_tokens), dtype=np.uint64, count=len(flat_tokens))
         tid = np.repeat(np.arange(len(token_lists), dtype=np.int64), lengths)
         return [self._grams_from(token_lists, th, tid, lengths, n, domain) for n, domain in specs]
 

@@ -185,10 +185,25 @@ def text_views(text: str) -> tuple[list[str], str]:
     in the word view, a ``|`` standing between words is dropped from the letter view, so
     neither use of a symbol hides a copy from both views.
     """
-    core = _fold_core(text)
+    text = _strip_markup(text)
+    if text.isascii():  # the common case, inlined (the same steps as ``_fold_core``'s ASCII path)
+        core = text.encode("ascii").translate(None, _ASCII_DELETE).decode("ascii").lower()
+        if "-" in core:
+            core = _ASCII_INTRAWORD_DASH.sub("", core)
+        word_view = core.replace("|", "l") if "|" in core else core
+        return _ASCII_TOKEN.findall(word_view), _ascii_letter_view(core)
+    core = _fold_unicode(text)
     word_view = _symbols_to_letters(core)
     toks = _words(word_view)
     return toks, letters(toks if word_view == core else _words(core))
+
+
+def text_views_general(text: str) -> tuple[list[str], str]:
+    """``text_views`` without the ASCII fast path (the reference the fast path is tested against)."""
+    core = _fold_unicode(_strip_markup(text))
+    word_view = core.translate(_symbol_letters())
+    toks = _TOKEN.findall(word_view)
+    return toks, letters(toks if word_view == core else _TOKEN.findall(core))
 
 
 def letter_tokens(text: str) -> list[str]:
@@ -209,6 +224,49 @@ def skeleton(token: str) -> str:
     if skel.isascii():
         return skel.lower()
     return _MARKS.sub("", unicodedata.normalize("NFKD", unicodedata.normalize("NFKD", skel).casefold()))
+
+
+@lru_cache(maxsize=1)
+def _ascii_letters() -> dict[int, str | None]:
+    """str.translate table: the letter view of folded ASCII text in one call.
+
+    The UTS #39 skeleton maps code point by code point (``m`` -> ``rn``, ``0`` -> ``o``), so
+    for ASCII the letters of a word's skeleton are the concatenated letters of its
+    characters' skeletons; what is not a word character (only lower-case letters and
+    digits remain after folding) has no letters. Equal to ``letters(words)`` (tested).
+    """
+    table: dict[int, str | None] = {cp: None for cp in range(128)}
+    for ch in "abcdefghijklmnopqrstuvwxyz0123456789":
+        table[ord(ch)] = _letters_of(ch)
+    return table
+
+
+@lru_cache(maxsize=1)
+def _ascii_letter_steps() -> tuple[tuple[tuple[str, str], ...], bytes, bytes]:
+    """``_ascii_letters`` as C-speed string operations: the few characters whose skeleton has
+    several letters are replaced first (``str.replace``), then one ``bytes.translate`` maps
+    the one-letter ones and deletes the rest."""
+    table = _ascii_letters()
+    multi = tuple((chr(cp), v) for cp, v in table.items() if v is not None and len(v) > 1)
+    mapping = bytearray(range(256))
+    for cp, v in table.items():
+        if v is not None and len(v) == 1:
+            mapping[cp] = ord(v)
+    keep = {cp for cp, v in table.items() if v is not None and len(v) == 1}
+    # the letters a replacement writes must pass the translate unchanged (ICU today: m -> rn)
+    if not all(ord(c) in keep and mapping[ord(c)] == ord(c) for _, v in multi for c in v):
+        raise RuntimeError(f"guard normalisation: ICU's ASCII skeletons {multi} no longer fit the fast path")
+    delete = bytes(cp for cp in range(256) if cp not in keep)
+    return multi, bytes(mapping), delete
+
+
+def _ascii_letter_view(core: str) -> str:
+    """The letter view of folded ASCII text (``core.translate(_ascii_letters())``, faster)."""
+    multi, mapping, delete = _ascii_letter_steps()
+    for source, letters_of_source in multi:
+        if source in core:
+            core = core.replace(source, letters_of_source)
+    return core.encode("ascii").translate(mapping, delete).decode("ascii")
 
 
 _LETTERS: dict[str, str] = {}  # token -> letters of its skeleton (a plain dict: the hot path)

@@ -24,12 +24,9 @@ def load_model(spec: str):
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
     from sentence_transformers import SentenceTransformer
 
-    from reappreg.rm.encoder import resolve_encoder
+    from reappreg.lm import resolve_model
 
-    try:
-        location = resolve_encoder(spec)
-    except InputError as exc:
-        raise InputError(f"guard.semantic.model: {exc}") from exc
+    location = resolve_model(spec, "guard.semantic.model", kind="encoder")
     if location.gguf_file:
         raise InputError(f"guard.semantic.model: '{spec}' is a GGUF file; the semantic report needs a sentence-transformers folder")
     return SentenceTransformer(str(location.folder), device="cpu", local_files_only=True), location

@@ -7,7 +7,7 @@ away (controls, accents, case, characters it cannot represent) then cannot hide 
 
 A tokenizer is named ``NAME=SPEC``: SPEC is a local model folder, a ``.gguf`` file or
 ``pkg:<package>/<subfolder>``, resolved with the RM encoder's resolver
-(``reappreg.rm.encoder.resolve_encoder``) and loaded from local files only. It is identified
+(``reappreg.lm.resolve_model``) and loaded from local files only. It is identified
 in the certificate by the sha256 of its tokenizer files (``files_sha256``), which the audit
 recomputes before it re-runs the check.
 """
@@ -76,14 +76,11 @@ class TokenizerView:
         from transformers import AutoTokenizer
         from transformers.utils import logging as hf_logging
 
-        from reappreg.rm.encoder import resolve_encoder
+        from reappreg.lm import resolve_model
 
         hf_logging.set_verbosity_error()  # long texts exceed model_max_length; we never feed a model
         self.name, self.spec = spec.name, spec.spec
-        try:
-            location = resolve_encoder(spec.spec, base)
-        except InputError as exc:
-            raise InputError(f"guard tokenizer '{spec.name}': {exc}") from exc
+        location = resolve_model(spec.spec, f"guard tokenizer '{spec.name}'", kind="tokenizer", base=base)
         kwargs: dict[str, Any] = {"local_files_only": True}
         if location.gguf_file:
             kwargs["gguf_file"] = location.gguf_file
