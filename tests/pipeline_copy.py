@@ -32,6 +32,7 @@ def shrink(params: dict) -> dict:
     params["rm"]["evaluation"]["leave_one_vignette_out"] = False
     params["policy"]["train"]["max_steps"] = 2
     params["policy"]["train"]["save_steps"] = 1
+    params["policy"]["train"]["checkpoint_steps"] = [1]   # step 1 kept, evaluated and registered; step 2 final
     params["generate"]["evals"] = 2
     params["judge"]["calibration_pairs"] = 8
     return params

@@ -120,6 +120,8 @@ def write_pipeline(root: Path, *, win_prob: float = 0.9, trusted: bool = True, h
         "models/rm/ensemble": {"ensemble.json": '{"seeds": [0, 1, 2]}', "head_seed0.safetensors": "w0", "head_seed1.safetensors": "w1"},
         "models/policy/base": {"config.json": '{"base": true}', "model.safetensors": "base-weights"},
         "models/policy/grpo": {"config.json": '{"grpo": true}', "model.safetensors": "policy-weights", "tokenizer/tokenizer.json": "{}"},
+        # The kept step-3 checkpoint (params.yaml policy.train.checkpoint_steps).
+        "models/policy/checkpoints/step_3": {"config.json": '{"grpo": true}', "model.safetensors": "step-3-weights"},
     }.items():
         for rel, text in files.items():
             (root / folder / rel).parent.mkdir(parents=True, exist_ok=True)
@@ -139,6 +141,8 @@ def write_pipeline(root: Path, *, win_prob: float = 0.9, trusted: bool = True, h
         "final": {"health/reward_mean": 4.1875, "health/reward_std": 0.3125, "health/kl": 0.0214,
                   "healthy": 1.0 if healthy else 0.0},
         "model_md5": dvc_md5(root / "models/policy/grpo"),
+        "training_run_id": TRAINING_RUN,
+        "checkpoints": {"step_3": {"step": 3, "model_md5": dvc_md5(root / "models/policy/checkpoints/step_3")}},
     })
 
     settings = load_params(root / "params.yaml")
@@ -159,9 +163,23 @@ def write_pipeline(root: Path, *, win_prob: float = 0.9, trusted: bool = True, h
     write_json(root / "metrics/eval.json", report["metrics"])
     write_json(root / "reports/claims.json", report["claims"])
     # The results table's promotion evidence (reappreg stats results); no fresh pool here.
-    write_json(root / "metrics/results.json", {"rows": [], "selection": {"selected": "policy", "promotable": False,
-                                                                       "reason": "no fresh pool"}})
+    write_json(root / "metrics/results.json", {"rows": RESULTS_ROWS, "selection": {
+        "selected": "policy", "promotable": False, "reason": "no fresh pool"}})
     return root
+
+
+TRAINING_RUN = "0123456789abcdef0123456789abcdef"
+# metrics/results.json rows (reappreg.results) of the final policy and its kept step-3 checkpoint.
+RESULTS_ROWS = [
+    {"row_id": "policy/gpt-4-0314", "condition": "policy", "kind": "policy", "checkpoint_step": None, "pool": "policy",
+     "opponent": "gpt-4-0314", "status": "evaluated", "win_rate": 0.7125, "n": 300, "n_eff": 41.5, "n_vignettes": 6,
+     "iid_screening_low": 0.6587, "iid_screening_high": 0.7611, "cluster_low": 0.5512, "cluster_high": 0.8433,
+     "bar": 0.608, "bar_status": "not_confirmed", "bar_supported": False},
+    {"row_id": "policy-step-3/gpt-4-0314", "condition": "policy-step-3", "kind": "checkpoint", "checkpoint_step": 3,
+     "pool": "policy", "opponent": "gpt-4-0314", "status": "evaluated", "win_rate": 0.5833, "n": 288, "n_eff": 37.25,
+     "n_vignettes": 6, "iid_screening_low": 0.5259, "iid_screening_high": 0.6385, "cluster_low": 0.4417,
+     "cluster_high": 0.7092, "bar": 0.608, "bar_status": "not_confirmed", "bar_supported": False},
+]
 
 
 def retrain_policy(root: Path, weights: str) -> None:
@@ -395,7 +413,7 @@ def test_cli_card_build_and_lint(pipeline, tmp_path, monkeypatch):
     result = runner.invoke(app, ["card", "build", "--out-dir", str(tmp_path / "cards")])
     assert result.exit_code == 0, result.output
     built = sorted(p.name for p in (tmp_path / "cards").iterdir())
-    assert built == ["reappraisal-policy-grpo.md", "reappraisal-rm-ensemble.md"]
+    assert built == ["reappraisal-policy-grpo.md", "reappraisal-policy-grpo.step-3.md", "reappraisal-rm-ensemble.md"]
     assert parse_card((tmp_path / "cards/reappraisal-policy-grpo.md").read_text())[0]["library_name"] == "transformers"
     assert runner.invoke(app, ["card", "lint"]).exit_code == 0
     claims = json.loads((pipeline / "reports/claims.json").read_text())
@@ -406,6 +424,48 @@ def test_cli_card_build_and_lint(pipeline, tmp_path, monkeypatch):
     write_json(tmp_path / "forged.json", forged)
     result = runner.invoke(app, ["card", "lint", "--claims", str(tmp_path / "forged.json")])
     assert result.exit_code == 1 and "blocking flags" in result.output
+
+
+def test_each_kept_checkpoint_gets_a_card_linking_to_its_own_results_row(pipeline, tmp_path, monkeypatch):
+    from huggingface_hub import ModelCard
+    from typer.testing import CliRunner
+
+    from reappreg.cli import app
+
+    monkeypatch.chdir(pipeline)
+    monkeypatch.setenv("MLFLOW_TRACKING_URI", f"sqlite:///{tmp_path / 'mlflow.db'}")
+    result = CliRunner().invoke(app, ["card", "build", "--out-dir", str(tmp_path / "cards")])
+    assert result.exit_code == 0, result.output
+    text = (tmp_path / "cards/reappraisal-policy-grpo.step-3.md").read_text()
+    meta, body = parse_card(text)
+    assert meta["reappreg"]["checkpoint"] == {
+        "step": 3, "final_step": 6, "folder": "models/policy/checkpoints/step_3", "training_run_id": TRAINING_RUN,
+        "model_md5": dvc_md5(pipeline / "models/policy/checkpoints/step_3"), "condition": "policy-step-3"}
+    assert meta["reappreg"]["results_rows"] == ["policy-step-3/gpt-4-0314"]
+    assert "| Results row | `policy-step-3/gpt-4-0314` in `metrics/results.json`" in body
+    assert f"kept checkpoint at step 3 of 6 of training run `{TRAINING_RUN}`" in body
+    # Its evaluation table and model-index are its own row's numbers, never the final model's.
+    assert "| policy-step-3 | gpt-4-0314 | 0.583 | 288 | 0.526 | 0.442 | 37.250 | 6 |" in body
+    assert "| policy | gpt-4-0314 |" not in body
+    index = {r.metric_type: r.metric_value for r in ModelCard(text).data.eval_results}
+    assert index == {"win_rate": 0.5833, "cluster_low": 0.4417, "iid_low": 0.5259, "n": 288}
+    final_meta, final_body = parse_card((tmp_path / "cards/reappraisal-policy-grpo.md").read_text())
+    assert final_meta["reappreg"]["results_rows"] == ["policy/gpt-4-0314"] and "checkpoint" not in final_meta["reappreg"]
+    assert "| Results row | `policy/gpt-4-0314`" in final_body
+    rm_meta, _ = parse_card((tmp_path / "cards/reappraisal-rm-ensemble.md").read_text())
+    assert "results_rows" not in rm_meta["reappreg"]
+
+
+def test_a_kept_checkpoint_the_training_metrics_do_not_describe_is_refused(pipeline):
+    from reappreg.card import kept_checkpoints
+
+    decl = load_declarations(pipeline / "registry/models.yaml")
+    evidence = evidence_of(pipeline)
+    policy = decl.models["reappraisal-policy-grpo"]
+    assert [c["step"] for c in kept_checkpoints(policy, evidence, [3])] == [3]
+    with pytest.raises(InputError, match=r"no kept checkpoint at step 6.*rerun `reappreg policy train`"):
+        kept_checkpoints(policy, evidence, [3, 6])
+    assert kept_checkpoints(decl.models["reappraisal-rm-ensemble"], evidence, [3]) == []
 
 
 def test_numbers_in_ignores_hashes_and_model_names():

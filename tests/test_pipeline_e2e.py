@@ -124,12 +124,28 @@ def test_training_chain_is_guarded_and_registered(repo_copy):
     assert not any(c["supported"] for c in claims)
     assert read_json(root / "reports/leakscan.json")["passed"] is True
 
+    # Kept checkpoints (policy.train.checkpoint_steps, [1] in the shrunk copy): a folder each, a
+    # results row each with both interval kinds, a card each, a registered version each.
+    from reappreg.results import missing_rows
+    from reappreg.settings import load_params
+
+    steps = load_params(root / "params.yaml").policy.train.checkpoint_steps
+    assert steps and read_json(root / "models/policy/checkpoints/manifest.json")["checkpoints"][0]["step"] == steps[0]
+    results = read_json(root / "metrics/results.json")
+    conditions = ["policy", *(f"policy-step-{n}" for n in steps)]
+    assert missing_rows(results, conditions, results["reference_bar"]["opponent"]) == []
+    for n in steps:
+        assert (root / f"reports/cards/reappraisal-policy-grpo.step-{n}.md").is_file()
+
     client = mlflow.MlflowClient(tracking_uri=f"sqlite:///{root / 'registry/mlflow.db'}")
-    for name in ["reappraisal-rm-ensemble", "reappraisal-policy-grpo"]:
-        versions = client.search_model_versions(f"name='{name}'")
-        assert len(versions) == 1, name
+    for name, n_versions in [("reappraisal-rm-ensemble", 1), ("reappraisal-policy-grpo", 1 + len(steps))]:
+        versions = sorted(client.search_model_versions(f"name='{name}'"), key=lambda v: int(v.version))
+        assert len(versions) == n_versions, name
         alias = client.get_model_version_by_alias(name, "candidate")
-        assert alias.version == versions[0].version
+        assert alias.version == versions[-1].version   # the final model, registered last
+    policy = sorted(client.search_model_versions("name='reappraisal-policy-grpo'"), key=lambda v: int(v.version))
+    assert [v.tags["reappreg.checkpoint_step"] for v in policy] == [*map(str, steps), str(train["global_step"])]
+    assert {v.tags["reappreg.training_run_id"] for v in policy} == {train["training_run_id"]}
 
 
 def _kill_stage_midway(root: Path, env: dict, stage: str, ready: Path, pattern: str, timeout: float = 600) -> bool:
@@ -168,6 +184,7 @@ def test_kill_9_then_repro_resumes_to_the_same_hashes(repo_copy, stage, out, wor
     root, ctx = repo_copy
     env = ctx["env"]
     clean = dvc_md5(root / out)
+    kept = dvc_md5(root / "models/policy/checkpoints") if stage == "policy_train" else None
     saw_checkpoint = _kill_stage_midway(root, env, stage, root / work, pattern)
     if stage == "policy_train":
         assert saw_checkpoint, "GRPO was killed before its first checkpoint; resume was not exercised"
@@ -180,5 +197,6 @@ def test_kill_9_then_repro_resumes_to_the_same_hashes(repo_copy, stage, out, wor
         from reappreg.io import read_json
 
         assert read_json(root / "metrics/policy/train.json")["resumed_from_step"] >= 1
+        assert dvc_md5(root / "models/policy/checkpoints") == kept, "kept checkpoints differ after kill -9 + resume"
     _run(["dvc", "repro"], root, env)
     assert "Running stage" not in _run(["dvc", "repro"], root, env)

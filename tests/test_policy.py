@@ -184,7 +184,7 @@ def test_missing_close_tag_score_whole_and_explicit_penalty():
 
 @pytest.mark.slow
 def test_reward_matches_the_real_ensemble_on_the_same_texts(tiny_ensemble):
-    from reappreg.rm import load_ensemble
+    from reappreg.rm.ensemble import load_ensemble
 
     ensemble = load_ensemble(tiny_ensemble)
     answers = [
@@ -512,7 +512,7 @@ def test_resume_after_interruption_continues_at_the_right_step(tiny_random_polic
 
     prompts, vignettes = _write_training_inputs(tmp_path, tiny_random_policy)
     hyper = PolicyTrainSettings(max_steps=4, num_generations=2, per_device_train_batch_size=2, max_completion_length=6,
-                                save_steps=2, save_total_limit=1, learning_rate=1e-3)
+                                save_steps=2, save_total_limit=1, learning_rate=1e-3, checkpoint_steps=[])
 
     class Kill(TrainerCallback):
         """Dies right after the step-2 checkpoint is on disk, like a killed stage."""
@@ -565,7 +565,7 @@ def test_unhealthy_run_stops_by_param(tiny_random_policy, tmp_path):
     spec = GrpoSpec(base_model_dir=str(tiny_random_policy), prompts_path=str(prompts), vignettes_path=str(vignettes),
                     ensemble_path="unused", work_dir=str(tmp_path / "work"), show_progress=False,
                     train=PolicyTrainSettings(max_steps=5, num_generations=2, per_device_train_batch_size=2,
-                                              max_completion_length=4, save_steps=100),
+                                              max_completion_length=4, save_steps=100, checkpoint_steps=[]),
                     health=HealthThresholds(min_reward_std=1e-6, patience=2, stop_on_unhealthy=True))
     with pytest.raises(TrainingUnhealthy, match="stopped at step 2: reward-std collapse"):
         train_grpo(spec, ensemble=Constant())
@@ -584,7 +584,7 @@ def test_policy_stages_end_to_end_real_grpo(smollm_base, tiny_ensemble, tmp_path
     from reappreg.vignettes import VIGNETTES
 
     monkeypatch.chdir(tmp_path)
-    raw = _params_raw(train__max_steps=2, train__max_completion_length=12, train__save_steps=2,
+    raw = _params_raw(train__max_steps=2, train__max_completion_length=12, train__save_steps=1, train__checkpoint_steps=[1],
                       train__num_generations=2, train__per_device_train_batch_size=2)
     raw["tracking"]["artifact_root"] = str(tmp_path / "artifacts")
     raw["policy"]["prompt"]["file"] = str(PROMPT_FILE)
@@ -608,7 +608,7 @@ def test_policy_stages_end_to_end_real_grpo(smollm_base, tiny_ensemble, tmp_path
     write_json("certificate.json", _certificate(Path("prompts.jsonl"), Path("vignettes.jsonl")))
     invoke("policy", "train", "--prompts", "prompts.jsonl", "--vignettes", "vignettes.jsonl", "--rm-ensemble",
            str(tiny_ensemble), "--base", str(smollm_base), "--certificate", "certificate.json", "--work-dir", "work",
-           "--out", "grpo", "--metrics", "train.json")
+           "--out", "grpo", "--checkpoints-out", "checkpoints", "--metrics", "train.json")
 
     summary = json.loads(Path("train.json").read_text())
     assert summary["global_step"] == 2 and summary["model_md5"] == dvc_md5("grpo")
@@ -636,3 +636,14 @@ def test_policy_stages_end_to_end_real_grpo(smollm_base, tiny_ensemble, tmp_path
     assert tags["model.md5"] == summary["model_md5"] and tags["health"] in {"healthy", "unhealthy"}
     assert tags["policy.prompt.sha256"] == template.sha256 and tags["policy.prompt.file"] == str(PROMPT_FILE)
     assert latest_checkpoint(Path("work/checkpoints")).name == "checkpoint-2"
+    # The kept step-1 checkpoint: a model folder like the final one, described by the metrics and its run.
+    manifest = json.loads((Path("checkpoints") / "manifest.json").read_text())
+    assert [(e["step"], e["path"]) for e in manifest["checkpoints"]] == [(1, "step_1")] and manifest["final_step"] == 2
+    kept = Path("checkpoints/step_1")
+    assert summary["checkpoints"] == {"step_1": {"step": 1, "model_md5": dvc_md5(kept)}} == {
+        "step_1": {"step": 1, "model_md5": manifest["checkpoints"][0]["md5"]}}
+    assert summary["training_run_id"] == run.info.run_id and tags["checkpoint.step_1.md5"] == dvc_md5(kept)
+    assert sorted(p.name for p in kept.iterdir()) == sorted(p.name for p in Path("grpo").iterdir())
+    assert json.loads((kept / "training_prompt.json").read_text())["system"] == template.system
+    middle = load_file(str(kept / "model.safetensors"))
+    assert any(not np.array_equal(middle[k].numpy(), after[k].numpy()) for k in middle)   # step 1 is not the final model

@@ -42,6 +42,7 @@ SIZES = {
     "policy.train.num_generations", "policy.train.max_steps", "policy.train.max_completion_length",
     "policy.train.per_device_train_batch_size", "policy.train.gradient_accumulation_steps",
     "policy.train.save_steps", "policy.train.save_total_limit", "policy.launcher.num_processes",
+    "policy.train.checkpoint_steps",   # which saved steps are kept follows save_steps and max_steps
 }
 DEVICE = {
     "rm.encoder.device", "rm.encoder.dtype", "generate.backend", "generate.precision",
@@ -259,7 +260,7 @@ def test_a_launch_that_starts_fewer_processes_is_refused_inside_the_trainer(rehe
     from reappreg.io import read_json
     from reappreg.policy.train import GrpoSpec, WorldSizeMismatch, train_grpo
 
-    _, train = _rehearsal_train_settings(max_steps=1)
+    _, train = _rehearsal_train_settings(max_steps=1, checkpoint_steps=[])
     spec = GrpoSpec.from_json(read_json(_spec(two_process_inputs, rehearsal_base, Path("unused"), tmp_path / "w", train)))
     assert spec.world_size == 2 and spec.train == train  # the spec survives its JSON round trip
     with pytest.raises(WorldSizeMismatch, match="asked for 2 process.*sees world size 1"):
@@ -304,6 +305,9 @@ def test_policy_stages_on_the_rehearsal_profile(tiny_ensemble, tmp_path, trackin
         "--base", "base", "--certificate", "certificate.json", "--work-dir", "work", "--out", "grpo", "--metrics", "train.json")
     summary = read_json("train.json")
     assert summary["world_size"] == 2 and summary["distributed_type"] == "MULTI_CPU" and summary["global_step"] == 2
+    # The kept step-1 checkpoint (rehearsal checkpoint_steps [1]), exported by rank 0 under 2 processes.
+    assert summary["checkpoints"] == {"step_1": {"step": 1, "model_md5": dvc_md5("models/policy/checkpoints/step_1")}}
+    assert (Path("models/policy/checkpoints/step_1") / "model.safetensors").is_file()
     reference = load_prompt_template(REPO / "pipelines/prompts/grpo_prompt_reference.yaml")
     assert summary["prompt"]["sha256"] == reference.sha256 == load_prompt_template("prompt.yaml").sha256
     client = mlflow.MlflowClient(tracking_uri)

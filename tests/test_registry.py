@@ -79,8 +79,11 @@ def write_pipeline(root: Path, *, trusted: bool = True, healthy: bool = True, pr
     root.mkdir(parents=True, exist_ok=True)
     from reappreg.settings import Params
 
-    # The schema's defaults (the CPU profile): independent of params.yaml edits in flight.
-    (root / "params.yaml").write_text(yaml.safe_dump(Params().model_dump(by_alias=True), sort_keys=True), encoding="utf-8")
+    # The schema's defaults (the CPU profile): independent of params.yaml edits in flight. No kept
+    # checkpoints here (add_kept_checkpoint adds one, with everything registering it reads).
+    params = Params().model_dump(by_alias=True)
+    params["policy"]["train"]["checkpoint_steps"] = []
+    (root / "params.yaml").write_text(yaml.safe_dump(params, sort_keys=True), encoding="utf-8")
     shutil.copytree(REPO / "registry", root / "registry", ignore=shutil.ignore_patterns("mlflow.db", "mlartifacts", "mlruns"))
     (root / "pipelines/prompts").mkdir(parents=True)
     shutil.copy(REPO / "pipelines/prompts/grpo_prompt.yaml", root / "pipelines/prompts/grpo_prompt.yaml")
@@ -1130,3 +1133,92 @@ def test_an_envelope_copied_from_another_version_is_refused(repo, tmp_path):
     assert code == 1 and "signed statement describes another version" in " ".join(out.split()), out
     code, _, exc = run_cli("registry", "pull", f"{POLICY}@champion", "--to", str(tmp_path / "p"), "--allow-failing-gates")
     assert isinstance(exc, IntegrityError) and not (tmp_path / "p").exists()
+
+
+# --------------------------------------------------------------------------- kept checkpoints
+
+
+TRAINING_RUN = "0123456789abcdef0123456789abcdef"
+
+
+def add_kept_checkpoint(root: Path) -> None:
+    """policy.train.checkpoint_steps [3]: the step-3 folder, the metrics that describe it, its results row
+    and its card, as `policy train`, `stats results` and `card build` write them."""
+    params = yaml.safe_load((root / "params.yaml").read_text())
+    params["policy"]["train"]["checkpoint_steps"] = [3]
+    (root / "params.yaml").write_text(yaml.safe_dump(params, sort_keys=True))
+    folder = root / "models/policy/checkpoints/step_3"
+    folder.mkdir(parents=True)
+    (folder / "config.json").write_text('{"grpo": true}')
+    (folder / "model.safetensors").write_text("step-3-weights")
+    _json(root / "models/policy/checkpoints/manifest.json",
+          {"checkpoints": [{"step": 3, "path": "step_3", "md5": dvc_md5(folder)}], "final_step": 6, "run_fingerprint": "fp"})
+    metrics = json.loads((root / "metrics/policy/train.json").read_text())
+    metrics.update(training_run_id=TRAINING_RUN, checkpoints={"step_3": {"step": 3, "model_md5": dvc_md5(folder)}})
+    _json(root / "metrics/policy/train.json", metrics)
+    results = json.loads((root / "metrics/results.json").read_text())
+    results["rows"] = [
+        {"row_id": "policy/gpt-4-0314", "condition": "policy", "opponent": "gpt-4-0314", "pool": "policy",
+         "status": "evaluated", "win_rate": 0.9, "n": 300, "cluster_low": 0.8, "iid_screening_low": 0.86, "n_eff": 250.0,
+         "bar": 0.608, "bar_status": "confirmed", "bar_supported": True},
+        {"row_id": "policy-step-3/gpt-4-0314", "condition": "policy-step-3", "opponent": "gpt-4-0314", "pool": "policy",
+         "status": "evaluated", "win_rate": 0.55, "n": 288, "cluster_low": 0.41, "iid_screening_low": 0.49, "n_eff": 37.5,
+         "bar": 0.608, "bar_status": "not_confirmed", "bar_supported": False},
+    ]
+    _json(root / "metrics/results.json", results)
+    (root / "reports/cards" / f"{POLICY}.step-3.md").write_text(
+        f"---\nlicense: apache-2.0\n{CLEAN_REVISION}---\n# {POLICY}\n\nThe step-3 checkpoint.\n", encoding="utf-8")
+
+
+def test_kept_checkpoints_are_versions_of_their_own_registered_in_step_order(repo, tmp_path):
+    import mlflow
+
+    from reappreg.registry.registration import CHECKPOINT_STEP_TAG, RESULTS_ROW_TAG, TRAINING_RUN_TAG
+
+    add_kept_checkpoint(repo)
+    out = register_ok()
+    client = client_for(repo)
+    checkpoint, final = versions(client, POLICY)
+    assert (str(checkpoint.version), str(final.version)) == ("1", "2")   # step order: the final model last
+    assert checkpoint.tags[CHECKPOINT_STEP_TAG] == "3" and final.tags[CHECKPOINT_STEP_TAG] == "6"
+    assert checkpoint.tags[TRAINING_RUN_TAG] == final.tags[TRAINING_RUN_TAG] == TRAINING_RUN
+    assert checkpoint.tags[RESULTS_ROW_TAG] == "policy-step-3/gpt-4-0314"
+    assert final.tags[RESULTS_ROW_TAG] == "policy/gpt-4-0314"
+    assert checkpoint.tags[CONTENT_TAG] == dvc_md5(repo / "models/policy/checkpoints/step_3")
+    assert final.tags[CONTENT_TAG] == dvc_md5(repo / "models/policy/grpo")
+    # `candidate` went on each new version in turn, so it ends on the final model.
+    assert aliases(client, POLICY) == {"candidate": "2"}
+    # A checkpoint's bar evidence is its own results row, never the final model's eval.json numbers.
+    assert float(checkpoint.tags["eval.n"]) == 288 and float(checkpoint.tags["eval.cluster_ci_low"]) == 0.41
+    assert float(final.tags["eval.n"]) == 300
+    assert checkpoint.tags["gate.cluster_ci_low_above_bar"] == "fail" and final.tags["gate.cluster_ci_low_above_bar"] == "pass"
+    # Promotion evidence belongs to the selected condition (`policy`), not to every version.
+    assert checkpoint.tags["gate.fresh_pool_promotable"] == "fail" and final.tags["gate.fresh_pool_promotable"] == "pass"
+    # Each version lives in a run of its own (one model folder and signature per run), with its card.
+    assert checkpoint.run_id != final.run_id
+    card = (repo / "reports/cards" / f"{POLICY}.step-3.md").read_text()
+    assert mlflow.artifacts.load_text(f"runs:/{checkpoint.run_id}/{POLICY}/README.md") == card
+    assert "The step-3 checkpoint." in checkpoint.description
+    # Signed like the final model: a pull checks every byte against the signed statement.
+    code, pulled, exc = run_cli("registry", "pull", f"{POLICY}/1", "--to", str(tmp_path / "pulled"), "--allow-failing-gates")
+    assert code == 0, (pulled, exc)
+    [folder] = [p for p in (tmp_path / "pulled/artifacts").iterdir() if p.is_dir()]
+    assert dvc_md5(folder) == dvc_md5(repo / "models/policy/checkpoints/step_3")
+    # Unchanged artifacts: no new version, the alias stays on the final model.
+    assert "unchanged" in register_ok() and ids(client, POLICY) == ["1", "2"] and aliases(client, POLICY) == {"candidate": "2"}
+    assert "version 1" in out and "version 2" in out
+
+
+def test_a_kept_checkpoint_whose_folder_the_metrics_do_not_describe_is_refused(repo):
+    add_kept_checkpoint(repo)
+    (repo / "models/policy/checkpoints/step_3/model.safetensors").write_text("swapped after training")
+    code, _, exc = run_cli("registry", "register")
+    assert isinstance(exc, GateFailed) and "step_3" in str(exc) and "step 3" in str(exc)
+    assert client_for(repo).search_model_versions(f"name='{POLICY}'") == []
+
+
+def test_a_kept_checkpoint_without_its_card_is_refused(repo):
+    add_kept_checkpoint(repo)
+    (repo / "reports/cards" / f"{POLICY}.step-3.md").unlink()
+    code, _, exc = run_cli("registry", "register")
+    assert code != 0 and "step-3 checkpoint not found" in str(exc)

@@ -17,6 +17,8 @@ from reappreg.results import (
     ResultsInputs,
     best_of_k_optimism,
     build_results,
+    checkpoint_inputs,
+    missing_rows,
 )
 from reappreg.results_outputs import render_markdown, write_results
 from reappreg.stats import contest_table, validate_judgments
@@ -99,6 +101,54 @@ def test_every_condition_has_a_row_with_both_interval_kinds(tmp_path):
     # the policy row clears the bar only if its CLUSTER bound does, whatever the iid bound says
     policy = row(results, "policy/gpt-4-0314")
     assert policy["iid_screening_low"] > policy["cluster_low"]
+
+
+def test_every_condition_and_checkpoint_has_a_row_with_both_interval_kinds(tmp_path):
+    """Matrix completeness: the final policy, each kept checkpoint (policy-step-<n>) and every other
+    condition get an evaluated row with the iid screening AND the worst-case cluster interval."""
+    rng = np.random.default_rng(3)
+    steps = [3, 6]
+    checkpoints = checkpoint_inputs(steps, tmp_path / "conditions")
+    assert [(c.name, c.kind, c.step) for c in checkpoints] == [("policy-step-3", "checkpoint", 3),
+                                                             ("policy-step-6", "checkpoint", 6)]
+    for i, cond in enumerate(checkpoints):
+        write_jsonl(cond.judgments, random_judgments(0.5 + 0.05 * i, rng=rng, prefix=f"c{i}-",
+                                                     seed_offset=20_000 * (i + 1)))
+    base = inputs_for(tmp_path, {"policy": random_judgments(0.7, rng=rng, prefix="p-"),
+                                 "base": random_judgments(0.4, rng=rng, prefix="b-", seed_offset=90_000)})
+    conditions = [base.conditions[0], *checkpoints, base.conditions[1]]
+    base.conditions = conditions
+    results = build_results(base)
+    names = [c.name for c in conditions]
+    assert [r["condition"] for r in results["rows"]] == names == ["policy", "policy-step-3", "policy-step-6", "base"]
+    assert missing_rows(results, names, REFERENCE.opponent) == []
+    for r in results["rows"]:
+        assert r["iid_screening_low"] < r["win_rate"] < r["iid_screening_high"]
+        assert r["cluster_low"] <= r["win_rate"] <= r["cluster_high"]
+        assert r["binding_interval"] is not None
+    assert [r["checkpoint_step"] for r in results["rows"]] == [None, 3, 6, None]
+    assert row(results, "policy-step-3/gpt-4-0314")["kind"] == "checkpoint"
+    assert "| `policy-step-6/gpt-4-0314` | checkpoint |" in render_markdown(results)
+
+    # A checkpoint that was never judged is a not-run row and breaks completeness: never dropped.
+    checkpoints[1].judgments.unlink()
+    results = build_results(base)
+    assert row(results, "policy-step-6/gpt-4-0314")["status"] == "not_run"
+    assert results["not_run"] == ["policy-step-6"] and results["complete"] is False
+    assert missing_rows(results, names, REFERENCE.opponent) == ["policy-step-6"]
+
+
+def test_a_kept_checkpoint_may_be_a_selection_candidate(tmp_path):
+    rng = np.random.default_rng(5)
+    [checkpoint] = checkpoint_inputs([3], tmp_path / "conditions")
+    write_jsonl(checkpoint.judgments, random_judgments(0.8, rng=rng, prefix="c-", seed_offset=40_000))
+    inputs = inputs_for(tmp_path, {"policy": random_judgments(0.5, rng=rng, prefix="p-")},
+                        candidates=("policy", "policy-step-3"))
+    inputs.conditions = [*inputs.conditions, checkpoint]
+    selection = build_results(inputs)["selection"]
+    assert selection["k"] == 2 and selection["selected"] == "policy-step-3"
+    assert selection["candidate_win_rates"]["policy-step-3"] > selection["candidate_win_rates"]["policy"]
+    assert selection["promotable"] is False and "fresh" in selection["reason"]   # no fresh pool of its own
 
 
 def test_bar_column_reads_only_the_cluster_bound(tmp_path):
@@ -319,13 +369,17 @@ def test_judge_model_name_in_rows(tmp_path):
 
 
 def test_results_command_reads_every_declared_condition(tmp_path):
-    """The stage command: the policy, stats.model_conditions under --conditions-dir, outputs written."""
+    """The stage command: the policy, each kept checkpoint (policy.train.checkpoint_steps: [3]) and
+    stats.model_conditions under --conditions-dir, outputs written."""
     repo = Path(__file__).resolve().parents[1]
     rng = np.random.default_rng(31)
     write_jsonl(tmp_path / "policy.jsonl", random_judgments(0.6, rng=rng, prefix="p-", generations=4))
     (tmp_path / "conditions" / "base").mkdir(parents=True)
     write_jsonl(tmp_path / "conditions" / "base" / "judgments.jsonl",
                 random_judgments(0.4, rng=rng, prefix="b-", seed_offset=50_000, generations=4))
+    (tmp_path / "conditions" / "policy-step-3").mkdir(parents=True)
+    write_jsonl(tmp_path / "conditions" / "policy-step-3" / "judgments.jsonl",
+                random_judgments(0.5, rng=rng, prefix="c-", seed_offset=70_000, generations=4))
     write_json(tmp_path / "calibration.json", TRUSTED)
     out = tmp_path / "out"
     args = ["stats", "results", "--params", str(repo / "params.yaml"), "--models", str(repo / "registry/models.yaml"),
@@ -338,7 +392,7 @@ def test_results_command_reads_every_declared_condition(tmp_path):
         main(args)
     assert done.value.code == 0
     results = json.loads((out / "results.json").read_text())
-    assert [r["row_id"] for r in results["rows"]] == ["policy/gpt-4-0314", "base/gpt-4-0314"]
+    assert [r["row_id"] for r in results["rows"]] == ["policy/gpt-4-0314", "policy-step-3/gpt-4-0314", "base/gpt-4-0314"]
     assert results["reference_bar"]["bar"] == 0.608 and results["selection"]["promotable"] is False
     assert all(r["bar_status"] == "not_tested" for r in results["rows"])   # 48 contests < min_n_confirm
     # a declared condition whose judgments are missing is a not-run row, never silently dropped
@@ -353,6 +407,8 @@ def test_results_command_reads_every_declared_condition(tmp_path):
     ({"model_conditions": ["base", "base"]}, "used twice"),
     ({"model_conditions": ["policy"]}, "used twice"),
     ({"model_conditions": ["fresh-policy"]}, "reserved"),
+    ({"model_conditions": ["policy-step-3"]}, "reserved"),
+    ({"selection_candidates": ["policy-step-x"]}, "not conditions"),
     ({"model_conditions": ["../x"]}, "folder-safe"),
     ({"selection_candidates": ["nope"]}, "not conditions"),
     ({"fresh_pools": [{"condition": "base", "model": "models/policy/base", "seed": 1}]}, "not in selection_candidates"),
@@ -366,3 +422,27 @@ def test_condition_settings_refuse_ambiguous_declarations(overlay, message):
 
     with pytest.raises(ValidationError, match=message):
         StatsSettings(**overlay)
+
+
+def test_a_selection_candidate_that_is_not_a_kept_checkpoint_is_refused(tmp_path):
+    """stats.selection_candidates may name policy-step-<n> only for a step in policy.train.checkpoint_steps."""
+    import yaml
+
+    repo = Path(__file__).resolve().parents[1]
+    raw = yaml.safe_load((repo / "params.yaml").read_text(encoding="utf-8"))
+    raw["stats"]["selection_candidates"] = ["policy", "policy-step-9"]
+    (tmp_path / "params.yaml").write_text(yaml.safe_dump(raw))
+    write_json(tmp_path / "calibration.json", TRUSTED)
+    from typer.testing import CliRunner
+
+    from reappreg.cli import app
+
+    result = CliRunner().invoke(app, [
+        "stats", "results", "--params", str(tmp_path / "params.yaml"), "--models", str(repo / "registry/models.yaml"),
+        "--policy-judgments", str(tmp_path / "policy.jsonl"), "--conditions-dir", str(tmp_path / "conditions"),
+        "--calibration", str(tmp_path / "calibration.json"), "--json", str(tmp_path / "r.json"),
+        "--markdown", str(tmp_path / "r.md"), "--plot", str(tmp_path / "f.png")])
+    assert result.exit_code != 0
+    assert "policy-step-9" in str(result.exception) + result.output and "no such kept checkpoint" in \
+        str(result.exception) + result.output
+    assert not (tmp_path / "r.json").exists()

@@ -76,6 +76,7 @@ def train_settings(args: argparse.Namespace):
     return full.model_copy(update=dict(
         max_steps=args.grpo_steps, num_generations=args.num_generations, max_completion_length=args.max_completion_length,
         per_device_train_batch_size=args.per_device_batch, gradient_accumulation_steps=1, save_steps=10_000,
+        checkpoint_steps=[],  # no checkpoint is saved in a smoke run, so none is kept
         trl=trl,
     ))
 

@@ -386,6 +386,13 @@ class CardInputs:
     paths: dict[str, str]               # evidence source name -> path as shown on the card
     min_n_confirm: int
     decimals: int = 3
+    # The results table rows (metrics/results.json) of the condition this version is: `policy` for
+    # the final policy, `policy-step-<n>` for a kept checkpoint. The card links to them by row_id.
+    results_rows: list[dict[str, Any]] = field(default_factory=list)
+    # A kept checkpoint: {step, final_step, folder, model_md5, training_run_id, condition}; None otherwise.
+    checkpoint: dict[str, Any] | None = None
+    # Evaluation rows the card shows instead of eval.json's (a checkpoint: its own results rows).
+    comparisons: list[dict[str, Any]] | None = None
 
 
 def _dotted(params: Mapping[str, Any], key: str, source: str) -> Any:
@@ -456,6 +463,53 @@ def _max_completion_length(params: Mapping[str, Any]) -> int | None:
         return None
 
 
+def kept_checkpoints(model: Any, evidence: Evidence, steps: Sequence[int]) -> list[dict[str, Any]]:
+    """The kept checkpoints of a policy declaration, in step order, from its training metrics.
+
+    ``steps`` is policy.train.checkpoint_steps; each must be in the metrics the declaration's
+    ``artifact_md5_metric`` file holds (``<file>.checkpoints.step_<n>.model_md5``), with the
+    training run id (``<file>.training_run_id``). Refuses a step the metrics do not describe.
+    """
+    if model.kind != "policy" or model.checkpoints is None or not steps:
+        return []
+    from reappreg.conditions import checkpoint_condition
+
+    stem = (model.artifact_md5_metric or "train.model_md5").split(".", 1)[0]
+    metrics = evidence.policy_metrics
+    out = []
+    for step in steps:
+        md5 = metrics.get(f"{stem}.checkpoints.step_{step}.model_md5")
+        if md5 is None:
+            raise InputError(f"policy metrics ({stem}.json) describe no kept checkpoint at step {step} "
+                             f"(policy.train.checkpoint_steps {list(steps)}); rerun `reappreg policy train`")
+        out.append({"step": step, "final_step": metrics.get(f"{stem}.global_step"),
+                    "folder": f"{Path(model.checkpoints).as_posix()}/step_{step}", "model_md5": md5,
+                    "training_run_id": metrics.get(f"{stem}.training_run_id"), "condition": checkpoint_condition(step)})
+    return out
+
+
+def checkpoint_card_name(name: str, step: int) -> str:
+    """The card file stem of a kept checkpoint's version (``reports/cards/<this>.md``)."""
+    return f"{name}.step-{step}"
+
+
+def results_rows_of(evidence: Evidence, condition: str) -> list[dict[str, Any]]:
+    """The results table rows of ``condition`` (metrics/results.json; none when it was not given)."""
+    path = evidence.sources.get("results")
+    if path is None:
+        return []
+    rows = read_json(path).get("rows", [])
+    return [dict(r) for r in rows if isinstance(r, dict) and r.get("condition") == condition]
+
+
+def rows_as_comparisons(rows: Sequence[Mapping[str, Any]]) -> list[dict[str, Any]]:
+    """Evaluated results rows (the condition's own pool) in the card's evaluation-table columns."""
+    return [{"condition": r["condition"], "opponent": r["opponent"], "win_rate": r.get("win_rate"), "n": r.get("n"),
+             "iid_low": r.get("iid_screening_low"), "cluster_low": r.get("cluster_low"), "n_eff": r.get("n_eff"),
+             "n_clusters": r.get("n_vignettes")}
+            for r in rows if r.get("status") == "evaluated" and r.get("pool") == "policy"]
+
+
 def card_inputs_for(
     name: str,
     decl: Any,
@@ -468,8 +522,12 @@ def card_inputs_for(
     decimals: int,
     health: Any,
     stage: str = "register",
+    checkpoint: Mapping[str, Any] | None = None,
 ) -> CardInputs:
     """The facts of model ``name`` (declared in ``decl``, a RegistryDecl) for its card.
+
+    ``checkpoint`` (one of :func:`kept_checkpoints`) makes it the card of that kept checkpoint's
+    version: its evaluation table is its own results rows, not the final model's.
 
     ``revision`` is :func:`source_revision`'s (``commit``, ``dirty``, ``dirty_paths``) plus
     ``dirty_allowed`` (the card was built with ``--allow-dirty``); ``health`` is the
@@ -520,7 +578,18 @@ def card_inputs_for(
         paths={name: display_path(path, root) for name, path in evidence.sources.items()},
         min_n_confirm=min_n_confirm,
         decimals=decimals,
+        results_rows=results_rows_of(evidence, checkpoint["condition"] if checkpoint else "policy")
+        if model.kind == "policy" else [],
+        checkpoint=dict(checkpoint) if checkpoint else None,
+        comparisons=rows_as_comparisons(results_rows_of(evidence, checkpoint["condition"])) if checkpoint else None,
     )
+
+
+def card_comparisons(inputs: CardInputs, evidence: Evidence) -> list[dict[str, Any]]:
+    """The evaluation rows a card shows: a checkpoint's own results rows, else the policy's eval.json rows."""
+    if inputs.kind != "policy":
+        return []
+    return inputs.comparisons if inputs.comparisons is not None else evidence.comparisons()
 
 
 def render_card(template_text: str, template_source: str, inputs: CardInputs, evidence: Evidence) -> str:
@@ -550,7 +619,7 @@ def render_card(template_text: str, template_source: str, inputs: CardInputs, ev
         card=inputs,
         front_matter=front,
         evidence=evidence,
-        comparisons=evidence.comparisons() if inputs.kind == "policy" else [],
+        comparisons=card_comparisons(inputs, evidence),
         supported=supported,
         unsupported=unsupported,
         judge=judge,
@@ -566,6 +635,6 @@ def render_card(template_text: str, template_source: str, inputs: CardInputs, ev
 
 
 __all__ = ["CardInputs", "Certificate", "ClaimRejected", "Evidence", "LintProblem", "TrainingHealth", "card_body",
-           "card_inputs_for", "card_revision", "check_template", "flatten", "fmt", "lint_claims", "load_evidence",
+           "card_comparisons", "card_inputs_for", "card_revision", "checkpoint_card_name", "kept_checkpoints", "check_template", "flatten", "fmt", "lint_claims", "load_evidence",
            "metric_label", "calibration_rows", "numbers_in", "parse_card", "read_certificate", "render_card", "source_revision",
            "training_health"]

@@ -26,7 +26,8 @@ def eval_results(inputs: CardInputs, evidence: Evidence) -> list[Any]:
     results = []
     if inputs.kind == "policy":
         # huggingface_hub groups results by dataset type, config and split (not name): one type per opponent.
-        for row in evidence.comparisons():
+        # A kept checkpoint's card: its own results rows, never the final model's numbers.
+        for row in (inputs.comparisons if inputs.comparisons is not None else evidence.comparisons()):
             for key, name in (("win_rate", "win-rate"), ("cluster_low", "vignette-cluster 95% CI lower bound"),
                               ("iid_low", "iid (Wilson) 95% CI lower bound"), ("n", "scored judgments")):
                 if isinstance(row.get(key), (int, float)) and not isinstance(row.get(key), bool):
@@ -59,6 +60,12 @@ def card_metadata(inputs: CardInputs, evidence: Evidence) -> dict[str, Any]:
     meta["reappreg"] = {"revision": {"git_commit": inputs.revision["commit"], "git_dirty": inputs.revision["dirty"],
                                      "dirty_paths": list(inputs.revision.get("dirty_paths", [])),
                                      "dirty_allowed": bool(inputs.revision.get("dirty_allowed", False))}}
+    if inputs.kind == "policy":
+        # The results table rows this version is (metrics/results.json rows[*].row_id).
+        meta["reappreg"]["results_rows"] = [r["row_id"] for r in inputs.results_rows]
+    if inputs.checkpoint is not None:
+        meta["reappreg"]["checkpoint"] = {k: inputs.checkpoint[k] for k in ("step", "final_step", "folder", "model_md5",
+                                                                          "training_run_id", "condition")}
     return meta
 
 

@@ -6,6 +6,9 @@ and protocol as the ``policy`` condition, so its judgments follow the same row c
 
 * **Model conditions** (``results.model_conditions``): a policy folder ``models/policy/<name>``
   (the CPU default: ``base``, the untrained base) answers through ``reappreg generate run``.
+* **Checkpoint conditions** (``policy.train.checkpoint_steps``): each kept GRPO checkpoint
+  ``models/policy/checkpoints/step_<n>`` is the condition ``policy-step-<n>`` (:func:`checkpoint_condition`),
+  generated and judged exactly like the final model, so the table has a row per checkpoint.
 * **Reference conditions** (``results.reference_conditions``): a file of answers somebody
   else's model wrote (one JSON object a line: ``vignette_id``, ``text``, ``source``), e.g. a
   frontier model's single-pass answers. Such answers are evaluation text like the held-out
@@ -36,6 +39,16 @@ from reappreg.errors import InputError
 from reappreg.settings.guard import GuardSettings
 
 REFERENCE_KEYS = ("vignette_id", "text", "source")
+# Condition (and data/eval/conditions/ folder) of a kept GRPO checkpoint: policy-step-<n>.
+CHECKPOINT_PREFIX = "policy-step-"
+
+
+def checkpoint_condition(step: int) -> str:
+    """The condition name of the kept checkpoint at GRPO step ``step`` (its results rows, its card)."""
+    if isinstance(step, bool) or not isinstance(step, int) or step < 1:
+        raise InputError(f"checkpoint step must be a positive integer, got {step!r}")
+    return f"{CHECKPOINT_PREFIX}{step}"
+
 MAX_EXAMPLES = 5
 
 
@@ -181,5 +194,5 @@ def check_fresh_scenarios(set_name: str, vignettes: Sequence[Mapping[str, Any]],
     return {**_refuse_hits(hits, f"off-distribution set {set_name!r}", len(protected), training_specs), "ood": True}
 
 
-__all__ = ["REFERENCE_KEYS", "check_fresh_scenarios", "guard_hits", "load_situation_csv", "read_reference_answers",
+__all__ = ["CHECKPOINT_PREFIX", "REFERENCE_KEYS", "checkpoint_condition", "check_fresh_scenarios", "guard_hits", "load_situation_csv", "read_reference_answers",
            "reference_generations"]

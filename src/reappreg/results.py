@@ -30,7 +30,8 @@ length-controlled win-rate) and closes each of those holes:
 
     {"schema_version": 1, "confidence", "reference_bar": {bar, opponent, source},
      "judge": {model, trusted, trust_reason},
-     "rows": [{"row_id": "<condition>/<opponent>", "condition", "kind": policy|model|reference|ood,
+     "rows": [{"row_id": "<condition>/<opponent>", "condition", "kind": policy|checkpoint|model|reference|ood,
+               "checkpoint_step" (kind checkpoint: the kept GRPO checkpoint's step, condition policy-step-<n>),
                "pool": <stats condition: policy | best_of_n_fresh_pool | best_of_n_selection_pool>,
                "opponent", "ood", "status": evaluated|not_run, "reason",
                "win_rate", "n" (contests), "n_eff", "n_vignettes", "n_generations",
@@ -76,7 +77,7 @@ from reappreg.stats.contests import order_figures, position_biased
 from reappreg.stats.intervals import finite
 
 RESULTS_SCHEMA_VERSION = 1
-KINDS = ("policy", "model", "reference", "ood")
+KINDS = ("policy", "checkpoint", "model", "reference", "ood")
 BAR_OPPONENT_STRENGTH = 0.5   # the bar opponent against itself
 
 
@@ -85,10 +86,11 @@ class ConditionInput:
     """One condition's judgments (None: declared but not run) and what kind of answer source it is."""
 
     name: str
-    kind: Literal["policy", "model", "reference", "ood"]
+    kind: Literal["policy", "checkpoint", "model", "reference", "ood"]
     judgments: Path | None
     answer_source: str | None = None   # reference conditions: whose answers (their strength as an opponent)
     ood: bool = False
+    step: int | None = None            # checkpoint conditions: the GRPO step of the kept checkpoint
 
 
 @dataclass(frozen=True)
@@ -112,6 +114,23 @@ class ResultsInputs:
     optimism_iterations: int = 2000
 
 
+def checkpoint_inputs(steps: Sequence[int], conditions_dir: Path) -> list[ConditionInput]:
+    """The conditions of the kept GRPO checkpoints: ``policy-step-<n>``, judgments under ``conditions_dir``."""
+    from reappreg.conditions import checkpoint_condition
+
+    return [ConditionInput(checkpoint_condition(n), "checkpoint", Path(conditions_dir) / checkpoint_condition(n) /
+                           "judgments.jsonl", step=n) for n in steps]
+
+
+def missing_rows(results: Mapping[str, Any], conditions: Sequence[str], opponent: str) -> list[str]:
+    """Matrix completeness: the conditions (policy, every kept checkpoint, ...) without an evaluated row
+    against ``opponent`` that carries both interval kinds (iid screening and worst-case cluster)."""
+    complete = {r["condition"] for r in results["rows"]
+                if r["opponent"] == opponent and r["status"] == "evaluated" and r["pool"] == "policy"
+                and None not in (r["iid_screening_low"], r["iid_screening_high"], r["cluster_low"], r["cluster_high"])}
+    return [c for c in conditions if c not in complete]
+
+
 # ----------------------------------------------------------------------------- rows
 
 
@@ -120,7 +139,8 @@ def _row(condition: ConditionInput, pool: str, opponent: str, summary: Mapping[s
     row: dict[str, Any] = {
         "row_id": f"{condition.name}/{opponent}" + ("" if pool == "policy" else f"/{pool}"),
         "condition": condition.name, "kind": condition.kind, "pool": pool, "opponent": opponent,
-        "ood": condition.ood, "status": "evaluated" if summary is not None else "not_run",
+        "ood": condition.ood, "checkpoint_step": condition.step,
+        "status": "evaluated" if summary is not None else "not_run",
         "reason": None if summary is not None else f"no judgments for condition {condition.name!r}",
     }
     keys = {"win_rate": "win_rate", "n": "n", "n_eff": "n_eff", "n_vignettes": "n_clusters",
@@ -364,5 +384,6 @@ def build_results(inputs: ResultsInputs) -> dict[str, Any]:
 
 
 __all__ = ["KINDS", "RESULTS_SCHEMA_VERSION", "ConditionInput", "DeclaredStrength", "ResultsInputs",
-           "best_of_k_optimism", "build_results", "check_fresh_pool", "generalisation_claim", "opponent_strengths",
+           "best_of_k_optimism", "build_results", "check_fresh_pool", "checkpoint_inputs", "generalisation_claim",
+           "missing_rows", "opponent_strengths",
            "promotion"]

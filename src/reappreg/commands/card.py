@@ -55,7 +55,7 @@ def build(
     """
     import mlflow
 
-    from reappreg.card import card_inputs_for, render_card, source_revision
+    from reappreg.card import card_inputs_for, checkpoint_card_name, kept_checkpoints, render_card, source_revision
     from reappreg.errors import InputError
     from reappreg.io import write_text
     from reappreg.registry import load_declarations
@@ -74,17 +74,22 @@ def build(
     revision = {**source_revision(), "dirty_allowed": allow_dirty}
     with stage_run("card", tracking=settings.tracking, params={**settings.registry.model_dump(),
                                                                "card": settings.card.model_dump()}, inputs=inputs):
-        for name in decl.models:
-            card_inputs = card_inputs_for(name, decl, params=params_dict, evidence=evidence, revision=revision,
-                                          min_n_confirm=settings.stats.min_n_confirm,
-                                          decimals=settings.registry.card_decimals, health=settings.card.health,
-                                          stage="register")
-            text = render_card(template_text, str(template), card_inputs, evidence)
-            out = out_dir / f"{name}.md"
-            write_text(out, text)
-            mlflow.log_artifact(str(out), artifact_path="cards")
-            mlflow.log_metric(f"card/{name}/chars", len(text))
-            Console().print(f"[green]card[/] {out} ({len(text)} characters)")
+        for name, model in decl.models.items():
+            # A policy's kept checkpoints (policy.train.checkpoint_steps) are versions of their own:
+            # one card each (<name>.step-<n>.md), then the final model's (<name>.md).
+            versions = [(checkpoint_card_name(name, c["step"]), c)
+                        for c in kept_checkpoints(model, evidence, settings.policy.train.checkpoint_steps)]
+            for stem, checkpoint in [*versions, (name, None)]:
+                card_inputs = card_inputs_for(name, decl, params=params_dict, evidence=evidence, revision=revision,
+                                              min_n_confirm=settings.stats.min_n_confirm,
+                                              decimals=settings.registry.card_decimals, health=settings.card.health,
+                                              stage="register", checkpoint=checkpoint)
+                text = render_card(template_text, str(template), card_inputs, evidence)
+                out = out_dir / f"{stem}.md"
+                write_text(out, text)
+                mlflow.log_artifact(str(out), artifact_path="cards")
+                mlflow.log_metric(f"card/{stem}/chars", len(text))
+                Console().print(f"[green]card[/] {out} ({len(text)} characters)")
 
 
 @app.command()

@@ -46,7 +46,7 @@ def run(
         rows_in = select_vignettes(read_jsonl(vignettes), g.vignettes, source=str(vignettes))
         scorer = None
         if g.best_of_n > 1:
-            from reappreg.rm import load_ensemble
+            from reappreg.rm.ensemble import load_ensemble
 
             scorer = load_ensemble(rm_ensemble)
         generator = build_generator(g, model)

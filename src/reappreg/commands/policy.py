@@ -125,9 +125,12 @@ def train(
     certificate: Path = typer.Option(Path("data/guard/certificate.json"), help="guard certificate the data passed"),
     work_dir: Path = typer.Option(Path("work/policy_train"), help="resumable checkpoints (not a DVC out)"),
     out: Path = typer.Option(Path("models/policy/grpo"), help="final checkpoint folder (DVC out)"),
+    checkpoints_out: Path = typer.Option(Path("models/policy/checkpoints"), "--checkpoints-out",
+                                         help="kept checkpoints step_<n>/ (policy.train.checkpoint_steps) + manifest.json"),
     metrics: Path = typer.Option(Path("metrics/policy/train.json"), help="training summary"),
 ) -> None:
-    """GRPO with TRL against the RM ensemble; resumes from work-dir checkpoints of the same run."""
+    """GRPO with TRL against the RM ensemble; resumes from work-dir checkpoints of the same run.
+    Every policy.train.checkpoint_steps checkpoint is kept as a model folder of its own."""
     import mlflow
 
     from reappreg.hashing import dvc_md5
@@ -140,6 +143,7 @@ def train(
         check_certified,
         load_training_prompts,
         prepare_work_dir,
+        publish_checkpoints,
         run_fingerprint,
         train_grpo,
     )
@@ -217,23 +221,32 @@ def train(
             outcome = train_grpo(spec)
 
         prompt = template.identity()
+        # The prompt travels with the weights: whoever loads the folder can see it.
+        prompt_file = {**prompt, "system": template.system, "user_template": template.user_template}
         with atomic_dir(out) as tmp:
             for item in spec.final_dir.iterdir():
                 shutil.move(str(item), tmp / item.name)
-            # The prompt travels with the weights: whoever loads the folder can see it.
-            write_json(tmp / TRAINING_PROMPT, {**prompt, "system": template.system, "user_template": template.user_template})
+            write_json(tmp / TRAINING_PROMPT, prompt_file)
         spec.final_dir.rmdir()
         model_md5 = dvc_md5(out)
+        kept = publish_checkpoints(spec.export_dir, checkpoints_out, steps=s.train.checkpoint_steps,
+                                   final_step=s.train.max_steps, fingerprint=fingerprint,
+                                   extra_files={TRAINING_PROMPT: prompt_file})
         summary = {
             **outcome,
             "prompt": prompt,
             "model_md5": model_md5,
+            # The MLflow run of this stage: every registered version (final and kept checkpoints) names it.
+            "training_run_id": run.info.run_id,
+            # step_<n> -> {step, model_md5}: what registration checks each checkpoint folder against.
+            "checkpoints": {e["path"]: {"step": e["step"], "model_md5": e["md5"]} for e in kept["checkpoints"]},
             "rm_ensemble_md5": tags["rm_ensemble.md5"],
             "guard_certificate_md5": tags["guard_certificate.md5"],
             "base_model_md5": lineage["input.base_model.md5"],
         }
         write_json(metrics, summary)
-        mlflow.set_tags({"model.md5": model_md5, "health": "healthy" if outcome["healthy"] else "unhealthy"})
+        mlflow.set_tags({"model.md5": model_md5, "health": "healthy" if outcome["healthy"] else "unhealthy",
+                         **{f"checkpoint.{e['path']}.md5": e["md5"] for e in kept["checkpoints"]}})
         mlflow.log_metrics({
             k: float(outcome[k]) for k in ("seconds_per_step_mean", "train_seconds", "global_step")
             if outcome.get(k) is not None

@@ -80,6 +80,29 @@ def _plan(name, model, evidence, cards: Path):
     return name, model, manifest, training, others, card
 
 
+def _checkpoint_plans(plan, evidence, cards: Path, steps) -> list:
+    """A policy's kept checkpoints as registration plans, in step order: each folder's md5 must be the
+    one its training metrics recorded, and it needs its own card (``<name>.step-<n>.md``)."""
+    from reappreg.card import checkpoint_card_name, kept_checkpoints
+    from reappreg.errors import InputError
+    from reappreg.registry import folder_md5, manifest_of
+    from reappreg.registry.registration import check_checkpoint_describes
+
+    name, model, _, training, others, _ = plan
+    out = []
+    for checkpoint in kept_checkpoints(model, evidence, steps):
+        manifest = manifest_of(checkpoint["folder"])
+        check_checkpoint_describes(checkpoint, folder_md5(manifest), name=name)
+        card_path = cards / f"{checkpoint_card_name(name, checkpoint['step'])}.md"
+        if not card_path.exists():
+            raise InputError(f"{card_path}: card of the step-{checkpoint['step']} checkpoint not found "
+                             "(run `reappreg card build` first)")
+        card = card_path.read_text(encoding="utf-8")
+        refuse_dirty_card(card, card_path)
+        out.append((name, model, manifest, training, others, card, checkpoint))
+    return out
+
+
 def refuse_dirty_card(card: str, card_path: Path) -> None:
     """A card built from uncommitted source cannot name the code that made the model: refuse
     it, unless it was built with ``reappreg card build --allow-dirty`` (which the card records)."""
@@ -121,7 +144,11 @@ def register(
     lock_file: Path = typer.Option("work/registry/register.lock", "--lock-file", help="host-wide registration lock"),
     receipt: Path = typer.Option("reports/registry/registration.json", "--receipt", help="what was registered"),
 ) -> None:
-    """Register every declared model as a signed MLflow Model version (one per changed artifact; alias `candidate`)."""
+    """Register every declared model as a signed MLflow Model version (one per changed artifact; alias `candidate`).
+
+    A policy's kept checkpoints (its declaration's checkpoints folder) are versions of their own, registered
+    first in step order (each in a nested run of its own), so `candidate` ends on the final model."""
+    import contextlib
     import datetime as dt
     import importlib.metadata
 
@@ -143,14 +170,17 @@ def register(
         signing_key,
         statement,
     )
+    from reappreg.card import results_rows_of
     from reappreg.registry.declarations import gate_table
     from reappreg.registry.provenance import material, params_md5
+    from reappreg.registry.registration import checkpoint_evidence, version_tags
     from reappreg.settings import load_params
     from reappreg.tracking import git_state, stage_run
 
     settings = load_params(params)
     reg = settings.registry
     decl = load_declarations(models)
+    bar_opponent = decl.reference_bar.opponent if decl.reference_bar is not None else None
     evidence = evidence_from(certificate, eval_metrics, judge_calibration, claims, rm_metrics, policy_metrics, prompt,
                              results)
     key = signing_key(local_keys, create=True)
@@ -164,7 +194,8 @@ def register(
     with Progress(transient=True) as progress:
         task = progress.add_task("hashing artifacts and inputs", total=len(decl.models))
         for name, model in decl.models.items():
-            plans.append(_plan(name, model, evidence, cards))
+            plan = _plan(name, model, evidence, cards)
+            plans += [*_checkpoint_plans(plan, evidence, cards, settings.policy.train.checkpoint_steps), (*plan, None)]
             progress.advance(task)
     git = git_state()
     console = Console()
@@ -183,45 +214,62 @@ def register(
                 mlflow.log_artifacts(str(folder), artifact_path=artifact_path)
                 return mlflow.get_artifact_uri(artifact_path)
 
-            for name, model, manifest, training, others, card in plans:
-                content = folder_md5(manifest)
-                mlflow.set_tag(f"input.{model.artifact}.md5", content)
-                mlflow.log_text(card, f"{name}/README.md")
-                _log_dvc_inputs({**training}, "training")
-                _log_dvc_inputs({**others, model.artifact: content, **evidence_md5s}, f"{name}")
-                flat = evidence_of(model.kind, evidence, health=settings.card.health,
-                                   max_completion_length=settings.policy.train.max_completion_length)
-                checks = evaluate_gates(list(model.gates), flat)
-                tags = readable_tags(model, flat, evidence, input_md5s={**training, **others}, git=git)
-                tags.update({f"gate.{c.gate}": "pass" if c.passed else "fail" for c in checks})
-                materials = [material(p, m, role="training_input") for p, m in sorted(training.items())]
-                materials += [material(p, m, role="input") for p, m in sorted(others.items())]
-                materials += [material(str(cert.path), cert.md5, role="guard_certificate", result=cert.result)]
-                materials += [material(p, m, role="evidence") for p, m in sorted(evidence_md5s.items()) if p != str(cert.path)]
+            for name, model, manifest, training, others, card, checkpoint in plans:
+                # A kept checkpoint goes into a nested run of its own: a run holds one model folder per name.
+                with (mlflow.start_run(run_name=f"register {name} step {checkpoint['step']}", nested=True,
+                                       tags={"stage": "register", "register.checkpoint_step": str(checkpoint["step"])})
+                      if checkpoint else contextlib.nullcontext()):
+                    artifact = checkpoint["folder"] if checkpoint else model.artifact
+                    content = folder_md5(manifest)
+                    mlflow.set_tag(f"input.{artifact}.md5", content)
+                    mlflow.log_text(card, f"{name}/README.md")
+                    _log_dvc_inputs({**training}, "training")
+                    _log_dvc_inputs({**others, artifact: content, **evidence_md5s}, f"{name}")
+                    flat = evidence_of(model.kind, evidence, health=settings.card.health,
+                                       max_completion_length=settings.policy.train.max_completion_length)
+                    extra_tags = {}
+                    if model.kind == "policy":
+                        condition = checkpoint["condition"] if checkpoint else "policy"
+                        rows = results_rows_of(evidence, condition)
+                        if checkpoint:
+                            flat = checkpoint_evidence(flat, rows, checkpoint=checkpoint, bar_opponent=bar_opponent,
+                                                       selected=flat.get("results.selection.selected"))
+                        stem = (model.artifact_md5_metric or "train.model_md5").split(".", 1)[0]
+                        extra_tags = version_tags(checkpoint, final_step=evidence.policy_metrics.get(f"{stem}.global_step"),
+                                                  training_run_id=evidence.policy_metrics.get(f"{stem}.training_run_id"),
+                                                  results_rows=rows)
+                    checks = evaluate_gates(list(model.gates), flat)
+                    tags = readable_tags(model, flat, evidence, input_md5s={**training, **others}, git=git)
+                    tags.update(extra_tags)
+                    tags.update({f"gate.{c.gate}": "pass" if c.passed else "fail" for c in checks})
+                    materials = [material(p, m, role="training_input") for p, m in sorted(training.items())]
+                    materials += [material(p, m, role="input") for p, m in sorted(others.items())]
+                    materials += [material(str(cert.path), cert.md5, role="guard_certificate", result=cert.result)]
+                    materials += [material(p, m, role="evidence") for p, m in sorted(evidence_md5s.items()) if p != str(cert.path)]
 
-                def attest(version, run_id, source, subjects, readable, *, _model=model, _name=name, _manifest=manifest,
-                           _training=training, _materials=materials, _flat=flat, _checks=checks):
-                    return statement(
-                        subjects=subjects, name=_name, version=version, run_id=run_id, source=source,
-                        registration={"registration_key": registration_key(folder_md5(_manifest), _training),
-                                      "artifact": _model.artifact, "artifact_dvc_md5": folder_md5(_manifest),
-                                      "params_md5": params_md5(settings.model_dump(by_alias=True)),
-                                      "git_commit": git.get("git.commit", "none"), "git_dirty": git.get("git.dirty", "unknown"),
-                                      "gates": gate_table(list(_model.gates))},
-                        materials=_materials, flat_evidence=_flat, gate_results=[c.as_dict() for c in _checks],
-                        tags=readable, builder=builder, started=started,
+                    def attest(version, run_id, source, subjects, readable, *, _model=model, _name=name, _manifest=manifest,
+                               _training=training, _materials=materials, _flat=flat, _checks=checks, _artifact=artifact):
+                        return statement(
+                            subjects=subjects, name=_name, version=version, run_id=run_id, source=source,
+                            registration={"registration_key": registration_key(folder_md5(_manifest), _training),
+                                          "artifact": _artifact, "artifact_dvc_md5": folder_md5(_manifest),
+                                          "params_md5": params_md5(settings.model_dump(by_alias=True)),
+                                          "git_commit": git.get("git.commit", "none"), "git_dirty": git.get("git.dirty", "unknown"),
+                                          "gates": gate_table(list(_model.gates))},
+                            materials=_materials, flat_evidence=_flat, gate_results=[c.as_dict() for c in _checks],
+                            tags=readable, builder=builder, started=started,
+                        )
+
+                    result = register_version(
+                        client, name=name, model=model, artifact_dir=Path(artifact), manifest=manifest,
+                        training_md5s=training, tags=tags, card=card, log_artifacts=log_folder, attest=attest, key=key,
+                        candidate_alias=reg.candidate_alias, stale_after_s=reg.stale_registration_s,
                     )
-
-                result = register_version(
-                    client, name=name, model=model, artifact_dir=Path(model.artifact), manifest=manifest,
-                    training_md5s=training, tags=tags, card=card, log_artifacts=log_folder, attest=attest, key=key,
-                    candidate_alias=reg.candidate_alias, stale_after_s=reg.stale_registration_s,
-                )
-                results.append(result.as_dict())
-                mlflow.set_tag(f"registered.{name}", f"v{result.version} ({'new' if result.created else 'unchanged'})")
-                mlflow.log_metric(f"registry/{name}/created", int(result.created))
-                colour = "green" if result.created else "yellow"
-                console.print(f"[{colour}]{name}[/] version {result.version}: {result.note}", highlight=False, soft_wrap=True)
+                    results.append(result.as_dict())
+                    mlflow.set_tag(f"registered.{name}", f"v{result.version} ({'new' if result.created else 'unchanged'})")
+                    mlflow.log_metric(f"registry/{name}/created", int(result.created))
+                    colour = "green" if result.created else "yellow"
+                    console.print(f"[{colour}]{name}[/] version {result.version}: {result.note}", highlight=False, soft_wrap=True)
             write_json(receipt, {"registered": results, "signing_keyid": key.keyid})
 
 
@@ -419,3 +467,29 @@ def keygen(out: Path = typer.Argument(..., help="new private key file (keep it o
                     f"To trust it team-wide: copy {public.name} into registry/keys/ and add to registry/keys/keyring.yaml:\n"
                     f"  - {{file: {public.name}, holder: <who>, status: active, keyid: {kid}}}\n"
                     f"Then sign with it: export REAPPREG_SIGNING_KEY={out}", highlight=False, soft_wrap=True)
+
+
+@app.command()
+def tag(
+    receipt: Path = typer.Option("reports/registry/registration.json", "--receipt", help="what `register` registered (committed)"),
+    models: Path = MODELS,
+    dvc_yaml: Path = typer.Option("dvc.yaml", "--dvc-yaml", help="declares the artifact names (`artifacts:`)"),
+    lock: Path = typer.Option("dvc.lock", "--lock", help="records the md5 of each registered artifact folder"),
+) -> None:
+    """Write GTO tags (<artifact>@v<N>.0.0 at HEAD) for the registered versions, so `dvc artifacts get` finds them.
+
+    Run from the repository root after committing the pipeline's results; refuses when the
+    commit's dvc.lock does not hold the registered bytes. Then push the tags and the data."""
+    from reappreg.registry.gto_tags import plan_tags, write_tags
+
+    root = Path.cwd()
+    plans = plan_tags(root, receipt=receipt.as_posix(), models=models.as_posix(), dvc_yaml=dvc_yaml.as_posix(), lock=lock.as_posix())
+    written = write_tags(root, plans)
+    console = Console()
+    for plan in plans:
+        state = "[green]tagged[/]" if plan in written else f"[yellow]already tagged[/] at {plan.existing_commit[:12]}"
+        console.print(f"{state} {plan.tag}: {plan.model} version {plan.version}, {plan.path} md5 {plan.md5}", highlight=False,
+                      soft_wrap=True)
+    if written:
+        console.print(f"push them with: git push origin {' '.join(p.tag for p in written)}   (and the data: dvc push)",
+                      highlight=False, soft_wrap=True)

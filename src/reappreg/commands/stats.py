@@ -88,7 +88,9 @@ def results_cmd(
     params: Path = typer.Option(Path("params.yaml"), help="params.yaml"),
 ) -> None:
     """The results table: one row per condition with both interval kinds, selection and claims."""
-    from reappreg.results import ConditionInput, DeclaredStrength, ResultsInputs, build_results
+    from reappreg.conditions import CHECKPOINT_PREFIX
+    from reappreg.errors import InputError
+    from reappreg.results import ConditionInput, DeclaredStrength, ResultsInputs, build_results, checkpoint_inputs
     from reappreg.results_outputs import write_results
     from reappreg.settings import load_params
     from reappreg.stats import TrustPolicy, load_calibration, load_reference_bar
@@ -96,6 +98,13 @@ def results_cmd(
     p = load_params(params)
     s = p.stats
     conditions = [ConditionInput("policy", "policy", policy_judgments)]
+    # One row per kept GRPO checkpoint (policy.train.checkpoint_steps): stages generate_checkpoint / judge_checkpoint.
+    conditions += checkpoint_inputs(p.policy.train.checkpoint_steps, conditions_dir)
+    known = {c.name for c in conditions}
+    stray = [c for c in s.selection_candidates if c.startswith(CHECKPOINT_PREFIX) and c not in known]
+    if stray:
+        raise InputError(f"stats.selection_candidates {stray}: no such kept checkpoint (policy.train.checkpoint_steps "
+                         f"{p.policy.train.checkpoint_steps})")
     conditions += [ConditionInput(name, "model", conditions_dir / name / "judgments.jsonl")
                    for name in s.model_conditions]
     conditions += [ConditionInput(ref.name, "reference", conditions_dir / ref.name / "judgments.jsonl",

@@ -35,6 +35,8 @@ that round trip changes its words. Whatever a tokenizer normalises away cannot h
 
 from __future__ import annotations
 
+import contextlib
+import gc
 import multiprocessing
 import pickle
 from collections.abc import Callable, Sequence
@@ -407,6 +409,24 @@ def _pieces(table: GramTable, grams: np.ndarray, offsets: np.ndarray, n: int, mi
     return np.stack([text_of[keep], pos[idx[keep]], idx[keep] - offsets[text_of[keep]]])
 
 
+@contextlib.contextmanager
+def _without_cyclic_gc():
+    """Run without the cyclic garbage collector, then restore it as it was.
+
+    The scan allocates millions of short-lived lists and tuples and creates no reference
+    cycles, so the collector never frees anything here; its full passes over everything alive
+    (every training unit) cost about 40% of the reporting step in the benchmark. Reference
+    counting still frees all of it as before.
+    """
+    enabled = gc.isenabled()
+    gc.disable()
+    try:
+        yield
+    finally:
+        if enabled:
+            gc.enable()
+
+
 @dataclass
 class ScanResult:
     hits: list[RawHit]
@@ -414,6 +434,7 @@ class ScanResult:
     spans: list[list[str]] = field(default_factory=list)  # shared passages per hit (with max_shared > 0)
 
 
+@_without_cyclic_gc()
 def _scan(index: HeldoutIndex, texts: Sequence[str], max_shared: int = 0) -> ScanResult:
     """Every per-text detector over one batch of texts, and the batch's fragment pieces;
     with ``max_shared`` the shared passages of each hit too (in the worker, in parallel)."""
@@ -711,6 +732,7 @@ def _expand_views(texts: list[str], views: Sequence[TextView]) -> tuple[list[str
     return out, unit_of, view_of
 
 
+@_without_cyclic_gc()
 def check_units(
     index: HeldoutIndex,
     units: Sequence[TextUnit],

@@ -67,6 +67,11 @@ class ModelDecl(_Strict):
     # Flattened metrics key ("<file stem>.<key>") holding the md5 of the artifact the
     # model's training metrics were computed on (checked at registration).
     artifact_md5_metric: str | None = None
+    # A policy's kept checkpoints (``reappreg policy train --checkpoints-out``): a folder of
+    # step_<n>/ model folders + manifest.json. Each is registered as its own version of this
+    # model, before the final artifact, tagged with its step and training run, its md5 checked
+    # against ``<artifact_md5_metric's file>.checkpoints.step_<n>.model_md5``.
+    checkpoints: str | None = None
     reward_model: str | None = None
     hyperparameters: list[str] = []
     card_metrics: list[str] = ["*"]

@@ -44,6 +44,12 @@ MANIFEST_TAG = "reappreg.manifest"
 ENVELOPE_TAG = "reappreg.provenance_sha256"
 KEYID_TAG = "reappreg.signing_keyid"
 GATE_TAG_PREFIX = "gate."
+# Every policy version (kept checkpoints and the final model) names its GRPO step, the MLflow run
+# of the training stage and its row of the results table (metrics/results.json rows[*].row_id).
+CHECKPOINT_STEP_TAG = "reappreg.checkpoint_step"
+FINAL_STEP_TAG = "reappreg.final_step"
+TRAINING_RUN_TAG = "reappreg.training_run_id"
+RESULTS_ROW_TAG = "reappreg.results_row"
 # MLflow's limit on a model-version tag value; the manifest must fit in one tag.
 MAX_TAG_VALUE = 100_000
 # MLflow's SQL schema stores a version description in VARCHAR(5000) (enforced by
@@ -99,6 +105,48 @@ def check_certificate(cert: Any, inputs: Mapping[str, str], *, model: str) -> No
     if problems:
         raise GateFailed(f"{model}: training inputs do not match the guard certificate {cert.path}: " + "; ".join(problems)
                          + "; refusing to register")
+
+
+def check_checkpoint_describes(checkpoint: Mapping[str, Any], artifact_md5: str, *, name: str) -> None:
+    """Refuse a kept checkpoint folder whose md5 is not the one its training metrics recorded."""
+    if checkpoint["model_md5"] != artifact_md5:
+        raise GateFailed(f"{name}: {checkpoint['folder']} has md5 {artifact_md5} but the training metrics recorded "
+                         f"{checkpoint['model_md5']} for step {checkpoint['step']}; rerun the training stage or restore it")
+
+
+def version_tags(checkpoint: Mapping[str, Any] | None, *, final_step: Any, training_run_id: Any,
+                 results_rows: list[Mapping[str, Any]]) -> dict[str, str]:
+    """Tags naming which step of which training run a policy version is, and its results rows.
+
+    ``checkpoint`` is a kept checkpoint (``reappreg.card.kept_checkpoints``) or None for the final model.
+    """
+    step = checkpoint["step"] if checkpoint is not None else final_step
+    return {CHECKPOINT_STEP_TAG: str(step), FINAL_STEP_TAG: str(final_step),
+            TRAINING_RUN_TAG: str(training_run_id), RESULTS_ROW_TAG: ", ".join(r["row_id"] for r in results_rows) or "none"}
+
+
+def checkpoint_evidence(flat: Mapping[str, Any], rows: list[Mapping[str, Any]], *, checkpoint: Mapping[str, Any],
+                        bar_opponent: str, selected: Any) -> dict[str, Any]:
+    """The signed evidence of a kept checkpoint's version: the run's evidence, with the bar evidence
+    (``eval.bar.*``, which eval.json holds for the final model) replaced by the checkpoint's own
+    results row against the bar opponent, and ``results.selection.promotable`` true only when this
+    checkpoint is the selected, fresh-pool-confirmed candidate. No row: the bar keys are null, so
+    the bar gates fail rather than read the final model's numbers.
+    """
+    out = {k: v for k, v in flat.items() if not k.startswith("eval.bar.")}
+    row = next((r for r in rows if r.get("opponent") == bar_opponent and r.get("pool") == "policy"
+                and r.get("status") == "evaluated"), None)
+    get = (lambda key: row.get(key)) if row is not None else (lambda key: None)
+    out.update({"eval.bar.reference": bar_opponent, "eval.bar.threshold": get("bar"), "eval.bar.n": get("n"),
+                "eval.bar.win_rate": get("win_rate"), "eval.bar.iid_low": get("iid_screening_low"),
+                "eval.bar.cluster_low": get("cluster_low"), "eval.bar.n_eff": get("n_eff"),
+                "eval.bar.claim.status": get("bar_status"), "eval.bar.claim.supported": get("bar_supported"),
+                "eval.bar.row_id": get("row_id")})
+    out["results.selection.promotable"] = bool(flat.get("results.selection.promotable")) and \
+        selected == checkpoint["condition"]
+    out["checkpoint.step"] = checkpoint["step"]
+    out["checkpoint.condition"] = checkpoint["condition"]
+    return dict(sorted(out.items()))
 
 
 # --------------------------------------------------------------------------- packaging

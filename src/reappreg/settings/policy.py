@@ -94,6 +94,13 @@ class PolicyTrainSettings(Section):
     # Checkpoint (model + optimizer + RNG state) every N steps under work/policy_train/.
     save_steps: int = Field(3, ge=1)
     save_total_limit: int = Field(1, ge=1)
+    # Steps whose checkpoint is kept as a model of its own (models/policy/checkpoints/step_<n>),
+    # evaluated like the final model and registered as its own version: each a multiple of
+    # save_steps (a step the trainer saves) below max_steps (max_steps is the final model).
+    # Interpolated into dvc.yaml (matrix stages generate_checkpoint / judge_checkpoint) from
+    # the top-level params: a profile lists its own, the matrix runs these. A list only means
+    # something with its save_steps and max_steps: change them together ([] keeps none).
+    checkpoint_steps: list[int] = [3]
     gradient_checkpointing: bool = False
     # torch intra-op threads per training process. A fixed count makes CPU runs repeatable
     # bit for bit whatever the machine's load or core count; null: torch's default.
@@ -112,6 +119,19 @@ class PolicyTrainSettings(Section):
                 "policy, and the seeds saw such runs collapse and reward-hack"
             )
         return value
+
+    @model_validator(mode="after")
+    def _checkpoints_are_saved(self):
+        steps = self.checkpoint_steps
+        bad = [n for n in steps if n < 1 or n % self.save_steps or n >= self.max_steps]
+        if bad:
+            raise ValueError(
+                f"checkpoint_steps {bad}: each must be a positive multiple of save_steps ({self.save_steps}) below "
+                f"max_steps ({self.max_steps}); the trainer saves nothing else, and max_steps is the final model"
+            )
+        if steps != sorted(set(steps)):
+            raise ValueError(f"checkpoint_steps {steps}: list each step once, in ascending order")
+        return self
 
     @field_validator("trl")
     @classmethod

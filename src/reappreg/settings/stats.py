@@ -42,7 +42,7 @@ class StatsSettings(Section):
     # against every training source (matrix stages reference_condition / judge_reference).
     reference_conditions: list["ReferenceCondition"] = []
     # Conditions a winner is picked from (best of K on the selection pool): its optimism is
-    # estimated, and it is promotable only on a fresh pool.
+    # estimated, and it is promotable only on a fresh pool. Kept checkpoints: policy-step-<n>.
     selection_candidates: list[str] = ["policy"]
     # Fresh confirmation pools: a candidate's model answers again with another sampling seed and
     # is judged again (new contests); the selected candidate is promotable only on its own.
@@ -71,10 +71,14 @@ class StatsSettings(Section):
         if len({f.seed for f in self.fresh_pools}) != len(self.fresh_pools):
             raise ValueError("fresh_pools: every fresh pool needs its own seed")
         reserved = [n for n in [*self.model_conditions, *(r.name for r in self.reference_conditions)]
-                    if n.startswith(("fresh-", "ood-"))]
+                    if n.startswith(("fresh-", "ood-", "policy-step-"))]
         if reserved:
-            raise ValueError(f"condition names starting fresh- or ood- are reserved (their folders): {reserved}")
-        unknown = [c for c in self.selection_candidates if c not in names]
+            raise ValueError("condition names starting fresh-, ood- or policy-step- (kept checkpoints) are reserved "
+                             f"(their folders): {reserved}")
+        # A kept checkpoint (policy-step-<n>) may be a candidate too; the results stage checks that
+        # <n> is one of policy.train.checkpoint_steps (that list is another section's).
+        unknown = [c for c in self.selection_candidates
+                   if c not in names and not re.fullmatch(r"policy-step-[1-9][0-9]*", c)]
         if unknown:
             raise ValueError(f"selection_candidates {unknown} are not conditions ({names})")
         return self
