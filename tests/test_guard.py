@@ -274,6 +274,36 @@ def test_fast_hasher_vectorised_keys_equal_scalar_keys():
     assert len(set(keys.tolist())) == len(expected)  # distinct grams, distinct keys
 
 
+def test_vectorised_token_keys_equal_the_word_by_word_keys():
+    """The scan hashes folded ASCII text in numpy (``scan_views`` + ``grams_of_views``); it must
+    give exactly the keys of the word-by-word path the held-out index is built with, also for
+    texts mixing ASCII and other scripts, empty texts and texts shorter than a gram."""
+    import random
+    import string
+
+    from reappreg.guard.hashing import ascii_token_keys, token_key
+    from reappreg.guard.normalise import ascii_words, scan_views, skeleton
+
+    rng = random.Random(7)
+    alphabet = string.ascii_letters + string.digits + " -|'.,&<>*_\n\t" + "mmm01"
+    texts = ["".join(rng.choice(alphabet) for _ in range(rng.randint(0, 60))) for _ in range(400)]
+    texts += ["", "m", "rn", "0l1", "Ünïcödé wörds here", "pаypal (Cyrillic а)", "one two three four five six",
+              "a-\nb", "x&amp;y <b>bold</b>", "Straße 10 m"]
+    rng.shuffle(texts)
+    hasher = FastHasher()
+    views = [scan_views(t) for t in texts]
+    assert [v[1] for v in views] == [text_views(t)[1] for t in texts]
+    specs = [(5, "ng"), (2, "sh"), (1, "ng")]
+    token_lists = [text_views(t)[0] for t in texts]
+    for (keys, offsets), (want, want_offsets) in zip(FastHasher().grams_of_views([v[0] for v in views], specs),
+                                                     hasher.grams_many(token_lists, specs)):
+        assert keys.tolist() == want.tolist() and offsets.tolist() == want_offsets.tolist()
+    ascii_views = [v[0] for v in views if isinstance(v[0], str)]
+    keys, counts = ascii_token_keys(ascii_views)
+    words = [w for v in ascii_views for w in ascii_words(v)]
+    assert keys.tolist() == [token_key(skeleton(w)) for w in words] and counts.sum() == len(words)
+
+
 def test_letter_grams_equal_the_scalar_key_of_every_window():
     from reappreg.guard.hashing import letter_grams, letter_key
 

@@ -50,7 +50,7 @@ from reappreg.errors import InputError
 from reappreg.guard.config import MINHASH_SCHEME, GuardConfig
 from reappreg.guard.hashing import _NGRAM, _SHINGLE, FastHasher
 from reappreg.guard.minhash import BandLookup, lsh_candidates, minhash_permutations, minhash_signatures
-from reappreg.guard.normalise import letter_tokens, letters, text_views, tokens
+from reappreg.guard.normalise import ascii_words, letter_tokens, letters, scan_views, text_views, tokens
 from reappreg.guard.text import TextUnit
 
 DETECTORS = ("ngram", "minhash", "chars", "fragments")
@@ -439,11 +439,13 @@ def _scan(index: HeldoutIndex, texts: Sequence[str], max_shared: int = 0) -> Sca
     """Every per-text detector over one batch of texts, and the batch's fragment pieces;
     with ``max_shared`` the shared passages of each hit too (in the worker, in parallel)."""
     config = index.config
-    both = [text_views(t) for t in texts]
-    token_lists = [b[0] for b in both]
-    (ng, ng_off), (sh, sh_off) = index.hasher.grams_many(
-        token_lists, [(config.ngram_n, _NGRAM), (config.shingle_words, _SHINGLE)]
-    )
+    both = [scan_views(t) for t in texts]
+    specs = [(config.ngram_n, _NGRAM), (config.shingle_words, _SHINGLE)]
+    if isinstance(index.hasher, FastHasher):
+        (ng, ng_off), (sh, sh_off) = index.hasher.grams_of_views([b[0] for b in both], specs)
+    else:  # a keyed sketch hasher takes token lists
+        (ng, ng_off), (sh, sh_off) = index.hasher.grams_many(
+            [ascii_words(b[0]) if isinstance(b[0], str) else b[0] for b in both], specs)
     lg, lg_off = index.hasher.letter_grams([b[1] for b in both], config.chars_n)
     n = len(texts)
     hits = _containment_hits(index.ngrams, n, ng, ng_off, n=config.ngram_n, containment=config.ngram_containment,

@@ -58,15 +58,54 @@ def _offsets(counts: np.ndarray) -> np.ndarray:
     return out
 
 
+def _gram_of_hashes(hashes: Sequence[int], domain: str, n: int) -> int:
+    """One gram's key from its token keys (the scalar twin of ``_grams_from``)."""
+    acc = _gram_seed(domain, n, len(hashes))
+    for h in hashes:
+        acc = (acc * _POLY + int(h)) & _MASK64
+    return _mix64_int(acc)
+
+
+def _grams_from(th: np.ndarray, tid: np.ndarray, lengths: np.ndarray, n: int, domain: str) -> tuple[np.ndarray, np.ndarray]:
+    """Keys of every n-gram inside one text (texts of fewer than n tokens: one gram of all)."""
+    count_full = max(len(th) - n + 1, 0)
+    if count_full:
+        acc = np.full(count_full, _gram_seed(domain, n, n), dtype=np.uint64)
+        with np.errstate(over="ignore"):
+            for j in range(n):
+                acc = acc * _U64(_POLY) + th[j : j + count_full]
+        valid = tid[:count_full] == tid[n - 1 : n - 1 + count_full]  # gram inside one text
+        keys = _mix64(acc[valid])
+        key_tid = tid[:count_full][valid]
+    else:
+        keys = np.zeros(0, dtype=np.uint64)
+        key_tid = np.zeros(0, dtype=np.int64)
+    short = np.flatnonzero((lengths > 0) & (lengths < n))
+    if len(short):
+        starts = _offsets(lengths)
+        extra = np.fromiter((_gram_of_hashes(th[starts[i] : starts[i + 1]].tolist(), domain, n) for i in short),
+                            dtype=np.uint64, count=len(short))
+        keys = np.concatenate([keys, extra])
+        key_tid = np.concatenate([key_tid, short])
+        order = np.argsort(key_tid, kind="stable")
+        keys, key_tid = keys[order], key_tid[order]
+    counts = np.bincount(key_tid, minlength=len(lengths))
+    return keys, _offsets(counts)
+
+
 class FastHasher:
     """Unkeyed 64-bit gram keys for the in-pipeline check (fast, vectorised).
 
-    Each distinct token gets a 64-bit BLAKE2b hash (cached); a gram's key is a polynomial of
-    its token hashes mod 2^64, seeded by the gram length, through the splitmix64 finaliser.
-    Distinct grams collide with probability about 2^-64 per pair.
+    Each distinct token gets a 64-bit key of its UTS #39 skeleton (``token_key``: a
+    polynomial hash of its code points, the same as the letter windows'); a gram's key is a
+    polynomial of its token keys mod 2^64, seeded by the gram length, through the splitmix64
+    finaliser. Distinct grams collide with probability about 2^-64 per pair. Folded ASCII
+    text (nearly all of it) is tokenised and hashed in numpy without making a Python string
+    per word (``ascii_token_keys``); other text goes word by word through a cache. Both give
+    the same keys (tested).
     """
 
-    kind = "blake2b-poly64/v2"  # v2: tokens hashed by their UTS #39 skeleton; letter grams
+    kind = "poly64-skeleton/v3"  # v3: token keys are polynomial hashes of the skeleton, vectorised for ASCII
 
     def __init__(self) -> None:
         self._cache: dict[str, int] = {}
@@ -80,15 +119,12 @@ class FastHasher:
     def _token_hash(self, token: str) -> int:
         value = self._cache.get(token)
         if value is None:
-            value = int.from_bytes(hashlib.blake2b(skeleton(token).encode("utf-8"), digest_size=8).digest(), "little")
+            value = token_key(skeleton(token))
             self._cache[token] = value
         return value
 
     def _scalar(self, toks: Sequence[str], domain: str, n: int) -> int:
-        acc = _gram_seed(domain, n, len(toks))
-        for tok in toks:
-            acc = (acc * _POLY + self._token_hash(tok)) & _MASK64
-        return _mix64_int(acc)
+        return _gram_of_hashes([self._token_hash(tok) for tok in toks], domain, n)
 
     def grams(self, token_lists: Sequence[Sequence[str]], n: int, domain: str) -> tuple[np.ndarray, np.ndarray]:
         """Keys of every n-gram of every text, flat in text order, and per-text offsets.
@@ -100,38 +136,39 @@ class FastHasher:
     def grams_many(self, token_lists: Sequence[Sequence[str]], specs: Sequence[tuple[int, str]]):
         """``grams`` for several (n, domain) at once, hashing each token once."""
         lengths = np.fromiter((len(t) for t in token_lists), dtype=np.int64, count=len(token_lists))
+        return self._grams_of_keys(self._list_keys(list(chain.from_iterable(token_lists))), lengths, specs)
+
+    def grams_of_views(self, word_views: Sequence[str | Sequence[str]], specs: Sequence[tuple[int, str]]):
+        """``grams_many`` of texts given as ``normalise.scan_views`` words: a folded ASCII
+        string (tokenised and hashed here, vectorised) or a token list."""
+        is_text = np.fromiter((isinstance(v, str) for v in word_views), dtype=bool, count=len(word_views))
+        text_rows = np.flatnonzero(is_text)
+        ascii_keys, ascii_counts = ascii_token_keys([word_views[i] for i in text_rows])
+        list_rows = np.flatnonzero(~is_text)
+        token_lists = [word_views[i] for i in list_rows]
+        list_counts = np.fromiter(map(len, token_lists), dtype=np.int64, count=len(token_lists))
+        list_keys = self._list_keys(list(chain.from_iterable(token_lists)))
+        lengths = np.zeros(len(word_views), dtype=np.int64)
+        lengths[text_rows], lengths[list_rows] = ascii_counts, list_counts
+        if not len(list_rows):
+            return self._grams_of_keys(ascii_keys, lengths, specs)
+        # tokens of both kinds back into text order (a stable sort by text)
+        owner = np.concatenate([np.repeat(text_rows, ascii_counts), np.repeat(list_rows, list_counts)])
+        keys = np.concatenate([ascii_keys, list_keys])[np.argsort(owner, kind="stable")]
+        return self._grams_of_keys(keys, lengths, specs)
+
+    def _list_keys(self, flat_tokens: list[str]) -> np.ndarray:
         cache = self._cache
-        flat_tokens = list(chain.from_iterable(token_lists))
         try:
-            th = np.fromiter(map(cache.__getitem__, flat_tokens), dtype=np.uint64, count=len(flat_tokens))
+            return np.fromiter(map(cache.__getitem__, flat_tokens), dtype=np.uint64, count=len(flat_tokens))
         except KeyError:  # new tokens: hash each distinct one once, then look all up
             for tok in set(flat_tokens).difference(cache):
                 self._token_hash(tok)
-            th = np.fromiter(map(cache.__getitem__, flat_tokens), dtype=np.uint64, count=len(flat_tokens))
-        tid = np.repeat(np.arange(len(token_lists), dtype=np.int64), lengths)
-        return [self._grams_from(token_lists, th, tid, lengths, n, domain) for n, domain in specs]
+            return np.fromiter(map(cache.__getitem__, flat_tokens), dtype=np.uint64, count=len(flat_tokens))
 
-    def _grams_from(self, token_lists, th, tid, lengths, n: int, domain: str) -> tuple[np.ndarray, np.ndarray]:
-        count_full = max(len(th) - n + 1, 0)
-        if count_full:
-            acc = np.full(count_full, _gram_seed(domain, n, n), dtype=np.uint64)
-            for j in range(n):
-                acc = acc * _U64(_POLY) + th[j : j + count_full]
-            valid = tid[:count_full] == tid[n - 1 : n - 1 + count_full]  # gram inside one text
-            keys = _mix64(acc[valid])
-            key_tid = tid[:count_full][valid]
-        else:
-            keys = np.zeros(0, dtype=np.uint64)
-            key_tid = np.zeros(0, dtype=np.int64)
-        short = np.flatnonzero((lengths > 0) & (lengths < n))
-        if len(short):
-            extra = np.fromiter((self._scalar(token_lists[i], domain, n) for i in short), dtype=np.uint64, count=len(short))
-            keys = np.concatenate([keys, extra])
-            key_tid = np.concatenate([key_tid, short])
-            order = np.argsort(key_tid, kind="stable")
-            keys, key_tid = keys[order], key_tid[order]
-        counts = np.bincount(key_tid, minlength=len(token_lists))
-        return keys, _offsets(counts)
+    def _grams_of_keys(self, th: np.ndarray, lengths: np.ndarray, specs: Sequence[tuple[int, str]]):
+        tid = np.repeat(np.arange(len(lengths), dtype=np.int64), lengths)
+        return [_grams_from(th, tid, lengths, n, domain) for n, domain in specs]
 
     def gram_key(self, toks: Sequence[str], n: int, domain: str) -> int:
         """The key of one gram (``toks`` of length n, or a whole text shorter than n)."""
@@ -257,3 +294,79 @@ def letter_key(window: str, n: int) -> int:
     for c in _char_codes(window).tolist():
         acc = (acc * _CHAR_BASE + c) & _MASK64
     return _mix64_int(acc ^ _gram_seed("ch", n, n))
+
+
+# ----------------------------------------------------------------------------- token keys
+
+_TOKEN_SEED = 0x2545F4914F6CDD1D
+
+
+def token_key(skeleton_text: str) -> int:
+    """The key of one token from its skeleton: polynomial of its code points (as the letter
+    windows), seeded by its length (the scalar twin of ``ascii_token_keys``)."""
+    acc = 0
+    for c in _char_codes(skeleton_text).tolist():
+        acc = (acc * _CHAR_BASE + c) & _MASK64
+    return _mix64_int(acc ^ _mix64_int(_TOKEN_SEED + len(skeleton_text)))
+
+
+_WORD_BYTES = b"abcdefghijklmnopqrstuvwxyz0123456789"
+
+
+def _ascii_skeleton_steps() -> tuple[tuple[tuple[str, str], ...], bytes]:
+    """How folded ASCII words become their skeletons with C-speed string calls: characters
+    whose skeleton is several characters are replaced first (ICU today: ``m`` -> ``rn``), then
+    one ``bytes.translate`` maps the rest (``0`` -> ``o``, ``1`` -> ``l``) and turns every
+    non-word byte into a space. UTS #39 maps code point by code point, so a word's skeleton
+    is its characters' skeletons in a row."""
+    steps = getattr(_ascii_skeleton_steps, "cached", None)
+    if steps is None:
+        words = _WORD_BYTES.decode()
+        skeletons = {ch: skeleton(ch) for ch in words}
+        multi = tuple((ch, skel) for ch, skel in skeletons.items() if len(skel) != 1)
+        # every skeleton is made of word characters, and what a replacement writes maps to itself
+        if not all(skel and set(skel) <= set(words) for skel in skeletons.values()) or not all(
+                skeletons[c] == c for _, skel in multi for c in skel):
+            raise RuntimeError(f"guard hashing: ICU's ASCII skeletons {skeletons} no longer fit the vectorised token path")
+        mapping = bytearray(b" " * 256)
+        for ch, skel in skeletons.items():
+            if len(skel) == 1:
+                mapping[ord(ch)] = ord(skel)
+        steps = _ascii_skeleton_steps.cached = (multi, bytes(mapping))
+    return steps
+
+
+_IS_WORD = np.zeros(256, dtype=bool)
+_IS_WORD[np.frombuffer(_WORD_BYTES, dtype=np.uint8)] = True
+
+
+def ascii_token_keys(word_views: Sequence[str]) -> tuple[np.ndarray, np.ndarray]:
+    """Token keys of folded ASCII word views (lower case; words are the runs of ``[a-z0-9]``),
+    flat in text order, and the number of tokens of each text; equal to ``token_key(skeleton(w))``
+    for every word ``w`` (tested)."""
+    if not word_views:
+        return np.zeros(0, dtype=np.uint64), np.zeros(0, dtype=np.int64)
+    multi, mapping = _ascii_skeleton_steps()
+    views = list(word_views)
+    for source, target in multi:
+        views = [v.replace(source, target) if source in v else v for v in views]
+    lengths = np.fromiter(map(len, views), dtype=np.int64, count=len(views))
+    data = np.frombuffer(" ".join(views).encode("ascii").translate(mapping), dtype=np.uint8)
+    word = _IS_WORD[data]
+    edges = np.diff(np.concatenate([[False], word, [False]]).astype(np.int8))
+    starts, ends = np.flatnonzero(edges == 1), np.flatnonzero(edges == -1)
+    text_starts = _offsets(lengths + 1)[:-1]  # each text is followed by one separating space
+    counts = np.bincount(np.searchsorted(text_starts, starts, side="right") - 1, minlength=len(views))
+    if not len(starts):
+        return np.zeros(0, dtype=np.uint64), counts
+    codes = _ASCII_CODES[data]
+    up, down = _powers(len(data) + 1)
+    with np.errstate(over="ignore"):
+        prefix = np.zeros(len(data) + 1, dtype=np.uint64)
+        np.cumsum(codes * down[: len(data)], out=prefix[1:])
+        poly = (prefix[ends] - prefix[starts]) * up[ends - 1]
+        keys = _mix64(poly ^ _mix64((ends - starts).astype(np.uint64) + _U64(_TOKEN_SEED)))
+    return keys, counts
+
+
+_ASCII_CODES = _mix64(np.arange(256, dtype=np.uint64) + _U64(_CHAR_SEED))  # ``_char_codes`` of each byte

@@ -198,6 +198,24 @@ def text_views(text: str) -> tuple[list[str], str]:
     return toks, letters(toks if word_view == core else _words(core))
 
 
+def scan_views(text: str) -> tuple[str | list[str], str]:
+    """``text_views`` for the scan: (words, letter view), where words is the folded ASCII
+    word view as one string (its words are the runs of ``[a-z0-9]``; ``hashing.FastHasher``
+    tokenises it vectorised) or, for other text, the token list."""
+    stripped = _strip_markup(text)
+    if stripped.isascii():
+        core = stripped.encode("ascii").translate(None, _ASCII_DELETE).decode("ascii").lower()
+        if "-" in core:
+            core = _ASCII_INTRAWORD_DASH.sub("", core)
+        return (core.replace("|", "l") if "|" in core else core), _ascii_letter_view(core)
+    return text_views(text)
+
+
+def ascii_words(word_view: str) -> list[str]:
+    """The tokens of a folded ASCII word view (``scan_views``)."""
+    return _ASCII_TOKEN.findall(word_view)
+
+
 def text_views_general(text: str) -> tuple[list[str], str]:
     """``text_views`` without the ASCII fast path (the reference the fast path is tested against)."""
     core = _fold_unicode(_strip_markup(text))
