@@ -293,7 +293,10 @@ def test_policy_card_front_matter_and_sections(pipeline):
     assert f"| `data/prompts/grpo.jsonl` | `{prompts['md5']}` | `data/guarded/prompts.jsonl` | `{prompts['guarded_md5']}` |" in body
     assert f"Held-out set `data/heldout/answers.jsonl` (md5 `{certificate['heldout']['md5']}`)" in body
     assert "Guard certificate `data/guard/certificate.json`" in body and "**pass**" in body
-    assert "git checkout 0f3c9e2ab41d5e6f7a8b9c0d1e2f3a4b5c6d7e8f\n" in body and "dvc repro register" in body
+    # The revision is named by the policy's bytes (its md5 in dvc.lock), not by the commit the card was built at.
+    policy_md5 = read_json(pipeline / "metrics/policy/train.json")["model_md5"]
+    assert f"git checkout $(git log --reverse --format=%H -S {policy_md5} -- dvc.lock | head -n 1)" in body
+    assert "git checkout 0f3c9e2ab41d5e6f7a8b9c0d1e2f3a4b5c6d7e8f\n" not in body and "dvc repro register" in body
     assert "Built at commit `0f3c9e2ab41d5e6f7a8b9c0d1e2f3a4b5c6d7e8f` (no uncommitted changes" in body
     # The system prompt is printed from the prompt file, not retyped.
     prompt = yaml.safe_load((pipeline / "pipelines/prompts/grpo_prompt.yaml").read_text())
@@ -654,9 +657,65 @@ def test_metric_labels_are_readable():
 def test_reproduce_section_names_the_remote_access_each_step_needs():
     from reappreg.card import reproduce_commands
 
-    lines = reproduce_commands("register", "abc123", "policy")
-    assert lines[0] == "git checkout abc123"
+    lines = reproduce_commands("register", "abc123", "models/policy/grpo", "d41d8cd9.dir", "policy")
+    assert lines[0].startswith("git checkout $(git log --reverse --format=%H -S d41d8cd9.dir -- dvc.lock | head -n 1)")
+    assert "first commit whose dvc.lock records this model" in lines[0] and "built at abc123" in lines[0]
+    assert "git checkout <name>@v<N>.0.0" in lines[1] and "models/policy/grpo" in lines[1]
+    remotes = lines.index('# once per clone: point the remotes at the team\'s storage (README "Working as a team")')
     train_pull = next(i for i, line in enumerate(lines) if line.startswith("dvc pull -r train --allow-missing"))
+    assert remotes < train_pull
     assert lines[train_pull + 1].startswith("dvc repro --single-item policy_train")
     assert "`heldout`" in lines[train_pull + 2] and lines[-2:] == ["dvc pull", "dvc repro register"]
-    assert not any(line.startswith("dvc pull -r train") for line in reproduce_commands("register", "abc123", None))
+    assert not any(line.startswith("dvc pull -r train")
+                   for line in reproduce_commands("register", "abc123", "models/x", "d41d8cd9", None))
+
+
+def test_an_experiments_reproduce_section_pulls_and_applies_it_on_its_baseline():
+    from reappreg.card import reproduce_commands
+
+    lines = reproduce_commands("register", "abc123", "models/policy/grpo", "d41d8cd9.dir", "policy", "exp-lr")
+    commands = [line.split("#")[0].strip() for line in lines if not line.startswith("#")]
+    assert commands[:3] == ["dvc exp pull --no-cache origin exp-lr", "git checkout abc123", "dvc exp apply exp-lr"]
+    assert lines[0].startswith("# once per clone: point the remotes")
+
+
+def test_the_reproduce_checkout_finds_the_commit_that_recorded_the_model(tmp_path):
+    """Run the card's first line in a repository where the card was built one commit before
+    the results: it checks out the commit whose dvc.lock first records the model's md5."""
+    import subprocess
+
+    from reappreg.card import reproduce_commands
+
+    def git(*args):
+        return subprocess.run(["git", "-c", "user.name=t", "-c", "user.email=t@t", *args], cwd=tmp_path, check=True,
+                              capture_output=True, text=True).stdout.strip()
+
+    md5 = "0123456789abcdef0123456789abcdef.dir"
+    git("init", "-q")
+    commits = []
+    for lock in ("stages: {}\n", f"stages:\n  policy_train:\n    outs:\n    - path: models/policy/grpo\n      md5: {md5}\n",
+                 f"stages:\n  policy_train:\n    outs:\n    - path: models/policy/grpo\n      md5: {md5}\n# later run\n"):
+        (tmp_path / "dvc.lock").write_text(lock)
+        git("add", "dvc.lock")
+        git("commit", "-q", "-m", "run")
+        commits.append(git("rev-parse", "HEAD"))
+    checkout = reproduce_commands("register", commits[0], "models/policy/grpo", md5, "policy")[0]
+    assert f"built at {commits[0]}" in checkout
+    subprocess.run(["bash", "-c", checkout.split("#")[0]], cwd=tmp_path, check=True, capture_output=True)
+    assert git("rev-parse", "HEAD") == commits[1]  # not the build commit, not a later one
+
+
+def test_card_inputs_name_the_models_md5_in_the_reproduce_section(pipeline):
+    policy = inputs_of(pipeline, "reappraisal-policy-grpo").revision["commands"][0]
+    rm = inputs_of(pipeline, "reappraisal-rm-ensemble").revision["commands"][0]
+    assert f"-S {read_json(pipeline / 'metrics/policy/train.json')['model_md5']} " in policy
+    assert f"-S {dvc_md5(pipeline / 'models/rm/ensemble')} " in rm
+
+
+def test_a_policy_card_without_its_md5_metric_is_refused(tmp_path):
+    root = write_pipeline(tmp_path / "p")
+    metrics = read_json(root / "metrics/policy/train.json")
+    del metrics["model_md5"]
+    write_json(root / "metrics/policy/train.json", metrics)
+    with pytest.raises(InputError, match="training metrics have no 'train.model_md5'"):
+        inputs_of(root, "reappraisal-policy-grpo")

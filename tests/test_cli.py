@@ -160,9 +160,9 @@ def test_help_is_plain_and_consistent(path, command, capsys):
     assert summary[:1].isupper() and summary.endswith("."), f"help summary of {' '.join(path)!r}: {summary!r}"
 
 
-# Concerns whose option help follows the house style (other concerns' help is being brought
-# in line; add them here as they are).
-STYLED = {"data", "validate", "guard", "judge", "leakscan", "report", "rm"}
+# Concerns whose option help follows the house style: every concern and the report.
+STYLED = {"card", "data", "generate", "guard", "judge", "leakscan", "policy", "registry", "report", "rm", "stats",
+          "validate"}
 STYLED_PARAMS = [(path, p) for path, c in TREE if not path or path[0] in STYLED
                  for p in getattr(c, "params", []) if getattr(p, "help", None)]
 
@@ -179,7 +179,15 @@ def test_option_help_is_sentence_case_without_a_trailing_period(path, param):
 
 def test_every_styled_concern_has_option_help_checked():
     assert {path[0] for path, _ in STYLED_PARAMS if path} == STYLED
+    assert set(cli.SUBCOMMANDS) <= STYLED  # a new concern's help is checked too
     assert len(STYLED_PARAMS) > 40
+
+
+def test_registry_help_lists_every_registry_command():
+    registry = dict((tuple(p), c) for p, c in TREE)[("registry",)]
+    summary = registry.help.split("\n\n")[0]
+    listed = {name.strip(" .") for name in summary.split(":", 1)[1].split(",")}
+    assert listed == {name for name, c in registry.commands.items() if not c.hidden}
 
 
 def test_version(capsys):

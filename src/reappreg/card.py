@@ -4,7 +4,7 @@ A card is a Hugging Face style ``README.md``: YAML front matter (license, langua
 base_model, pipeline_tag, tags, library_name) and the sections model details, evaluation,
 prompting, hyperparameters, data separation, intended use, limitations and how to
 reproduce. It is rendered from ``registry/card_template.md`` (Jinja2) and an
-:class:`Evidence` bundle read from the pipeline's tracked outputs:
+:class:`Evidence` bundle (``reappreg.card_evidence``) read from the pipeline's tracked outputs:
 
 * ``metrics/eval.json`` and ``reports/claims.json`` (see ``reappreg.stats``),
 * ``metrics/judge_calibration.json``,
@@ -34,18 +34,16 @@ from typing import Any
 
 import yaml
 
+from reappreg.card_evidence import (CLAIM_KEYS, CONDITIONS, EVAL_COLUMNS, Certificate, Evidence, flatten, load_evidence,
+                                    read_certificate, trust_recomputed)
 from reappreg.card_health import TrainingHealth, training_health
 from reappreg.card_labels import calibration_rows, metric_label
 from reappreg.card_meta import (card_body, card_metadata, card_revision, numbers_in, parse_card, source_revision,
                                 validate_card)
 from reappreg.errors import InputError, ReappregError
 from reappreg.hashing import dvc_md5
-from reappreg.io import read_json, read_yaml
+from reappreg.io import read_json
 from reappreg.stats.claims import BLOCKING_FLAGS  # claim flags that can never back a printed claim
-CLAIM_KEYS = ("claim_id", "statement", "metric_refs", "supported", "status", "reason", "flags")
-# Per-comparison stats shown in the evaluation table, in column order.
-EVAL_COLUMNS = ("win_rate", "n", "iid_low", "cluster_low", "n_eff", "n_clusters")
-CONDITIONS = ("policy", "best_of_n_fresh_pool", "best_of_n_selection_pool")
 
 
 class ClaimRejected(ReappregError):
@@ -72,196 +70,6 @@ def fmt(value: Any, decimals: int = 3) -> str:
     return str(value)
 
 
-def flatten(obj: Any, prefix: str = "", sep: str = ".") -> dict[str, Any]:
-    if isinstance(obj, Mapping):
-        out: dict[str, Any] = {}
-        for key, value in obj.items():
-            out.update(flatten(value, f"{prefix}{sep}{key}" if prefix else str(key), sep))
-        return out
-    return {prefix: obj}
-
-
-# --------------------------------------------------------------------------- evidence
-
-
-@dataclass
-class Certificate:
-    path: Path
-    md5: str
-    passed: bool
-    result: str
-    # guarded copy path -> md5: the training text the certificate vouches for
-    certified: dict[str, str]
-    # checked source path -> (guarded path, md5 of the source)
-    sources: list[dict[str, Any]]
-    heldout: dict[str, str]
-    summary: dict[str, Any]
-
-
-# What the card shows of a certificate (dotted keys into it; see reappreg.guard.stage).
-CERTIFICATE_SUMMARY = (
-    "schema", "policy", "counts.sources", "counts.texts_checked", "counts.hits", "counts.flagged_records",
-    "counts.removed_records", "heldout.answers", "detectors.ngram.n", "detectors.ngram.containment",
-    "detectors.ngram.min_run", "detectors.minhash.threshold",
-    "detectors.minhash.lsh.fn_probability_at_threshold",
-)
-
-
-def read_certificate(path: str | os.PathLike) -> Certificate:
-    """The guard certificate, normalised (schema ``reappreg.guard.certificate/v1``, see ``reappreg.guard.stage``)."""
-    from reappreg.guard.stage import CERTIFICATE_SCHEMA
-
-    path = Path(path)
-    raw = read_json(path)
-    if not isinstance(raw, dict) or raw.get("schema") != CERTIFICATE_SCHEMA:
-        raise InputError(f"{path}: not a guard certificate (expected schema '{CERTIFICATE_SCHEMA}')")
-    for key in ("result", "training", "heldout"):
-        if key not in raw:
-            raise InputError(f"{path}: missing key '{key}'")
-    result = str(raw["result"])
-    if result not in ("pass", "fail"):
-        raise InputError(f"{path}: 'result' must be 'pass' or 'fail', got {result!r}")
-    heldout = raw["heldout"]
-    if not isinstance(heldout, Mapping) or "path" not in heldout or "md5" not in heldout:
-        raise InputError(f"{path}: 'heldout' needs 'path' and 'md5'")
-    certified, sources = {}, []
-    for i, entry in enumerate(raw["training"]):
-        if not isinstance(entry, Mapping) or "path" not in entry or "md5" not in entry:
-            raise InputError(f"{path}: training entry {i} needs 'path' and 'md5'")
-        if entry.get("guarded_path") and entry.get("guarded_md5"):
-            certified[str(entry["guarded_path"])] = str(entry["guarded_md5"])
-        sources.append({"path": str(entry["path"]), "md5": str(entry["md5"]), "guarded_path": entry.get("guarded_path"),
-                        "guarded_md5": entry.get("guarded_md5"), "records": entry.get("records"),
-                        "flagged_records": entry.get("flagged_records")})
-    flat = flatten(raw)
-    summary = {key: flat[key] for key in CERTIFICATE_SUMMARY if key in flat}
-    return Certificate(path, dvc_md5(path), result == "pass", result, certified, sources,
-                       {str(heldout["path"]): str(heldout["md5"])}, summary)
-
-
-@dataclass
-class Evidence:
-    """Everything a card or a registration reads, keyed to the files it came from."""
-
-    certificate: Certificate
-    eval_metrics: dict[str, Any]
-    calibration: dict[str, Any]
-    claims: list[dict[str, Any]]
-    rm_metrics: dict[str, Any]       # flattened "<file stem>.<key>" -> value
-    policy_metrics: dict[str, Any]   # flattened "<file stem>.<key>" -> value
-    prompt: dict[str, Any]
-    sources: dict[str, Path] = field(default_factory=dict)
-    results: dict[str, Any] = field(default_factory=dict)  # metrics/results.json, flattened "<key>.<key>" -> value
-
-    @property
-    def judge_trusted(self) -> bool:
-        return _trust_recomputed(self.calibration, self.eval_metrics)  # never the calibration's cached flag alone
-
-    @property
-    def judge_model(self) -> str | None:
-        models = {c.get("judge_model") for c in self.claims if c.get("judge_model")}
-        return ", ".join(sorted(models)) if models else self.calibration.get("model")
-
-    def training_health(self, health: Any, max_completion_length: int | None) -> TrainingHealth:
-        """The card's verdict (monitor AND format-gate AND truncation gates; ``health``: CardHealthSettings).
-        The registry's ``healthy_training`` gate should read ``.verdict == "healthy"`` of this."""
-        return training_health(self.policy_metrics, health, max_completion_length)
-
-    @property
-    def training_healthy(self) -> bool | None:
-        """The training monitor's flag alone (see :meth:`training_health` for the card's verdict)."""
-        flags = [v for k, v in self.policy_metrics.items() if k.rsplit(".", 1)[-1] == "healthy"]
-        if not flags:
-            return None
-        return all(bool(v) for v in flags)
-
-    def bar_claim(self, condition: str = "policy") -> dict[str, Any] | None:
-        for claim in self.claims:
-            if claim.get("kind") == "bar" and claim.get("condition") == condition:
-                return claim
-        return None
-
-    def comparisons(self) -> list[dict[str, Any]]:
-        """One row per (condition, opponent) in eval.json, with the table's columns."""
-        rows = []
-        pairs = sorted({tuple(k.split("/")[:2]) for k in self.eval_metrics if k.endswith("/win_rate") and k.count("/") == 2})
-        for condition, opponent in pairs:
-            if condition not in CONDITIONS:
-                continue
-            prefix = f"{condition}/{opponent}"
-            row = {"condition": condition, "opponent": opponent}
-            row.update({col: self.eval_metrics.get(f"{prefix}/{col}") for col in EVAL_COLUMNS})
-            rows.append(row)
-        rows.sort(key=lambda r: (CONDITIONS.index(r["condition"]), r["opponent"]))
-        return rows
-
-
-def _metrics_folder(folder: str | os.PathLike | None) -> tuple[dict[str, Any], dict[str, Path]]:
-    if folder is None:
-        return {}, {}
-    folder = Path(folder)
-    if not folder.is_dir():
-        raise InputError(f"{folder}: metrics folder not found")
-    flat: dict[str, Any] = {}
-    sources = {}
-    for file in sorted(folder.glob("*.json")):
-        flat.update(flatten(read_json(file), file.stem))
-        sources[f"{folder.name}/{file.name}"] = file
-    return flat, sources
-
-
-def load_evidence(
-    *,
-    certificate: str | os.PathLike,
-    eval_metrics: str | os.PathLike,
-    calibration: str | os.PathLike,
-    claims: str | os.PathLike,
-    rm_metrics: str | os.PathLike | None = None,
-    policy_metrics: str | os.PathLike | None = None,
-    prompt: str | os.PathLike | None = None,
-    results: str | os.PathLike | None = None,
-) -> Evidence:
-    eval_obj = read_json(eval_metrics)
-    if not isinstance(eval_obj, dict):
-        raise InputError(f"{eval_metrics}: expected one flat JSON object")
-    calib = read_json(calibration)
-    if not isinstance(calib, dict) or not isinstance(calib.get("trusted"), bool):
-        raise InputError(f"{calibration}: expected a JSON object with a boolean 'trusted'")
-    claim_list = read_json(claims)
-    if not isinstance(claim_list, list):
-        raise InputError(f"{claims}: expected a JSON list of claims")
-    for i, claim in enumerate(claim_list):
-        missing = [k for k in CLAIM_KEYS if not isinstance(claim, dict) or k not in claim]
-        if missing:
-            raise InputError(f"{claims}: claim {i} is missing key(s) {', '.join(missing)}")
-    rm_flat, rm_sources = _metrics_folder(rm_metrics)
-    policy_flat, policy_sources = _metrics_folder(policy_metrics)
-    prompt_obj: dict[str, Any] = {}
-    if prompt is not None:
-        if not Path(prompt).exists():
-            raise InputError(f"{prompt}: prompt file not found")
-        prompt_obj = read_yaml(prompt) or {}
-    sources = {
-        "certificate": Path(certificate),
-        "eval": Path(eval_metrics),
-        "judge_calibration": Path(calibration),
-        "claims": Path(claims),
-        **rm_sources,
-        **policy_sources,
-    }
-    if prompt is not None:
-        sources["prompt"] = Path(prompt)
-    results_flat: dict[str, Any] = {}
-    if results is not None:
-        results_obj = read_json(results)
-        if not isinstance(results_obj, dict):
-            raise InputError(f"{results}: expected the results table's JSON object (reappreg stats results)")
-        results_flat = flatten(results_obj)
-        sources["results"] = Path(results)
-    return Evidence(read_certificate(certificate), eval_obj, calib, claim_list, rm_flat, policy_flat, prompt_obj, sources,
-                    results_flat)
-
-
 # --------------------------------------------------------------------------- linter
 
 
@@ -281,27 +89,13 @@ def _same(a: Any, b: Any) -> bool:
     return math.isclose(float(a), float(b), rel_tol=1e-9, abs_tol=1e-12)
 
 
-def _trust_recomputed(calibration: Mapping[str, Any], eval_metrics: Mapping[str, Any]) -> bool:
-    """Trust re-derived from the calibration's numbers under the thresholds eval.json says the stats
-    stage applied (``judge/*``); the calibration's ``trusted`` is a cache and must agree, and so must
-    eval.json's ``judge/trusted``. Missing thresholds: not trusted."""
-    from reappreg.stats.trust import TrustPolicy, recompute_trust
-
-    keys = ("judge/max_position_bias", "judge/max_unparseable_rate", "judge/min_agreement_applied",
-            "judge/min_pairs_applied")
-    if any(eval_metrics.get(k) is None for k in keys):
-        return False
-    policy = TrustPolicy(max_position_bias=float(eval_metrics[keys[0]]), max_unparseable_rate=float(eval_metrics[keys[1]]),
-                         min_agreement_floor=float(eval_metrics[keys[2]]), min_pairs_floor=int(eval_metrics[keys[3]]))
-    trust = recompute_trust(calibration, policy, judge_model=None, judge_fingerprint=None)
-    return trust.trusted and eval_metrics.get("judge/trusted") in (1, True)
 
 
 def lint_claims(claims: Sequence[Mapping[str, Any]], eval_metrics: Mapping[str, Any], calibration: Mapping[str, Any],
                 *, min_n_confirm: int) -> list[LintProblem]:
     """Problems with claims that would be printed as supported, re-derived from the metrics."""
     problems: list[LintProblem] = []
-    trusted = _trust_recomputed(calibration, eval_metrics)
+    trusted = trust_recomputed(calibration, eval_metrics)
     for claim in claims:
         cid = str(claim.get("claim_id"))
         if claim.get("judge_trusted") and not trusted:
@@ -420,16 +214,53 @@ def select_metrics(flat: Mapping[str, Any], patterns: Sequence[str]) -> list[tup
 
 # The stage that builds each kind of model from training-side inputs only.
 TRAINING_STAGE = {"reward-model": "rm_ensemble", "policy": "policy_train"}
+# Where a team's DVC remotes are set up, once per clone (a fresh clone's remotes are local folders).
+REMOTES_LINE = '# once per clone: point the remotes at the team\'s storage (README "Working as a team")'
 
 
-def reproduce_commands(stage: str, commit: str, kind: str | None = None, experiment: str | None = None) -> list[str]:
-    """What rebuilds the model with the access each step needs (README "Working as a team"):
-    the training remote alone rebuilds the model; its evaluation and registration read held-out
-    data, so they also need the heldout remote. A card built by ``dvc exp run`` names its
-    experiment, whose params ``dvc exp apply`` restores."""
-    lines = [f"git checkout {commit}"]
+def model_md5(model: Any, evidence: Evidence, root: str | os.PathLike = ".") -> str:
+    """The DVC md5 of a declared model's artifact: what names its bytes in ``dvc.lock``.
+
+    A model whose declaration names an ``artifact_md5_metric`` is identified by that metric:
+    the card stage reads a policy's training metrics, not its weights (they are not among its
+    deps), and registration refuses an artifact whose md5 differs from the metric. Any other
+    model's artifact (the reward ensemble, a dep of the card stage) is hashed here.
+    """
+    if model.artifact_md5_metric is None:
+        return dvc_md5(Path(root) / model.artifact)
+    metrics = evidence.policy_metrics if model.kind == "policy" else evidence.rm_metrics
+    recorded = metrics.get(model.artifact_md5_metric)
+    if not isinstance(recorded, str) or not recorded:
+        raise InputError(f"training metrics have no '{model.artifact_md5_metric}' naming the md5 of {model.artifact} "
+                         "(registry/models.yaml artifact_md5_metric); rerun the training stage")
+    return recorded
+
+
+def reproduce_commands(stage: str, commit: str, artifact: str, md5: str, kind: str | None = None,
+                       experiment: str | None = None) -> list[str]:
+    """What rebuilds the model from a fresh clone, with the access each step needs (README "Working as a team").
+
+    The card is built before the run's ``dvc.lock`` and outputs are committed, so ``commit``
+    (HEAD then) does not record this model and ``dvc pull`` there fetches older bytes. The
+    revision is therefore named by the model's bytes: the first commit whose ``dvc.lock``
+    records ``md5`` (the DVC md5 of ``artifact``), or the GTO tag ``reappreg registry tag``
+    gives its registered version. A card built by ``dvc exp run`` names its experiment: its
+    ``dvc.lock`` lives in the experiment's ref, not in the branch history, so the experiment is
+    pulled and applied on its baseline ``commit``. The training remote alone rebuilds the
+    model; its evaluation and registration read held-out data, so they also need the heldout remote.
+    """
     if experiment:
-        lines.append(f"dvc exp apply {experiment}     # this experiment's params (dvc exp run -S ...)")
+        lines = [REMOTES_LINE,
+                 f"dvc exp pull --no-cache origin {experiment}     # the experiment's Git ref; its data come from the pulls below",
+                 f"git checkout {commit}     # the experiment's baseline (the card was built there)",
+                 f"dvc exp apply {experiment}     # this experiment's params and dvc.lock (dvc exp run -S ...)"]
+    else:
+        lines = [f"git checkout $(git log --reverse --format=%H -S {md5} -- dvc.lock | head -n 1)"
+                 f"     # the first commit whose dvc.lock records this model (the card was built at {commit}, "
+                 "before its results were committed)",
+                 f"# or, once `reappreg registry tag` has tagged its registered version N: git checkout <name>@v<N>.0.0 "
+                 f"(<name>: the dvc.yaml `artifacts:` entry of {artifact})",
+                 REMOTES_LINE]
     if kind in TRAINING_STAGE:
         lines += ["# with read access to the `train` remote: the model itself",
                   "dvc pull -r train --allow-missing   # heldout outputs are, by design, not there",
@@ -571,7 +402,8 @@ def card_inputs_for(
                   "dirty_paths": list(revision.get("dirty_paths", [])),
                   "dirty_allowed": bool(revision.get("dirty_allowed", False)),
                   "experiment": revision.get("experiment"),
-                  "commands": reproduce_commands(stage, revision.get("commit", "none"), model.kind,
+                  "commands": reproduce_commands(stage, revision.get("commit", "none"), model.artifact,
+                                                 model_md5(model, evidence, root), model.kind,
                                                  revision.get("experiment"))},
         datasets=[*model.training_inputs, *[p for p in model.other_inputs if p.startswith("data/")]],
         health=evidence.training_health(health, _max_completion_length(params)) if model.kind == "policy" else None,
@@ -634,7 +466,10 @@ def render_card(template_text: str, template_source: str, inputs: CardInputs, ev
     return text
 
 
-__all__ = ["CardInputs", "Certificate", "ClaimRejected", "Evidence", "LintProblem", "TrainingHealth", "card_body",
-           "card_comparisons", "card_inputs_for", "card_revision", "checkpoint_card_name", "kept_checkpoints", "check_template", "flatten", "fmt", "lint_claims", "load_evidence",
-           "metric_label", "calibration_rows", "numbers_in", "parse_card", "read_certificate", "render_card", "source_revision",
-           "training_health"]
+# The evidence names (reappreg.card_evidence) are re-exported: callers read a card's inputs from here.
+__all__ = ["CLAIM_KEYS", "CONDITIONS", "EVAL_COLUMNS", "CardInputs", "Certificate", "ClaimRejected", "Evidence",
+           "LintProblem", "TRAINING_STAGE", "TrainingHealth", "calibration_rows", "card_body", "card_comparisons",
+           "card_inputs_for", "card_revision", "check_template", "checkpoint_card_name", "flatten", "fmt",
+           "kept_checkpoints", "lint_claims", "load_evidence", "metric_label", "model_md5", "numbers_in", "parse_card",
+           "read_certificate", "render_card", "reproduce_commands", "source_revision", "training_health",
+           "trust_recomputed"]

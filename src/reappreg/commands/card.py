@@ -9,16 +9,16 @@ from rich.console import Console
 
 app = typer.Typer(no_args_is_help=True, help="Model cards generated from tracked metrics, with a claims linter.")
 
-PARAMS = typer.Option("params.yaml", "--params", help="Params file.")
-MODELS = typer.Option("registry/models.yaml", "--models", help="registry declarations")
-CERT = typer.Option("data/guard/certificate.json", "--certificate", help="guard certificate")
-EVAL = typer.Option("metrics/eval.json", "--eval", help="eval metrics (reappreg stats)")
-CALIB = typer.Option("metrics/judge_calibration.json", "--judge-calibration", help="judge calibration")
-CLAIMS = typer.Option("reports/claims.json", "--claims", help="claims (reappreg stats)")
-RM_METRICS = typer.Option("metrics/rm", "--rm-metrics", help="folder of reward-model metrics JSON")
-POLICY_METRICS = typer.Option("metrics/policy", "--policy-metrics", help="folder of policy metrics JSON")
+PARAMS = typer.Option("params.yaml", "--params", help="Params file")
+MODELS = typer.Option("registry/models.yaml", "--models", help="Registry declarations")
+CERT = typer.Option("data/guard/certificate.json", "--certificate", help="Guard certificate")
+EVAL = typer.Option("metrics/eval.json", "--eval", help="Eval metrics (reappreg stats)")
+CALIB = typer.Option("metrics/judge_calibration.json", "--judge-calibration", help="Judge calibration")
+CLAIMS = typer.Option("reports/claims.json", "--claims", help="Claims (reappreg stats)")
+RM_METRICS = typer.Option("metrics/rm", "--rm-metrics", help="Folder of reward-model metrics JSON")
+POLICY_METRICS = typer.Option("metrics/policy", "--policy-metrics", help="Folder of policy metrics JSON")
 PROMPT = typer.Option("pipelines/prompts/grpo_prompt.yaml", "--prompt", help="GRPO prompt file")
-RESULTS = typer.Option("metrics/results.json", "--results", help="results table (reappreg stats results)")
+RESULTS = typer.Option("metrics/results.json", "--results", help="Results table (reappreg stats results)")
 
 
 def evidence_from(certificate: Path, eval_metrics: Path, judge_calibration: Path, claims: Path,
@@ -34,7 +34,7 @@ def evidence_from(certificate: Path, eval_metrics: Path, judge_calibration: Path
 def build(
     params: Path = PARAMS,
     models: Path = MODELS,
-    template: Path = typer.Option("registry/card_template.md", "--template", help="card template (Jinja2)"),
+    template: Path = typer.Option("registry/card_template.md", "--template", help="Card template (Jinja2)"),
     certificate: Path = CERT,
     eval_metrics: Path = EVAL,
     judge_calibration: Path = CALIB,
@@ -43,9 +43,9 @@ def build(
     policy_metrics: Path = POLICY_METRICS,
     prompt: Path = PROMPT,
     results: Path = RESULTS,
-    out_dir: Path = typer.Option("reports/cards", "--out-dir", help="one <model>.md per declared model"),
+    out_dir: Path = typer.Option("reports/cards", "--out-dir", help="Output folder: one <model>.md per declared model"),
     allow_dirty: bool = typer.Option(False, "--allow-dirty",
-                                     help="record on the card that it was knowingly built from uncommitted changes"),
+                                     help="Record on the card that it was knowingly built from uncommitted changes"),
 ) -> None:
     """Lint the claims and write a Hugging Face style README card for every declared model.
 

@@ -18,7 +18,7 @@ def run(
     out: Path = typer.Option(..., help="Generations JSONL to write"),
     rm_ensemble: Path = typer.Option(None, help="RM ensemble folder; required when generate.best_of_n > 1"),
     seed: int = typer.Option(None, help="Override generate.seed (a fresh confirmation pool: stats.fresh_pools)"),
-    params: Path = typer.Option(Path("params.yaml"), help="params.yaml"),
+    params: Path = typer.Option(Path("params.yaml"), help="Params file"),
 ) -> None:
     """Answer every eval vignette K times with fresh sampling seeds; optional best-of-N with the RM."""
     import mlflow
@@ -75,7 +75,7 @@ def reference(
     train: list[str] = typer.Option(..., "--train", help="Training source PATH:ID_FIELD:TEXT_FIELD[,...]; repeat"),
     out: Path = typer.Option(..., help="Generations JSONL to write (the judge's input)"),
     guard_report: Path = typer.Option(..., help="JSON summary of the guard check to write"),
-    params: Path = typer.Option(Path("params.yaml"), help="params.yaml"),
+    params: Path = typer.Option(Path("params.yaml"), help="Params file"),
 ) -> None:
     """A reference condition's answers as generations, refused if any training text overlaps them."""
     from reappreg.conditions import read_reference_answers, reference_generations
@@ -102,7 +102,7 @@ def ood(
     name: str = typer.Option(..., help="The off-distribution set (a name in stats.ood_sets)"),
     train: list[str] = typer.Option(..., "--train", help="Training source PATH:ID_FIELD:TEXT_FIELD[,...]; repeat"),
     out_dir: Path = typer.Option(..., help="Folder to write vignettes.jsonl, answers.jsonl and guard.json into"),
-    params: Path = typer.Option(Path("params.yaml"), help="params.yaml"),
+    params: Path = typer.Option(Path("params.yaml"), help="Params file"),
 ) -> None:
     """Fresh scenarios and an opponent's answers, refused if any training text contains a scenario."""
     from reappreg.conditions import check_fresh_scenarios, load_situation_csv

@@ -21,13 +21,13 @@ from reappreg.settings import load_params
 app = typer.Typer(no_args_is_help=True, help="Policy: base model, GRPO prompts and GRPO training.")
 console = Console(stderr=True)
 
-ParamsOpt = typer.Option(Path("params.yaml"), "--params", help="params file")
+ParamsOpt = typer.Option(Path("params.yaml"), "--params", help="Params file")
 
 
 @app.command("base")
 def base(
     params: Path = ParamsOpt,
-    out: Path = typer.Option(Path("models/policy/base"), help="model folder to write (safetensors + tokenizer)"),
+    out: Path = typer.Option(Path("models/policy/base"), help="Model folder to write (safetensors + tokenizer)"),
     report: Path = typer.Option(Path("metrics/policy/base.json"), help="JSON report with the folder's md5"),
 ) -> None:
     """Materialise the base policy once as safetensors + tokenizer (GGUF package or local folder)."""
@@ -58,11 +58,11 @@ def base(
 @app.command("prompts")
 def prompts(
     params: Path = ParamsOpt,
-    vignettes: Path = typer.Option(Path("data/train/vignettes.jsonl"), help="training vignettes (scenario text)"),
-    base_model: Path = typer.Option(Path("models/policy/base"), "--base", help="policy folder whose chat template renders"),
-    out: Path = typer.Option(Path("data/prompts/grpo.jsonl"), help="rendered prompts {prompt_id, vignette_id, prompt}"),
+    vignettes: Path = typer.Option(Path("data/train/vignettes.jsonl"), help="Training vignettes (scenario text)"),
+    base_model: Path = typer.Option(Path("models/policy/base"), "--base", help="Policy folder whose chat template renders"),
+    out: Path = typer.Option(Path("data/prompts/grpo.jsonl"), help="Rendered prompts {prompt_id, vignette_id, prompt}"),
     prompt_out: Path = typer.Option(Path("data/prompts/grpo_prompt.yaml"),
-                                    help="copy of policy.prompt.file that generation, cards and the registry read"),
+                                    help="Copy of policy.prompt.file that generation, cards and the registry read"),
 ) -> None:
     """Render one GRPO prompt per vignette (prompt file: policy.prompt.file) with the policy's chat template
     (the guard checks them next)."""
@@ -118,16 +118,16 @@ def _training_spec(p, *, prompts, vignettes, rm_ensemble, base_model, work_dir, 
 @app.command("train")
 def train(
     params: Path = ParamsOpt,
-    prompts: Path = typer.Option(Path("data/guarded/prompts.jsonl"), help="guarded GRPO prompts"),
-    vignettes: Path = typer.Option(Path("data/guarded/vignettes.jsonl"), help="guarded vignettes (scenario per prompt)"),
+    prompts: Path = typer.Option(Path("data/guarded/prompts.jsonl"), help="Guarded GRPO prompts"),
+    vignettes: Path = typer.Option(Path("data/guarded/vignettes.jsonl"), help="Guarded vignettes (scenario per prompt)"),
     rm_ensemble: Path = typer.Option(Path("models/rm/ensemble"), help="RM ensemble folder (reappreg.rm.load_ensemble)"),
-    base_model: Path = typer.Option(Path("models/policy/base"), "--base", help="base policy folder"),
-    certificate: Path = typer.Option(Path("data/guard/certificate.json"), help="guard certificate the data passed"),
-    work_dir: Path = typer.Option(Path("work/policy_train"), help="resumable checkpoints (not a DVC out)"),
-    out: Path = typer.Option(Path("models/policy/grpo"), help="final checkpoint folder (DVC out)"),
+    base_model: Path = typer.Option(Path("models/policy/base"), "--base", help="Base policy folder"),
+    certificate: Path = typer.Option(Path("data/guard/certificate.json"), help="Guard certificate the data passed"),
+    work_dir: Path = typer.Option(Path("work/policy_train"), help="Resumable checkpoints (not a DVC out)"),
+    out: Path = typer.Option(Path("models/policy/grpo"), help="Final checkpoint folder (DVC out)"),
     checkpoints_out: Path = typer.Option(Path("models/policy/checkpoints"), "--checkpoints-out",
-                                         help="kept checkpoints step_<n>/ (policy.train.checkpoint_steps) + manifest.json"),
-    metrics: Path = typer.Option(Path("metrics/policy/train.json"), help="training summary"),
+                                         help="Kept checkpoints step_<n>/ (policy.train.checkpoint_steps) + manifest.json"),
+    metrics: Path = typer.Option(Path("metrics/policy/train.json"), help="Training summary"),
 ) -> None:
     """GRPO with TRL against the RM ensemble; resumes from work-dir checkpoints of the same run.
     Every policy.train.checkpoint_steps checkpoint is kept as a model folder of its own."""
@@ -260,7 +260,7 @@ def train(
 
 
 @app.command("train-worker", hidden=True)
-def train_worker(spec: Path = typer.Option(..., help="run spec written by `policy train`")) -> None:
+def train_worker(spec: Path = typer.Option(..., help="Run spec written by `policy train`")) -> None:
     """One accelerate worker process of `policy train` (not a stage of its own)."""
     from reappreg.io import read_json
     from reappreg.policy.train import GrpoSpec, train_grpo

@@ -1,4 +1,4 @@
-"""CLI commands for the MLflow model registry: register, promote, verify, watch, pull, keygen.
+"""CLI commands for the MLflow model registry: register, promote, verify, watch, pull, keygen, tag.
 
 The tracking/registry URI is ``MLFLOW_TRACKING_URI`` when set (e.g. a remote
 ``mlflow server``), else ``tracking.uri`` from params (the sqlite store under registry/).
@@ -14,9 +14,10 @@ Two ways to move things, for two audiences:
 * A team that only needs a model: ``reappreg registry pull NAME@champion --to DIR`` (or
   ``NAME/VERSION``, or ``models:/…``) downloads exactly that version, checks its signed
   statement and every byte, refuses failing gates, and prints its card. No DVC, no git.
-* A team that reproduces or extends the pipeline: ``git checkout <revision on the card>``,
-  ``dvc pull`` then ``dvc repro``. The statement's materials are DVC md5s, comparable with
-  ``dvc.lock`` directly.
+* A team that reproduces or extends the pipeline: the card's Reproduce section (the first
+  commit whose ``dvc.lock`` records the model, or ``git checkout <artifact>@v<N>.0.0`` once
+  ``reappreg registry tag`` has tagged it), ``dvc pull`` then ``dvc repro``. The statement's
+  materials are DVC md5s, comparable with ``dvc.lock`` directly.
 """
 
 from __future__ import annotations
@@ -32,10 +33,10 @@ from rich.markup import escape
 from reappreg.commands.card import (CALIB, CERT, CLAIMS, EVAL, MODELS, PARAMS, POLICY_METRICS, PROMPT, RESULTS, RM_METRICS,
                                     evidence_from)
 
-app = typer.Typer(no_args_is_help=True, help="MLflow model registry: register, promote, verify, watch, pull, keygen.")
+app = typer.Typer(no_args_is_help=True, help="MLflow model registry: register, promote, verify, watch, pull, keygen, tag.")
 
-KEYS = typer.Option("registry/keys", "--keys", help="team public keys (keyring.yaml + *.pub.pem), committed")
-LOCAL_KEYS = typer.Option("work/registry/keys", "--local-keys", help="this clone's local signing key (gitignored)")
+KEYS = typer.Option("registry/keys", "--keys", help="Team public keys (keyring.yaml + *.pub.pem), committed")
+LOCAL_KEYS = typer.Option("work/registry/keys", "--local-keys", help="This clone's local signing key (gitignored)")
 
 
 def _client(settings):
@@ -130,7 +131,7 @@ def _log_dvc_inputs(md5s: dict[str, str], context: str) -> None:
 def register(
     params: Path = PARAMS,
     models: Path = MODELS,
-    cards: Path = typer.Option("reports/cards", "--cards", help="folder of <model>.md cards (reappreg card build)"),
+    cards: Path = typer.Option("reports/cards", "--cards", help="Folder of <model>.md cards (reappreg card build)"),
     certificate: Path = CERT,
     eval_metrics: Path = EVAL,
     judge_calibration: Path = CALIB,
@@ -141,8 +142,8 @@ def register(
     results: Path = RESULTS,
     keys: Path = KEYS,
     local_keys: Path = LOCAL_KEYS,
-    lock_file: Path = typer.Option("work/registry/register.lock", "--lock-file", help="host-wide registration lock"),
-    receipt: Path = typer.Option("reports/registry/registration.json", "--receipt", help="what was registered"),
+    lock_file: Path = typer.Option("work/registry/register.lock", "--lock-file", help="Host-wide registration lock"),
+    receipt: Path = typer.Option("reports/registry/registration.json", "--receipt", help="What was registered"),
 ) -> None:
     """Register every declared model as a signed MLflow Model version (one per changed artifact; alias `candidate`).
 
@@ -275,14 +276,14 @@ def register(
 
 @app.command()
 def promote(
-    name: str = typer.Argument(..., help="registered model name"),
-    version: str = typer.Argument(..., help="version number"),
-    alias: str = typer.Option("champion", "--alias", help="alias to point at the version"),
-    reason: str = typer.Option(..., "--reason", help="why (recorded in the signed history)"),
-    force: bool = typer.Option(False, "--force", help="promote despite failing gates (recorded loudly)"),
-    expect: str = typer.Option(None, "--expect", help="compare-and-set: the version the alias must point at now "
+    name: str = typer.Argument(..., help="Registered model name"),
+    version: str = typer.Argument(..., help="Version number"),
+    alias: str = typer.Option("champion", "--alias", help="Alias to point at the version"),
+    reason: str = typer.Option(..., "--reason", help="Why (recorded in the signed history)"),
+    force: bool = typer.Option(False, "--force", help="Promote despite failing gates (recorded loudly)"),
+    expect: str = typer.Option(None, "--expect", help="Compare-and-set: the version the alias must point at now "
                                                       "('none': unset); default: what it points at when the command starts"),
-    actor: str = typer.Option(None, "--actor", help="who promotes (default: $REAPPREG_ACTOR or the login name)"),
+    actor: str = typer.Option(None, "--actor", help="Who promotes (default: $REAPPREG_ACTOR or the login name)"),
     params: Path = PARAMS,
     models: Path = MODELS,
     keys: Path = KEYS,
@@ -358,15 +359,15 @@ def watch(
     models: Path = MODELS,
     keys: Path = KEYS,
     local_keys: Path = LOCAL_KEYS,
-    mode: str = typer.Option("auto", "--mode", help="auto (webhook on an mlflow server, else poll) | webhook | poll"),
-    enforce: bool = typer.Option(False, "--enforce", help="move a failing alias back to the last passing version (or remove it)"),
-    actor: str = typer.Option(None, "--actor", help="who enforces (default: $REAPPREG_ACTOR or the login name)"),
-    interval: float = typer.Option(None, "--interval", help="seconds between polls (default: registry.watch_interval_s)"),
-    max_polls: int = typer.Option(None, "--max-polls", help="number of polls (default: registry.watch_max_polls)"),
-    listen: str = typer.Option("127.0.0.1:0", "--listen", help="webhook listener HOST:PORT (0 = any free port)"),
+    mode: str = typer.Option("auto", "--mode", help="How alias events arrive: auto (webhook on an MLflow server, else poll), webhook or poll"),
+    enforce: bool = typer.Option(False, "--enforce", help="Move a failing alias back to the last passing version (or remove it)"),
+    actor: str = typer.Option(None, "--actor", help="Who enforces (default: $REAPPREG_ACTOR or the login name)"),
+    interval: float = typer.Option(None, "--interval", help="Seconds between polls (default: registry.watch_interval_s)"),
+    max_polls: int = typer.Option(None, "--max-polls", help="Number of polls (default: registry.watch_max_polls)"),
+    listen: str = typer.Option("127.0.0.1:0", "--listen", help="Webhook listener HOST:PORT (0 = any free port)"),
     public_url: str = typer.Option(None, "--public-url", help="URL the server posts to, if not http://HOST:PORT/"),
-    duration: float = typer.Option(3600.0, "--duration", help="webhook mode: stop after this many seconds"),
-    max_events: int = typer.Option(1000, "--max-events", help="webhook mode: stop after this many alias events"),
+    duration: float = typer.Option(3600.0, "--duration", help="Webhook mode: stop after this many seconds"),
+    max_events: int = typer.Option(1000, "--max-events", help="Webhook mode: stop after this many alias events"),
 ) -> None:
     """Watch every alias against its signed gates; report (exit 1 if any) and with --enforce undo violations."""
     from reappreg.errors import InputError
@@ -421,10 +422,10 @@ def watch(
 @app.command()
 def pull(
     spec: str = typer.Argument(..., help="NAME@ALIAS, NAME/VERSION, models:/NAME@ALIAS or models:/NAME/VERSION"),
-    to: Path = typer.Option(None, "--to", help="target folder (default: ./<name>-v<version>); must be new or empty"),
+    to: Path = typer.Option(None, "--to", help="Target folder (default: ./<name>-v<version>); must be new or empty"),
     allow_failing_gates: bool = typer.Option(False, "--allow-failing-gates",
-                                             help="take a version that fails its gates (recorded on the version); never tampered bytes"),
-    actor: str = typer.Option(None, "--actor", help="who pulls (recorded with --allow-failing-gates)"),
+                                             help="Take a version that fails its gates (recorded on the version); never tampered bytes"),
+    actor: str = typer.Option(None, "--actor", help="Who pulls (recorded with --allow-failing-gates)"),
     params: Path = PARAMS,
     models: Path = MODELS,
     keys: Path = KEYS,
@@ -457,7 +458,7 @@ def pull(
 
 
 @app.command()
-def keygen(out: Path = typer.Argument(..., help="new private key file (keep it outside the repository)")) -> None:
+def keygen(out: Path = typer.Argument(..., help="New private key file (keep it outside the repository)")) -> None:
     """Create an EC P-256 signing key and print the keyring line that makes its public key a team key."""
     from reappreg.registry.keys import generate_key, key_id, load_public
 
@@ -471,10 +472,10 @@ def keygen(out: Path = typer.Argument(..., help="new private key file (keep it o
 
 @app.command()
 def tag(
-    receipt: Path = typer.Option("reports/registry/registration.json", "--receipt", help="what `register` registered (committed)"),
+    receipt: Path = typer.Option("reports/registry/registration.json", "--receipt", help="What `register` registered (committed)"),
     models: Path = MODELS,
-    dvc_yaml: Path = typer.Option("dvc.yaml", "--dvc-yaml", help="declares the artifact names (`artifacts:`)"),
-    lock: Path = typer.Option("dvc.lock", "--lock", help="records the md5 of each registered artifact folder"),
+    dvc_yaml: Path = typer.Option("dvc.yaml", "--dvc-yaml", help="File declaring the artifact names (`artifacts:`)"),
+    lock: Path = typer.Option("dvc.lock", "--lock", help="Lock file recording the md5 of each registered artifact folder"),
 ) -> None:
     """Write GTO tags (<artifact>@v<N>.0.0 at HEAD) for the registered versions, so `dvc artifacts get` finds them.
 

@@ -18,7 +18,7 @@ def run(
     plot_data: Path = typer.Option(..., help="Forest plot rows CSV to write (dvc plots)"),
     claims: Path = typer.Option(..., help="Machine-readable claims to write"),
     models: Path = typer.Option(Path("registry/models.yaml"), help="Registry declarations (reference_bar:)"),
-    params: Path = typer.Option(Path("params.yaml"), help="params.yaml"),
+    params: Path = typer.Option(Path("params.yaml"), help="Params file"),
 ) -> None:
     """Compute every table and claim; an untrusted or position-biased judge is flagged, never dropped."""
     import mlflow
@@ -81,11 +81,11 @@ def results_cmd(
     policy_judgments: Path = typer.Option(..., help="Judgments of the GRPO policy (the judge stage's output)"),
     conditions_dir: Path = typer.Option(..., help="Folder of the other conditions: <name>/judgments.jsonl"),
     calibration: Path = typer.Option(..., help="Judge calibration JSON"),
-    out_json: Path = typer.Option(..., "--json", help="metrics/results.json to write"),
-    markdown: Path = typer.Option(..., help="reports/results.md to write"),
+    out_json: Path = typer.Option(..., "--json", help="Results table to write (metrics/results.json)"),
+    markdown: Path = typer.Option(..., help="Results table in Markdown to write (reports/results.md)"),
     plot: Path = typer.Option(..., help="Forest plot PNG of every row to write"),
     models: Path = typer.Option(Path("registry/models.yaml"), help="Registry declarations (reference_bar:)"),
-    params: Path = typer.Option(Path("params.yaml"), help="params.yaml"),
+    params: Path = typer.Option(Path("params.yaml"), help="Params file"),
 ) -> None:
     """The results table: one row per condition with both interval kinds, selection and claims."""
     from reappreg.conditions import CHECKPOINT_PREFIX
