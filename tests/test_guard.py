@@ -320,7 +320,7 @@ def test_letter_grams_equal_the_scalar_key_of_every_window():
 def test_signatures_are_bit_identical_to_datasketch():
     from datasketch import MinHash
 
-    from reappreg.guard.detect import minhash_permutations, minhash_signatures
+    from reappreg.guard.minhash import minhash_permutations, minhash_signatures
 
     rng = np.random.default_rng(3)
     sets = [rng.integers(0, 2**63, size=n, dtype=np.uint64) for n in (1, 7, 0, 300, 40)]

@@ -13,15 +13,14 @@ import yaml
 from reappreg.errors import InputError, ReappregError
 from reappreg.hashing import dvc_md5
 from reappreg.io import write_json
-from reappreg.policy.train import (
+from reappreg.policy.checkpoints import (
     CHECKPOINT_MANIFEST,
-    GrpoSpec,
     export_checkpoint,
     export_missing,
-    prepare_work_dir,
     publish_checkpoints,
     read_checkpoint_manifest,
 )
+from reappreg.policy.train import GrpoSpec, prepare_work_dir
 from reappreg.settings import parse_params
 from reappreg.settings.policy import PolicyTrainSettings
 from test_policy import StandinEnsemble, _write_training_inputs, smollm_base, tiny_random_policy  # noqa: F401 (fixtures)

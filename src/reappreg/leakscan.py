@@ -20,7 +20,10 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from reappreg.errors import InputError
-from reappreg.guard.detect import AnswerMeta, FastHasher, GuardConfig, HeldoutIndex, check_units
+from reappreg.guard.config import GuardConfig
+from reappreg.guard.detect import check_units
+from reappreg.guard.hashing import FastHasher
+from reappreg.guard.index import AnswerMeta, HeldoutIndex
 from reappreg.guard.text import TextUnit
 from reappreg.io import read_jsonl
 

@@ -137,13 +137,13 @@ def train(
     from reappreg.io import atomic_dir, read_json, write_json
     from reappreg.policy.launch import BatchGeometry, check_launch_configs, launch_command
     from reappreg.policy.prompts import check_rendered_with, load_prompt_template
+    from reappreg.policy.checkpoints import publish_checkpoints
     from reappreg.policy.train import (
         SPEC,
         TRAINING_PROMPT,
         check_certified,
         load_training_prompts,
         prepare_work_dir,
-        publish_checkpoints,
         run_fingerprint,
         train_grpo,
     )

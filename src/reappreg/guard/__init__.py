@@ -11,8 +11,11 @@ Modules
 * ``hashing``: integer keys of word grams and letter windows, unkeyed or keyed (sketches);
 * ``minhash``: datasketch-identical signatures and batched LSH lookups;
 * ``config``: the detector settings as the scan uses and the certificate records them;
-* ``detect``: the held-out index and the detectors ``ngram``, ``minhash``, ``chars`` and
-  ``fragments`` behind one scan (``check_units``), with tokenizer views and groups;
+* ``index``: the held-out index (gram keys, signatures, LSH), built from texts or a sketch;
+* ``detect``: the detectors ``ngram``, ``minhash`` and ``chars`` and the scan behind
+  ``check_units`` (worker processes, tokenizer views, groups);
+* ``fragments``: the ``fragments`` detector (an answer spread over a group's records);
+* ``spans``: the shared passages a hit reports;
 * ``views``: tokenizer views (``decode(encode(text))``), tokenizers named by file hash;
 * ``semantic``: the report-only MiniLM similarity list;
 * ``stage``: the stage, the certificate (schema in its docstring) and the audit;

@@ -16,7 +16,7 @@ from typing import Any
 import numpy as np
 
 from reappreg.errors import InputError
-from reappreg.guard.detect import AnswerMeta
+from reappreg.guard.index import AnswerMeta
 from reappreg.guard.text import TextUnit
 
 

@@ -42,7 +42,7 @@ import numpy as np
 
 from reappreg.errors import InputError
 from reappreg.guard.config import GuardConfig
-from reappreg.guard.detect import AnswerMeta, HeldoutIndex
+from reappreg.guard.index import AnswerMeta, HeldoutIndex
 from reappreg.guard.hashing import KeyedHasher
 from reappreg.guard.minhash import minhash_permutations, minhash_signatures
 from reappreg.guard.normalise import NORMALISATION
