@@ -614,6 +614,9 @@ def test_policy_stages_end_to_end_real_grpo(smollm_base, tiny_ensemble, tmp_path
     assert summary["global_step"] == 2 and summary["model_md5"] == dvc_md5("grpo")
     assert summary["rm_ensemble_md5"] == dvc_md5(tiny_ensemble)
     assert summary["seconds_per_step_mean"] > 0
+    # per-step health for the report's curves: one row per step, with the monitor's metrics
+    assert [row["step"] for row in summary["history"]] == [1, 2]
+    assert {"healthy", *HEALTH_METRICS} <= set(summary["history"][-1])
     # The policy records which prompt it was trained with, in its metrics and its folder.
     template = load_prompt_template(PROMPT_FILE)
     assert summary["prompt"] == template.identity() and summary["prompt"]["file"] == str(PROMPT_FILE)

@@ -433,6 +433,9 @@ def train_grpo(spec: GrpoSpec, *, ensemble: Any = None, extra_callbacks: Sequenc
             "healthy": not monitor.ever_unhealthy,
             "unhealthy_reason": "; ".join(monitor.first_unhealthy.reasons) if monitor.first_unhealthy else None,
             "final": {k: v for k, v in last.items() if k != "step"},
+            # the health metrics of every step this process trained (since the last resume), for
+            # the report's curves; MLflow holds the whole run's
+            "history": list(health_cb.logged),
             "world_size": seen,
             "distributed_type": str(trainer.accelerator.distributed_type).rsplit(".", 1)[-1],
             # policy.train.trl as the trainer holds it: the pass-through, seen from inside.
