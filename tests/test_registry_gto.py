@@ -210,3 +210,21 @@ def test_refuses_outside_the_repository_root(project):
     _run_pipeline(repo, "one", "1")
     with pytest.raises(InputError, match="not the root of its git repository"):
         plan_tags(repo / "registry", receipt=RECEIPT, models=MODELS)
+
+
+def test_a_checkpoint_version_is_found_in_the_checkpoints_folder_the_lock_records(tmp_path):
+    """A policy's kept checkpoint is registered as its own version; its md5 is a step folder's
+    in the checkpoints manifest, and the tag goes on that folder only if it is the committed one."""
+    from reappreg.registry.gto_tags import _checkpoint_version
+
+    folder = tmp_path / "models/policy/checkpoints"
+    (folder / "step_3").mkdir(parents=True)
+    (folder / "step_3" / "model.safetensors").write_bytes(b"weights")
+    step_md5 = dvc_md5(folder / "step_3")
+    (folder / "manifest.json").write_text(json.dumps({"checkpoints": [{"step": 3, "path": "step_3", "md5": step_md5}]}))
+    recorded = dvc_md5(folder)
+    assert _checkpoint_version(tmp_path, "models/policy/checkpoints", step_md5, recorded) == "step_3"
+    assert _checkpoint_version(tmp_path, "models/policy/checkpoints", "0" * 32 + ".dir", recorded) is None
+    assert _checkpoint_version(tmp_path, "models/policy/checkpoints", step_md5, None) is None
+    with pytest.raises(TagRefused, match="not the folder the committed lock records"):
+        _checkpoint_version(tmp_path, "models/policy/checkpoints", step_md5, "f" * 32 + ".dir")

@@ -156,6 +156,18 @@ def plan_tags(root: str | Path, *, receipt: str, models: str, dvc_yaml: str = "d
             problems.append(f"{name}: registered but not declared in {models}")
             continue
         path = decl.models[name].artifact.rstrip("/")
+        checkpoints = (decl.models[name].checkpoints or "").rstrip("/")
+        if lock_outs.get(path) != entry["content_md5"] and checkpoints:
+            # a kept checkpoint's version: tag the checkpoints folder it was published in
+            found = _checkpoint_version(root, checkpoints, entry["content_md5"], lock_outs.get(checkpoints))
+            if found is not None:
+                if checkpoints not in artifacts:
+                    problems.append(f"{name} version {entry['version']}: a checkpoint in {checkpoints}, which is not "
+                                    f"declared in {dvc_yaml} `artifacts:` (no name to tag)")
+                    continue
+                plans += [ArtifactTag(artifact, checkpoints, name, str(entry["version"]), lock_outs[checkpoints], commit)
+                          for artifact in artifacts[checkpoints]]
+                continue
         if path not in artifacts:
             problems.append(f"{name}: its artifact {path} is not declared in {dvc_yaml} `artifacts:` (no name to tag)")
             continue
@@ -169,6 +181,25 @@ def plan_tags(root: str | Path, *, receipt: str, models: str, dvc_yaml: str = "d
     if problems:
         raise TagRefused("refusing to tag; the commit does not hold what was registered:\n  " + "\n  ".join(problems))
     return [_with_existing(root, p, lock) for p in plans]
+
+
+def _checkpoint_version(root: Path, folder: str, content_md5: str, recorded: str | None) -> str | None:
+    """The step folder of ``folder`` (a policy's kept checkpoints, e.g. ``models/policy/checkpoints``)
+    whose md5 in its manifest is ``content_md5``, if the workspace folder is the one the committed
+    lock records (``recorded``); None when no listed step has that md5."""
+    from reappreg.hashing import dvc_md5
+
+    manifest_path = root / folder / "manifest.json"
+    if recorded is None or not manifest_path.is_file():
+        return None
+    manifest = json.loads(manifest_path.read_text(encoding="utf-8"))
+    steps = [e for e in manifest.get("checkpoints", []) if isinstance(e, dict) and e.get("md5") == content_md5]
+    if not steps:
+        return None
+    if dvc_md5(root / folder) != recorded:
+        raise TagRefused(f"{folder} in the workspace is not the folder the committed lock records ({recorded}); "
+                         "`dvc checkout` it, then tag")
+    return str(steps[0].get("path"))
 
 
 def _with_existing(root: Path, plan: ArtifactTag, lock: str) -> ArtifactTag:
