@@ -395,6 +395,11 @@ def test_work_dir_keeps_same_run_and_discards_stale_checkpoints(tmp_path):
     assert other != fp
     assert prepare_work_dir(work, other) == (None, True)
     assert not ck.exists()
+    # a finished run (its latest checkpoint at max_steps) is trained again, not resumed at its end
+    write_json(ck / "checkpoint-4" / "trainer_state.json", {"global_step": 4})
+    assert prepare_work_dir(work, other, max_steps=6) == (4, False)
+    assert prepare_work_dir(work, other, max_steps=4) == (None, True)
+    assert not ck.exists()
 
 
 # ------------------------------------------------------------------------ real GRPO (slow)

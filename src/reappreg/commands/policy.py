@@ -194,7 +194,7 @@ def train(
     fingerprint = run_fingerprint(s.train, s.reward, lineage, world)
 
     with stage_run("policy_train", tracking=p.tracking, params=s.model_dump(), tags=tags) as run:
-        resume_step, discarded = prepare_work_dir(work_dir, fingerprint)
+        resume_step, discarded = prepare_work_dir(work_dir, fingerprint, s.train.max_steps)
         mlflow.set_tags({
             "resume.from_step": str(resume_step or 0),
             "resume.discarded_stale_checkpoints": str(discarded).lower(),

@@ -143,9 +143,12 @@ def latest_checkpoint(checkpoint_dir: str | os.PathLike) -> Path | None:
     return max(complete)[1] if complete else None
 
 
-def prepare_work_dir(work_dir: str | os.PathLike, fingerprint: str) -> tuple[int | None, bool]:
-    """Keep checkpoints of the same run, discard those of another one.
+def prepare_work_dir(work_dir: str | os.PathLike, fingerprint: str, max_steps: int | None = None) -> tuple[int | None, bool]:
+    """Keep checkpoints of the same run, discard those of another one, and those of a run that
+    already reached ``max_steps``.
 
+    A finished run is not resumed: the stage runs again only because something it depends on
+    changed (its code, say), and resuming would train no step and report health from none.
     Returns (step the run will resume after or None, whether stale checkpoints were discarded).
     """
     work = Path(work_dir)
@@ -153,7 +156,9 @@ def prepare_work_dir(work_dir: str | os.PathLike, fingerprint: str) -> tuple[int
     marker = work / FINGERPRINT
     discarded = False
     previous = json.loads(marker.read_text(encoding="utf-8")).get("fingerprint") if marker.is_file() else None
-    if previous != fingerprint:
+    latest = latest_checkpoint(work / CHECKPOINTS)
+    finished = max_steps is not None and latest is not None and checkpoint_step(latest) >= max_steps
+    if previous != fingerprint or finished:
         for name in (CHECKPOINTS, EXPORTS, FINAL, OUTCOME):
             target = work / name
             if target.is_dir():
