@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import os
 import re
+import shutil
 import subprocess
 from pathlib import Path
 
@@ -171,13 +172,14 @@ def _kill_stage_midway(root: Path, env: dict, stage: str, ready: Path, pattern: 
 
 
 @pytest.mark.parametrize(
-    "stage,out,work,pattern",
+    "stage,out,metrics,work,pattern",
     [
-        ("rm_train@0", "models/rm/multidim/seed_0", "work/rm/multidim/seed_0", "*"),
-        ("policy_train", "models/policy/grpo", "work/policy_train/checkpoints", "checkpoint-*"),
+        ("rm_train@0", "models/rm/multidim/seed_0", "metrics/rm/multidim_seed_0.json", "work/rm/multidim/seed_0", "*"),
+        ("policy_train", "models/policy/grpo", "metrics/policy/train.json", "work/policy_train/checkpoints",
+         "checkpoint-*/trainer_state.json"),
     ],
 )
-def test_kill_9_then_repro_resumes_to_the_same_hashes(repo_copy, stage, out, work, pattern):
+def test_kill_9_then_repro_resumes_to_the_same_hashes(repo_copy, stage, out, metrics, work, pattern):
     """A stage killed with SIGKILL mid-training is run again (as the next `dvc repro` does
     when the lock was never updated); it resumes from its checkpoint under work/ and ends
     with the output a clean run gives."""
@@ -185,6 +187,10 @@ def test_kill_9_then_repro_resumes_to_the_same_hashes(repo_copy, stage, out, wor
     env = ctx["env"]
     clean = dvc_md5(root / out)
     kept = dvc_md5(root / "models/policy/checkpoints") if stage == "policy_train" else None
+    # The fixture's run left its checkpoints behind (a finished run's); without clearing them
+    # the watcher would fire on the old ones and the rerun would have nothing to resume.
+    shutil.rmtree(root / work, ignore_errors=True)
+    metrics_before = (root / metrics).read_bytes()
     saw_checkpoint = _kill_stage_midway(root, env, stage, root / work, pattern)
     if stage == "policy_train":
         assert saw_checkpoint, "GRPO was killed before its first checkpoint; resume was not exercised"
@@ -196,7 +202,16 @@ def test_kill_9_then_repro_resumes_to_the_same_hashes(repo_copy, stage, out, wor
     if stage == "policy_train":
         from reappreg.io import read_json
 
-        assert read_json(root / "metrics/policy/train.json")["resumed_from_step"] >= 1
+        trained = read_json(root / metrics)
+        assert trained["resumed_from_step"] >= 1, "the rerun trained from scratch instead of resuming"
+        steps = [(row["step"], row.get("replayed", False)) for row in trained["history"]]
+        assert [s for s, _ in steps] == list(range(1, trained["global_step"] + 1)), steps
+        assert all(replayed == (s <= trained["resumed_from_step"]) for s, replayed in steps), steps
         assert dvc_md5(root / "models/policy/checkpoints") == kept, "kept checkpoints differ after kill -9 + resume"
+    # The resumed run records its resume in its metrics, which would make every stage that
+    # reads them (card, register, report) run again; put the clean run's back and record it,
+    # as the other tests share this pipeline.
+    (root / metrics).write_bytes(metrics_before)
+    _run(["dvc", "commit", "-f", stage], root, env)
     _run(["dvc", "repro"], root, env)
     assert "Running stage" not in _run(["dvc", "repro"], root, env)

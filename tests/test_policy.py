@@ -555,8 +555,16 @@ def test_resume_after_interruption_continues_at_the_right_step(tiny_random_polic
     # RNG restored; fixed thread count and deterministic algorithms: policy.train.cpu_threads,
     # policy.train.trl.full_determinism).
     straight = spec(tmp_path / "straight")
-    train_grpo(straight, ensemble=StandinEnsemble())
+    uninterrupted = train_grpo(straight, ensemble=StandinEnsemble())
     assert dvc_md5(interrupted.final_dir / "model.safetensors") == dvc_md5(straight.final_dir / "model.safetensors")
+
+    # The resumed outcome's history is the whole run's: the steps trained before the kill are
+    # replayed from the checkpoint (marked, without step times) with the values they had.
+    assert [(r["step"], r.get("replayed", False)) for r in outcome["history"]] == [(1, True), (2, True), (3, False), (4, False)]
+    assert "seconds_per_step" not in outcome["history"][0] and "seconds_per_step" in outcome["history"][2]
+    health = [{k: v for k, v in r.items() if k.startswith("health/")} for r in outcome["history"]]
+    assert health == [{k: v for k, v in r.items() if k.startswith("health/")} for r in uninterrupted["history"]]
+    assert all(h for h in health)
 
 
 @pytest.mark.slow

@@ -37,7 +37,7 @@ from typing import Any
 
 from reappreg.errors import InputError, ReappregError
 from reappreg.io import read_jsonl, write_json
-from reappreg.policy.health import HEALTH_METRICS, HealthMonitor
+from reappreg.policy.health import HEALTH_METRICS, HealthMonitor, HealthVerdict
 from reappreg.policy.launch import BatchGeometry
 from reappreg.policy.checkpoints import TRAINER_STATE, checkpoint_step, export_callback_class, export_missing
 from reappreg.policy.reward import EnsembleReward
@@ -253,30 +253,43 @@ def _mlflow_callback_class():
             if tags:
                 self.client.log_batch(self.run_id, tags=[RunTag(k, str(v)) for k, v in tags.items()], synchronous=True)
 
+        def on_train_begin(self, args, state, control, **kwargs):
+            # A resumed run starts with the checkpoint's trainer state: replay the steps trained
+            # before the interruption, so the detector's streaks, the outcome's history (the
+            # report's curves) and this stage's MLflow run cover the whole run, not its tail.
+            for entry in state.log_history:
+                if "reward" in entry and int(entry.get("step", 0)) <= state.global_step:
+                    self._record(int(entry["step"]), entry, state, replayed=True)
+
         def on_log(self, args, state, control, logs=None, **kwargs):
             # Every rank runs the detector (TRL's logged values are already averaged over
             # ranks, so all ranks agree and stop together); only rank 0 writes to MLflow.
             if not logs or "reward" not in logs:
                 return  # the final train summary (train_runtime, ...) has no reward
-            step = state.global_step
-            numeric = {k: float(v) for k, v in logs.items() if isinstance(v, (int, float)) and not isinstance(v, bool)}
+            verdict = self._record(state.global_step, logs, state, replayed=False)
+            if not verdict.healthy and self.monitor.thresholds.stop_on_unhealthy:
+                control.should_training_stop = True
+                self.stopped_unhealthy = True
+
+        def _record(self, step: int, logs: Mapping[str, Any], state, *, replayed: bool) -> HealthVerdict:
+            numeric = {k: float(v) for k, v in logs.items()
+                       if isinstance(v, (int, float)) and not isinstance(v, bool) and k != "step"}
             metrics = {f"trl/{k}": v for k, v in numeric.items() if math.isfinite(v)}
             for name, key in HEALTH_METRICS.items():
                 if key in numeric:
                     metrics[name] = numeric[key]
-            if step in self.step_seconds:
+            if step in self.step_seconds:  # not known for steps replayed from a checkpoint
                 metrics["seconds_per_step"] = self.step_seconds[step]
             verdict = self.monitor.update(step, numeric.get("reward_std"), numeric.get("kl"))
             metrics["healthy"] = 1.0 if verdict.healthy else 0.0
             tags = {}
             if not verdict.healthy and self.monitor.first_unhealthy is verdict:
                 tags = {"health": "unhealthy", "health.reason": "; ".join(verdict.reasons), "health.first_unhealthy_step": str(step)}
-            self.logged.append({"step": step, **{k: v for k, v in metrics.items() if not k.startswith("trl/")}})
+            entry = {"step": step, **{k: v for k, v in metrics.items() if not k.startswith("trl/")}}
+            self.logged.append({**entry, "replayed": True} if replayed else entry)
             if state.is_world_process_zero:
                 self._log(step, metrics, tags)
-            if not verdict.healthy and self.monitor.thresholds.stop_on_unhealthy:
-                control.should_training_stop = True
-                self.stopped_unhealthy = True
+            return verdict
 
         def on_train_end(self, args, state, control, **kwargs):
             if state.is_world_process_zero and not self.monitor.ever_unhealthy:
@@ -438,8 +451,8 @@ def train_grpo(spec: GrpoSpec, *, ensemble: Any = None, extra_callbacks: Sequenc
             "healthy": not monitor.ever_unhealthy,
             "unhealthy_reason": "; ".join(monitor.first_unhealthy.reasons) if monitor.first_unhealthy else None,
             "final": {k: v for k, v in last.items() if k != "step"},
-            # the health metrics of every step this process trained (since the last resume), for
-            # the report's curves; MLflow holds the whole run's
+            # the health metrics of every step of the run, for the report's curves (steps
+            # trained before a resume are replayed from the checkpoint, marked "replayed")
             "history": list(health_cb.logged),
             "world_size": seen,
             "distributed_type": str(trainer.accelerator.distributed_type).rsplit(".", 1)[-1],
