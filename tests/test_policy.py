@@ -3,9 +3,7 @@ configs, resume, and short real GRPO runs with TRL on the CPU path."""
 
 from __future__ import annotations
 
-import json
 import math
-import os
 import re
 import subprocess
 import sys
@@ -583,83 +581,3 @@ def test_unhealthy_run_stops_by_param(tiny_random_policy, tmp_path):
     with pytest.raises(TrainingUnhealthy, match="stopped at step 2: reward-std collapse"):
         train_grpo(spec, ensemble=Constant())
     assert not spec.final_dir.exists()
-
-
-@pytest.mark.slow
-def test_policy_stages_end_to_end_real_grpo(smollm_base, tiny_ensemble, tmp_path, tracking_uri, monkeypatch):
-    """`policy prompts` + `policy train` through the CLI: 2 real GRPO steps of SmolLM2 against a
-    real RM ensemble; the weights change and every health metric is logged every step."""
-    import mlflow
-    from safetensors.torch import load_file
-    from typer.testing import CliRunner
-
-    from reappreg.cli import app
-    from reappreg.vignettes import VIGNETTES
-
-    monkeypatch.chdir(tmp_path)
-    raw = _params_raw(train__max_steps=2, train__max_completion_length=12, train__save_steps=1, train__checkpoint_steps=[1],
-                      train__num_generations=2, train__per_device_train_batch_size=2)
-    raw["tracking"]["artifact_root"] = str(tmp_path / "artifacts")
-    raw["policy"]["prompt"]["file"] = str(PROMPT_FILE)
-    Path("params.yaml").write_text(yaml.safe_dump(raw))
-    vignettes = [{k: v[k] for k in ("vignette_id", "title", "scenario", "emotion")} for v in VIGNETTES]
-    write_jsonl("vignettes.jsonl", vignettes)
-    runner = CliRunner()
-
-    def invoke(*args):
-        result = runner.invoke(app, list(args), catch_exceptions=True)
-        if result.exception and not isinstance(result.exception, SystemExit):
-            raise result.exception
-        assert result.exit_code == 0, result.output
-        return result
-
-    invoke("policy", "prompts", "--vignettes", "vignettes.jsonl", "--base", str(smollm_base),
-           "--out", "prompts.jsonl", "--prompt-out", "prompt_copy.yaml")
-    assert load_prompt_template("prompt_copy.yaml").sha256 == load_prompt_template(PROMPT_FILE).sha256
-    prompts = read_jsonl("prompts.jsonl")
-    assert len(prompts) == 6 and prompts[0]["prompt"].endswith("<|im_start|>assistant\n")
-    write_json("certificate.json", _certificate(Path("prompts.jsonl"), Path("vignettes.jsonl")))
-    invoke("policy", "train", "--prompts", "prompts.jsonl", "--vignettes", "vignettes.jsonl", "--rm-ensemble",
-           str(tiny_ensemble), "--base", str(smollm_base), "--certificate", "certificate.json", "--work-dir", "work",
-           "--out", "grpo", "--checkpoints-out", "checkpoints", "--metrics", "train.json")
-
-    summary = json.loads(Path("train.json").read_text())
-    assert summary["global_step"] == 2 and summary["model_md5"] == dvc_md5("grpo")
-    assert summary["rm_ensemble_md5"] == dvc_md5(tiny_ensemble)
-    assert summary["seconds_per_step_mean"] > 0
-    # per-step health for the report's curves: one row per step, with the monitor's metrics
-    assert [row["step"] for row in summary["history"]] == [1, 2]
-    assert {"healthy", *HEALTH_METRICS} <= set(summary["history"][-1])
-    # The policy records which prompt it was trained with, in its metrics and its folder.
-    template = load_prompt_template(PROMPT_FILE)
-    assert summary["prompt"] == template.identity() and summary["prompt"]["file"] == str(PROMPT_FILE)
-    assert json.loads((Path("grpo") / "training_prompt.json").read_text())["system"] == template.system
-    before = load_file(str(smollm_base / "model.safetensors"))
-    after = load_file(str(Path("grpo") / "model.safetensors"))
-    changed = [k for k in before if not np.array_equal(before[k].numpy(), after[k].numpy())]
-    assert len(changed) > len(before) // 2, f"only {len(changed)} of {len(before)} tensors changed"
-
-    client = mlflow.MlflowClient(tracking_uri)
-    [run] = client.search_runs([client.get_experiment_by_name(raw["tracking"]["experiment"]).experiment_id],
-                               filter_string="tags.stage = 'policy_train'")
-    for name in [*HEALTH_METRICS, "healthy", "seconds_per_step"]:
-        history = client.get_metric_history(run.info.run_id, name)
-        assert [m.step for m in history] == [1, 2], name
-        assert all(math.isfinite(m.value) for m in history), name
-    tags = run.data.tags
-    assert tags["rm_ensemble.md5"] == dvc_md5(tiny_ensemble)
-    assert tags["guard_certificate.md5"] == dvc_md5("certificate.json")
-    assert tags["model.md5"] == summary["model_md5"] and tags["health"] in {"healthy", "unhealthy"}
-    assert tags["policy.prompt.sha256"] == template.sha256 and tags["policy.prompt.file"] == str(PROMPT_FILE)
-    assert latest_checkpoint(Path("work/checkpoints")).name == "checkpoint-2"
-    # The kept step-1 checkpoint: a model folder like the final one, described by the metrics and its run.
-    manifest = json.loads((Path("checkpoints") / "manifest.json").read_text())
-    assert [(e["step"], e["path"]) for e in manifest["checkpoints"]] == [(1, "step_1")] and manifest["final_step"] == 2
-    kept = Path("checkpoints/step_1")
-    assert summary["checkpoints"] == {"step_1": {"step": 1, "model_md5": dvc_md5(kept)}} == {
-        "step_1": {"step": 1, "model_md5": manifest["checkpoints"][0]["md5"]}}
-    assert summary["training_run_id"] == run.info.run_id and tags["checkpoint.step_1.md5"] == dvc_md5(kept)
-    assert sorted(p.name for p in kept.iterdir()) == sorted(p.name for p in Path("grpo").iterdir())
-    assert json.loads((kept / "training_prompt.json").read_text())["system"] == template.system
-    middle = load_file(str(kept / "model.safetensors"))
-    assert any(not np.array_equal(middle[k].numpy(), after[k].numpy()) for k in middle)   # step 1 is not the final model

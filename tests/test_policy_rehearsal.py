@@ -8,7 +8,6 @@ under 2 processes, and bit-for-bit repeatable CPU training in separate processes
 
 from __future__ import annotations
 
-import json
 import os
 import signal
 import subprocess
@@ -265,53 +264,3 @@ def test_a_launch_that_starts_fewer_processes_is_refused_inside_the_trainer(rehe
     assert spec.world_size == 2 and spec.train == train  # the spec survives its JSON round trip
     with pytest.raises(WorldSizeMismatch, match="asked for 2 process.*sees world size 1"):
         train_grpo(spec, ensemble=StandinEnsemble())
-
-
-@pytest.mark.slow
-def test_policy_stages_on_the_rehearsal_profile(tiny_ensemble, tmp_path, tracking_uri, monkeypatch):
-    """`policy base`, `policy prompts` and `policy train` as DVC runs them, on the rehearsal
-    profile: the tiny Qwen3 from its config, the reference prompt, torchrun with 2 processes."""
-    import mlflow
-
-    from test_policy import _certificate
-
-    from reappreg.io import read_json, write_json, write_jsonl
-    from reappreg.policy import load_prompt_template
-    from reappreg.vignettes import VIGNETTES
-
-    raw = yaml.safe_load((REPO / "params.yaml").read_text(encoding="utf-8"))
-    raw["profile"] = "rehearsal"
-    rehearsal = raw["profiles"]["rehearsal"]["policy"]
-    for key in ("config_file", "chat_template_file"):
-        rehearsal["base"][key] = str(REPO / rehearsal["base"][key])
-    rehearsal["prompt"]["file"] = str(REPO / rehearsal["prompt"]["file"])
-    rehearsal["launcher"]["config_file"] = str(REPO / rehearsal["launcher"]["config_file"])
-    raw["tracking"]["artifact_root"] = str(tmp_path / "artifacts")
-    monkeypatch.chdir(tmp_path)
-    Path("params.yaml").write_text(yaml.safe_dump(raw))
-    write_jsonl("vignettes.jsonl", [{k: v[k] for k in ("vignette_id", "title", "scenario", "emotion")} for v in VIGNETTES])
-    env = {**os.environ, "PATH": f"{Path(sys.executable).parent}{os.pathsep}{os.environ['PATH']}"}
-
-    def cli(*args):
-        proc = subprocess.run([sys.executable, "-m", "reappreg", *args], capture_output=True, text=True, env=env)
-        assert proc.returncode == 0, (proc.stdout + proc.stderr)[-4000:]
-
-    cli("policy", "base", "--out", "base", "--report", "base.json")
-    assert read_json("base.json")["model_type"] == "qwen3"
-    cli("policy", "prompts", "--vignettes", "vignettes.jsonl", "--base", "base", "--out", "prompts.jsonl",
-        "--prompt-out", "prompt.yaml")
-    write_json("certificate.json", _certificate(Path("prompts.jsonl"), Path("vignettes.jsonl")))
-    cli("policy", "train", "--prompts", "prompts.jsonl", "--vignettes", "vignettes.jsonl", "--rm-ensemble", str(tiny_ensemble),
-        "--base", "base", "--certificate", "certificate.json", "--work-dir", "work", "--out", "grpo", "--metrics", "train.json")
-    summary = read_json("train.json")
-    assert summary["world_size"] == 2 and summary["distributed_type"] == "MULTI_CPU" and summary["global_step"] == 2
-    # The kept step-1 checkpoint (rehearsal checkpoint_steps [1]), exported by rank 0 under 2 processes.
-    assert summary["checkpoints"] == {"step_1": {"step": 1, "model_md5": dvc_md5("models/policy/checkpoints/step_1")}}
-    assert (Path("models/policy/checkpoints/step_1") / "model.safetensors").is_file()
-    reference = load_prompt_template(REPO / "pipelines/prompts/grpo_prompt_reference.yaml")
-    assert summary["prompt"]["sha256"] == reference.sha256 == load_prompt_template("prompt.yaml").sha256
-    client = mlflow.MlflowClient(tracking_uri)
-    [run] = client.search_runs([client.get_experiment_by_name(raw["tracking"]["experiment"]).experiment_id],
-                               filter_string="tags.stage = 'policy_train'")
-    assert run.data.tags["policy.launcher"] == "accelerate:MULTI_CPU" and run.data.tags["policy.world_size"] == "2"
-    assert [m.step for m in client.get_metric_history(run.info.run_id, "health/reward_mean")] == [1, 2]

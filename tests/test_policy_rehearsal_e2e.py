@@ -60,5 +60,12 @@ def test_rehearsal_trained_the_full_profiles_code_paths(rehearsal_run):
     experiment = client.get_experiment_by_name(yaml.safe_load((root / "params.yaml").read_text())["tracking"]["experiment"])
     [run] = client.search_runs([experiment.experiment_id], filter_string="tags.stage = 'policy_train'")
     assert [m.step for m in client.get_metric_history(run.info.run_id, "health/reward_mean")] == [1, 2]  # rank 0 only
+    assert run.data.tags["policy.launcher"] == "accelerate:MULTI_CPU" and run.data.tags["policy.world_size"] == "2"
+    # The kept step-1 checkpoint (rehearsal checkpoint_steps [1]), exported by rank 0 under 2 processes.
+    from reappreg.hashing import dvc_md5
+
+    kept = root / "models/policy/checkpoints/step_1"
+    assert train["checkpoints"] == {"step_1": {"step": 1, "model_md5": dvc_md5(kept)}}
+    assert (kept / "model.safetensors").is_file()
     assert run.data.tags["policy.prompt.sha256"] == train["prompt"]["sha256"]
     assert (root / "reports/registry/registration.json").is_file()

@@ -12,7 +12,7 @@ from reappreg.errors import InputError
 from reappreg.io import read_json, read_jsonl, write_json
 from reappreg.settings.data import DataSettings
 from reappreg.settings.validate import ValidateSettings
-from reappreg.split import split, write_split
+from reappreg.split import split
 from reappreg.validate import validate_folder
 
 FIXTURE = Path(__file__).parent / "fixtures" / "expert_ratings"

@@ -99,11 +99,15 @@ def torch_dtype(precision: str, what: str = "precision"):
     return table[precision]
 
 
-def pick_device(device: str | None) -> str:
+def pick_device(device: str | None, what: str = "device") -> str:
+    """``auto`` (or None): CUDA when there is one, else CPU; ``cuda`` without one is an error
+    naming the param ``what``, not a slow run on the CPU."""
     import torch
 
     if device in (None, "auto"):
         return "cuda" if torch.cuda.is_available() else "cpu"
+    if device.startswith("cuda") and not torch.cuda.is_available():
+        raise InputError(f"{what} is {device!r} but no CUDA device is available")
     return device
 
 
@@ -124,7 +128,7 @@ def load_causal_lm(location: ModelLocation, *, precision: str, device: str | Non
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
     from transformers import AutoModelForCausalLM
 
-    device = pick_device(device)
+    device = pick_device(device, f"{what} device")
     model = AutoModelForCausalLM.from_pretrained(
         location.folder, dtype=torch_dtype(precision, f"{what} precision"), **location.load_kwargs()
     ).to(device)

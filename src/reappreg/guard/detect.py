@@ -203,11 +203,11 @@ def _minhash_hits(index: HeldoutIndex, n_texts: int, sh: np.ndarray, sh_off: np.
     counts = np.diff(sh_off)
     # J >= t needs t <= |S(A)| / |S(T)| <= 1/t, and |S(T)| <= count: texts that cannot reach
     # any answer's size range skip the query (the exact size is checked again below).
-    queried = np.flatnonzero((counts > 0) & (counts >= lo_size))
+    queried_mask = (counts > 0) & (counts >= lo_size)
+    queried = np.flatnonzero(queried_mask)
     if not len(queried):
         return []
-    keep = np.zeros(len(sh), dtype=bool)
-    keep[np.repeat(np.isin(np.arange(n_texts), queried), counts)] = True
+    keep = np.repeat(queried_mask, counts)  # the shingles of the queried texts
     sub_off = np.zeros(len(queried) + 1, dtype=np.int64)
     np.cumsum(counts[queried], out=sub_off[1:])
     signatures = minhash_signatures(sh[keep], sub_off, index._permutations)

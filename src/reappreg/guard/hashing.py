@@ -14,6 +14,7 @@ chance of two windows sharing an unkeyed key).
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import hmac
 from collections.abc import Sequence
@@ -313,27 +314,25 @@ def token_key(skeleton_text: str) -> int:
 _WORD_BYTES = b"abcdefghijklmnopqrstuvwxyz0123456789"
 
 
+@functools.cache
 def _ascii_skeleton_steps() -> tuple[tuple[tuple[str, str], ...], bytes]:
     """How folded ASCII words become their skeletons with C-speed string calls: characters
     whose skeleton is several characters are replaced first (ICU today: ``m`` -> ``rn``), then
     one ``bytes.translate`` maps the rest (``0`` -> ``o``, ``1`` -> ``l``) and turns every
     non-word byte into a space. UTS #39 maps code point by code point, so a word's skeleton
     is its characters' skeletons in a row."""
-    steps = getattr(_ascii_skeleton_steps, "cached", None)
-    if steps is None:
-        words = _WORD_BYTES.decode()
-        skeletons = {ch: skeleton(ch) for ch in words}
-        multi = tuple((ch, skel) for ch, skel in skeletons.items() if len(skel) != 1)
-        # every skeleton is made of word characters, and what a replacement writes maps to itself
-        if not all(skel and set(skel) <= set(words) for skel in skeletons.values()) or not all(
-                skeletons[c] == c for _, skel in multi for c in skel):
-            raise RuntimeError(f"guard hashing: ICU's ASCII skeletons {skeletons} no longer fit the vectorised token path")
-        mapping = bytearray(b" " * 256)
-        for ch, skel in skeletons.items():
-            if len(skel) == 1:
-                mapping[ord(ch)] = ord(skel)
-        steps = _ascii_skeleton_steps.cached = (multi, bytes(mapping))
-    return steps
+    words = _WORD_BYTES.decode()
+    skeletons = {ch: skeleton(ch) for ch in words}
+    multi = tuple((ch, skel) for ch, skel in skeletons.items() if len(skel) != 1)
+    # every skeleton is made of word characters, and what a replacement writes maps to itself
+    if not all(skel and set(skel) <= set(words) for skel in skeletons.values()) or not all(
+            skeletons[c] == c for _, skel in multi for c in skel):
+        raise RuntimeError(f"guard hashing: ICU's ASCII skeletons {skeletons} no longer fit the vectorised token path")
+    mapping = bytearray(b" " * 256)
+    for ch, skel in skeletons.items():
+        if len(skel) == 1:
+            mapping[ord(ch)] = ord(skel)
+    return multi, bytes(mapping)
 
 
 _IS_WORD = np.zeros(256, dtype=bool)

@@ -131,17 +131,18 @@ def _strip_markup(text: str) -> str:
     return text
 
 
+def _fold_ascii(stripped: str) -> str:
+    """Steps 2-4 on ASCII text whose markup is stripped: the same result as ``_fold_unicode``,
+    faster (ASCII is NFKD-invariant, has no marks, casefold is lower; tests check the
+    equality on random ASCII)."""
+    core = stripped.encode("ascii").translate(None, _ASCII_DELETE).decode("ascii").lower()
+    return _ASCII_INTRAWORD_DASH.sub("", core) if "-" in core else core
+
+
 def _fold_core(text: str) -> str:
     """Steps 1-4 without the symbol-to-letter step."""
     text = _strip_markup(text)
-    if text.isascii():
-        # Same result as the general path, faster: ASCII is NFKD-invariant, has no marks,
-        # casefold is lower (tests check the equality on random ASCII).
-        text = text.encode("ascii").translate(None, _ASCII_DELETE).decode("ascii").lower()
-        if "-" in text:
-            text = _ASCII_INTRAWORD_DASH.sub("", text)
-        return text
-    return _fold_unicode(text)
+    return _fold_ascii(text) if text.isascii() else _fold_unicode(text)
 
 
 def _fold_unicode(text: str) -> str:
@@ -185,17 +186,8 @@ def text_views(text: str) -> tuple[list[str], str]:
     in the word view, a ``|`` standing between words is dropped from the letter view, so
     neither use of a symbol hides a copy from both views.
     """
-    text = _strip_markup(text)
-    if text.isascii():  # the common case, inlined (the same steps as ``_fold_core``'s ASCII path)
-        core = text.encode("ascii").translate(None, _ASCII_DELETE).decode("ascii").lower()
-        if "-" in core:
-            core = _ASCII_INTRAWORD_DASH.sub("", core)
-        word_view = core.replace("|", "l") if "|" in core else core
-        return _ASCII_TOKEN.findall(word_view), _ascii_letter_view(core)
-    core = _fold_unicode(text)
-    word_view = _symbols_to_letters(core)
-    toks = _words(word_view)
-    return toks, letters(toks if word_view == core else _words(core))
+    words, letter_view = scan_views(text)
+    return (ascii_words(words) if isinstance(words, str) else words), letter_view
 
 
 def scan_views(text: str) -> tuple[str | list[str], str]:
@@ -203,12 +195,13 @@ def scan_views(text: str) -> tuple[str | list[str], str]:
     word view as one string (its words are the runs of ``[a-z0-9]``; ``hashing.FastHasher``
     tokenises it vectorised) or, for other text, the token list."""
     stripped = _strip_markup(text)
-    if stripped.isascii():
-        core = stripped.encode("ascii").translate(None, _ASCII_DELETE).decode("ascii").lower()
-        if "-" in core:
-            core = _ASCII_INTRAWORD_DASH.sub("", core)
+    if stripped.isascii():  # the common case
+        core = _fold_ascii(stripped)
         return (core.replace("|", "l") if "|" in core else core), _ascii_letter_view(core)
-    return text_views(text)
+    core = _fold_unicode(stripped)
+    word_view = _symbols_to_letters(core)
+    toks = _words(word_view)
+    return toks, letters(toks if word_view == core else _words(core))
 
 
 def ascii_words(word_view: str) -> list[str]:

@@ -47,7 +47,7 @@ from reappreg.guard.config import GuardConfig
 from reappreg.guard.detect import DETECTORS, TEXT_VIEW, AnswerMeta, Group, HeldoutIndex, Hit, check_units
 from reappreg.guard.hashing import FastHasher
 from reappreg.guard.normalise import NORMALISATION
-from reappreg.guard.views import TokenizerSpec, TokenizerView, files_digest, load_views
+from reappreg.guard.views import TokenizerSpec, TokenizerView, files_digest
 from reappreg.guard.sketch import (
     build_sketch,
     derive_key,

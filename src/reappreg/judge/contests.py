@@ -67,12 +67,6 @@ class Contest:
     sampling_seed: int
 
 
-def _require(row: dict, keys: Sequence[str], where: str) -> None:
-    missing = [k for k in keys if k not in row]
-    if missing:
-        raise InputError(f"{where}: missing key(s) {', '.join(missing)}")
-
-
 def build_contests(generations: Sequence[dict], answers: Sequence[dict], opponents: Sequence[str],
                    answers_per_generation: int, *, generations_name: str = "generations",
                    answers_name: str = "answers") -> list[Contest]:

@@ -32,7 +32,6 @@ from typing import Any
 
 from reappreg.errors import GateFailed, InputError, ReappregError
 from reappreg.registry.declarations import RegistryDecl, declared
-from reappreg.registry.gates import GateCheck, describe_failures
 from reappreg.registry.keys import Keyring, SignatureInvalid, SigningKey, open_statement, sign_statement
 from reappreg.registry.verification import VersionCheck, gates_for, get_version, verify_version
 

@@ -15,7 +15,7 @@ import os
 from pathlib import Path
 
 from reappreg.errors import InputError
-from reappreg.lm import ModelLocation, resolve_model
+from reappreg.lm import ModelLocation, pick_device, resolve_model
 
 
 # The encoder's location is a local model's: one resolver for every model param (reappreg.lm).
@@ -28,16 +28,6 @@ def resolve_encoder(spec: str, base: str | Path | None = None) -> EncoderLocatio
     Relative paths are taken relative to ``base`` (the current directory when None).
     """
     return resolve_model(spec, "rm.encoder.path", kind="encoder", base=base)
-
-
-def pick_device(name: str) -> str:
-    import torch
-
-    if name == "auto":
-        return "cuda" if torch.cuda.is_available() else "cpu"
-    if name == "cuda" and not torch.cuda.is_available():
-        raise InputError("rm.encoder.device is 'cuda' but no CUDA device is available")
-    return name
 
 
 def _layer_stack(model):
@@ -67,7 +57,7 @@ class TextEncoder:
         self.location = location
         self.pooling = pooling
         self.max_length = max_length
-        self.device = pick_device(device)
+        self.device = pick_device(device, "rm.encoder.device")
         kwargs = {"local_files_only": True}
         if location.gguf_file:
             kwargs["gguf_file"] = location.gguf_file
