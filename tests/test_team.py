@@ -148,6 +148,19 @@ def _lock_md5(root: Path, path: str) -> str:
     raise AssertionError(f"{path} is not an output in {root / 'dvc.lock'}")
 
 
+def _paths_the_certificate_names(certificate: Path) -> list[str]:
+    """Every file a guard certificate names: the training sources and their guarded copies,
+    the held-out set, quarantine and sketch, and each repo-local tokenizer's files."""
+    cert = yaml.safe_load(certificate.read_text())  # JSON is YAML
+    paths = [cert["heldout"]["path"], cert["quarantine"]["path"], cert["sketch"]["path"]]
+    for entry in cert["training"]:
+        paths += [entry["path"], *([entry["guarded_path"]] if entry.get("guarded_path") else [])]
+    for view in cert["tokenizers"]:
+        if not view["spec"].startswith("pkg:"):  # an installed package's files are not in the repo
+            paths += [f"{view['spec']}/{name}" for name in view["files"]]
+    return list(dict.fromkeys(paths))
+
+
 RM = "reappraisal-rm-ensemble"
 
 
@@ -260,11 +273,17 @@ def test_team_walkthrough_train_clone_pulls_and_cannot_read_heldout(pipeline_rep
     assert refused.returncode == 1, refused.stdout[-3000:] + refused.stderr[-3000:]
     assert "MLmodel: sha256" in refused.stdout + refused.stderr and not (tmp_path / "tampered").exists()
 
-    # 5. An auditor clone with read access to both remotes re-checks the separation.
+    # 5. An auditor clone with read access to both remotes re-checks the separation. It pulls
+    #    only what the certificate names (data, sketch, tokenizer files) and the sketch's
+    #    secret: an audit needs none of the models.
     auditor = tmp_path / "clone-auditor"
     run_checked(["git", "clone", "-q", str(root), str(auditor)], tmp_path, env)
     s3_team.configure_dvc(auditor, "auditor", ("train", "heldout"), env)
-    run_checked(["dvc", "pull"], auditor, env)
+    run_checked(["dvc", "pull", "data/guard/certificate.json"], auditor, env)
+    named = _paths_the_certificate_names(auditor / "data/guard/certificate.json")
+    assert "models/policy/base/tokenizer.json" in named, named
+    run_checked(["dvc", "pull", *named, "data/guard_secret"], auditor, env)
+    assert not (auditor / "models/policy/base/model.safetensors").exists()
     audit = subprocess.run(["reappreg", "guard", "audit", "data/guard/certificate.json"], cwd=auditor, env=env,
                            capture_output=True, text=True)
     assert audit.returncode == 0, audit.stdout[-3000:] + audit.stderr[-3000:]
