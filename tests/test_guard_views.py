@@ -4,6 +4,7 @@ hash of their files in the certificate and re-checked by the audit."""
 from __future__ import annotations
 
 import json
+import re
 import random
 import shutil
 from pathlib import Path
@@ -108,7 +109,9 @@ def test_certificate_names_tokenizers_by_file_hash_and_the_audit_rechecks_them(s
     assert outcome.passed, [(h.record_id, h.answer_id, h.detector) for h in outcome.hits]
     assert [t["name"] for t in cert["tokenizers"]] == ["rm-encoder", "policy"]
     assert all(len(t["files_sha256"]) == 64 and t["files"] for t in cert["tokenizers"])
-    assert "tokenizer.json" in cert["tokenizers"][1]["files"]
+    # the model config too: AutoTokenizer may pick the tokenizer class from it, and an auditor
+    # who fetches only the named files must be able to load the tokenizer
+    assert {"tokenizer.json", "config.json"} <= set(cert["tokenizers"][1]["files"])
     assert cert["normalisation"] == cert["detectors"]["normalisation"] and "uts39" in cert["normalisation"]
     assert set(cert["detectors"]) >= {"ngram", "minhash", "chars", "fragments"}
     semantic = cert["semantic"]
@@ -120,12 +123,20 @@ def test_certificate_names_tokenizers_by_file_hash_and_the_audit_rechecks_them(s
 
     # The policy tokenizer changes under the certificate: the audit names it and stops.
     config_file = tokenizer_dir / "tokenizer_config.json"
-    settings = json.loads(config_file.read_text())
+    original = config_file.read_bytes()
+    settings = json.loads(original)
     settings["do_lower_case"] = True
     config_file.write_text(json.dumps(settings))
     report = audit(paths["certificate_path"], secret_dir=paths["secret_dir"])
     assert not report.ok
     assert any("tokenizer 'policy'" in p and "tokenizer_config.json" in p for p in report.problems)
+    # ... and so does the model config it is loaded with
+    config_file.write_bytes(original)
+    (tokenizer_dir / "config.json").write_text((tokenizer_dir / "config.json").read_text() + "\n")
+    report = audit(paths["certificate_path"], secret_dir=paths["secret_dir"])
+    named = [p for p in report.problems if "tokenizer 'policy'" in p]
+    assert named and all("tokenizer_config.json" not in p for p in named), report.problems
+    assert any(re.search(r"(?<!tokenizer_)config\.json", p) for p in named), report.problems
 
 
 def test_sketch_check_needs_the_sketch_tokenizers(split_data, tmp_path, minilm):

@@ -61,7 +61,12 @@ def tokenizer_files(folder: Path, gguf_file: str | None) -> dict[str, str]:
                        and (p.name in TOKENIZER_FILES or p.suffix in TOKENIZER_SUFFIXES))
     if not names:
         raise InputError(f"{folder}: no tokenizer files ({', '.join(TOKENIZER_FILES)}) found")
-    return {name: _sha256(folder / name) for name in names}
+    if not gguf_file and (folder / "config.json").is_file():
+        # AutoTokenizer reads the model config to pick the tokenizer class when
+        # tokenizer_config.json does not name it, and the folder loads only with it: it is part
+        # of what the certificate identifies, and of what an auditor has to fetch.
+        names.append("config.json")
+    return {name: _sha256(folder / name) for name in sorted(names)}
 
 
 def files_digest(files: dict[str, str]) -> str:
