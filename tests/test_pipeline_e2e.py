@@ -180,7 +180,8 @@ def test_grpo_stage_trained_logged_and_kept_its_checkpoint(repo_copy):
     # per-step health for the report's curves: one row per step, with the monitor's metrics
     assert [row["step"] for row in summary["history"]] == list(range(1, summary["global_step"] + 1))
     assert {"healthy", *HEALTH_METRICS} <= set(summary["history"][-1])
-    assert summary["prompt"]["sha256"] == template.sha256
+    # the prompt the policy was trained with, by the path the params give (as the stage ran it)
+    assert summary["prompt"] == {**template.identity(), "file": params.policy.prompt.file}
     assert read_json(grpo / "training_prompt.json")["system"] == template.system
     before = load_file(str(root / "models/policy/base/model.safetensors"))
     after = load_file(str(grpo / "model.safetensors"))
@@ -198,7 +199,7 @@ def test_grpo_stage_trained_logged_and_kept_its_checkpoint(repo_copy):
     assert tags["rm_ensemble.md5"] == dvc_md5(root / "models/rm/ensemble")
     assert tags["guard_certificate.md5"] == dvc_md5(root / "data/guard/certificate.json")
     assert tags["model.md5"] == summary["model_md5"] and tags["health"] in {"healthy", "unhealthy"}
-    assert tags["policy.prompt.sha256"] == template.sha256
+    assert tags["policy.prompt.sha256"] == template.sha256 and tags["policy.prompt.file"] == params.policy.prompt.file
     assert latest_checkpoint(root / "work/policy_train/checkpoints").name == f"checkpoint-{summary['global_step']}"
 
     # The kept checkpoints: model folders like the final one, described by the metrics and the run.
