@@ -22,7 +22,9 @@ from reappreg.judge import CachedJudge, JudgeBackendError, OpenAICompatibleJudge
 from reappreg.judge.http import parse_retry_after
 from reappreg.settings.judge import JudgeSettings
 
-SECRET = "sk-test-0123456789abcdefXYZ"
+# A fake key none of whose 6-character pieces can occur in a path, a port or a number the
+# test prints (mixed case and punctuation, no digit runs): a hit is a leak, never a tmp folder.
+SECRET = "sk-QvXz_KwJm.RtYp~HbNc-LgDf"
 KEY_ENV = "REAPPREG_TEST_JUDGE_KEY"
 MODEL = "llama-3.1-70b-instruct"
 LABELS = ("A", "B", "tie")
@@ -57,8 +59,21 @@ class LoopbackServer:
                         "created": time.time(), "owned_by": "vllm", "max_model_len": 8192}]
         server = self
 
+        self.active = 0
+        self.idle = threading.Condition()
+
         class Handler(socketserver.StreamRequestHandler):
             def handle(self):
+                with server.idle:
+                    server.active += 1
+                try:
+                    self._serve()
+                finally:
+                    with server.idle:
+                        server.active -= 1
+                        server.idle.notify_all()
+
+            def _serve(self):
                 while True:  # keep-alive: several requests per connection
                     line = self.rfile.readline()
                     if not line:
@@ -96,6 +111,11 @@ class LoopbackServer:
         self.url = f"http://127.0.0.1:{self.httpd.server_address[1]}/v1"
         self.thread = threading.Thread(target=self.httpd.serve_forever, daemon=True)
 
+    def wait_idle(self, timeout: float = 120.0) -> None:
+        """Block until no connection is being served (an event, not a sleep)."""
+        with self.idle:
+            assert self.idle.wait_for(lambda: self.active == 0, timeout), "a handler never finished"
+
     def posts(self) -> list[dict]:
         return [r for r in self.requests if r["method"] == "POST"]
 
@@ -125,24 +145,35 @@ def status(code: int, message: str = "", retry_after: str | None = None, echo_ke
     return act
 
 
+DRIPPED: list[dict] = []  # per dripping response: bytes sent, whether it ever finished
+
+
+def _drip(handler, data: bytes) -> str:
+    """Send ``data`` one byte a second; record how far it got before the client hung up."""
+    record = {"sent": 0, "of": len(data), "finished": False}
+    DRIPPED.append(record)
+    try:
+        for byte in data:
+            handler.wfile.write(bytes([byte]))
+            handler.wfile.flush()
+            record["sent"] += 1
+            time.sleep(1.0)
+        record["finished"] = True
+    except OSError:  # the client gave up and closed the connection: what the test wants
+        pass
+    return "close"
+
+
 def drip_body(handler, request):
     body = json.dumps(_chat("[[A]]")).encode()
-    handler.wfile.write(f"HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nContent-Length: {len(body)}\r\n\r\n"
-                        .encode())
+    head = f"HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nContent-Length: {len(body)}\r\n\r\n".encode()
+    handler.wfile.write(head)
     handler.wfile.flush()
-    for byte in body:
-        handler.wfile.write(bytes([byte]))
-        handler.wfile.flush()
-        time.sleep(1.0)
-    return "close"
+    return _drip(handler, body)
 
 
 def drip_headers(handler, request):
-    for byte in b"HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nX-Slow: " + b"a" * 100:
-        handler.wfile.write(bytes([byte]))
-        handler.wfile.flush()
-        time.sleep(1.0)
-    return "close"
+    return _drip(handler, b"HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nX-Slow: " + b"a" * 100)
 
 
 def bad_status_line(handler, request):
@@ -267,32 +298,44 @@ def test_fingerprint_is_the_served_identity_without_the_url(server):
 
 
 def test_drip_feeding_server_is_cut_off_by_the_overall_deadline(server):
+    # Each byte arrives within a per-read timeout (1 s < 1.5 s), so only an overall deadline
+    # can cut the exchange: the client must hang up long before the ~100-byte drip ends. No
+    # wall-clock bound is asserted (a loaded machine only makes the cut later, never absent).
+    DRIPPED.clear()
     server.plan = [drip_body, drip_body]
-    started = time.monotonic()
     with pytest.raises(JudgeBackendError, match="gave up after 2 attempts.*within timeout_s=1.5"):
         _judge(server.url, timeout_s=1.5, max_retries=1, openai_verdict_methods=["free_text"]).complete([_messages()])
-    assert time.monotonic() - started < 2 * 1.5 + 2.0  # two attempts of 1.5 s, not one per dripped byte
-
     server.plan = [drip_headers]
-    started = time.monotonic()
     with pytest.raises(JudgeBackendError, match="within timeout_s=1.5 \\(connect, headers and body\\)"):
         _judge(server.url, timeout_s=1.5, max_retries=0, openai_verdict_methods=["free_text"]).complete([_messages()])
-    assert time.monotonic() - started < 1.5 + 2.0
+    server.wait_idle()
+    assert len(DRIPPED) == 3 and not any(d["finished"] for d in DRIPPED), DRIPPED
+    assert all(d["sent"] < d["of"] // 2 for d in DRIPPED), DRIPPED
+
+
+def _recording_judge(url: str, waits: list[float], **kw) -> OpenAICompatibleJudge:
+    """A judge whose waits between attempts are recorded, not slept: no clock in the test."""
+    judge = _judge(url, **kw)
+
+    async def record(seconds: float) -> None:
+        waits.append(seconds)
+
+    judge.sleep = record
+    return judge
 
 
 def test_retry_after_is_honoured_up_to_the_cap(server):
+    waits: list[float] = []
     server.plan = [status(429, "slow down", retry_after="2")]
-    started = time.monotonic()
-    results = _judge(server.url, openai_verdict_methods=["free_text"]).complete([_messages()])
-    waited = time.monotonic() - started
-    assert results[0].verdict == "A" and 2.0 <= waited < 4.0  # waited as asked, not the 0 s backoff
+    results = _recording_judge(server.url, waits, openai_verdict_methods=["free_text"]).complete([_messages()])
+    assert results[0].verdict == "A" and waits == [2.0]  # waited as asked, not the 0 s backoff
     assert len(server.posts()) == 2
 
+    waits.clear()
     server.plan = [status(503, "maintenance", retry_after="30")]  # beyond retry_after_max_s=5
-    started = time.monotonic()
     with pytest.raises(JudgeBackendError, match="Retry-After 30 s, more than judge.retry_after_max_s=5; not retried"):
-        _judge(server.url, openai_verdict_methods=["free_text"]).complete([_messages()])
-    assert time.monotonic() - started < 2.0
+        _recording_judge(server.url, waits, openai_verdict_methods=["free_text"]).complete([_messages()])
+    assert waits == [] and len(server.posts()) == 3
     assert parse_retry_after("Wed, 21 Oct 2015 07:28:00 GMT") == 0.0 and parse_retry_after("soon") is None
     assert parse_retry_after("Wed, 21 Oct 2015 07:28:30 GMT", now=1445412480.0) == pytest.approx(30.0)
 
@@ -336,6 +379,16 @@ def test_401_fails_at_once_and_500_is_retried(server):
 
 
 # ----------------------------------------------------------------------------- the key
+
+
+def test_the_key_check_fires_on_a_leak_and_never_on_paths_ports_or_numbers(tmp_path):
+    # What the outputs of these tests hold besides a leak: pytest's first-run folders
+    # (pytest-0, test_x0), loopback URLs with ports, counts and hashes.
+    honest = (f"{tmp_path} /tmp/pytest-of-root/pytest-0/test_calibrate_cli_over_http0/calibration.json "
+              "http://127.0.0.1:65535/v1 sk-test-0123456789 n_pairs=6 sha256:0123456789abcdef")
+    assert _fragments(honest) == []
+    for leak in (SECRET, SECRET[:6], SECRET[7:13], f"Bearer {SECRET[-8:]}"):
+        assert _fragments(f"{honest} {leak}"), leak
 
 
 @pytest.mark.parametrize("echo", [
@@ -384,18 +437,22 @@ def test_unreachable_server_and_configuration_errors(monkeypatch):
 
 
 def test_concurrency_is_bounded_by_the_param(server):
-    active, peak, lock = [0], [0], threading.Lock()
+    # Each request is held until three are in flight at once (an event, not a sleep), so the
+    # peak is 3 whatever the machine's load; a client that allowed more would exceed it.
+    active, peak, lock, three = [0], [0], threading.Lock(), threading.Event()
 
-    def slow(handler, request):
+    def held(handler, request):
         with lock:
             active[0] += 1
             peak[0] = max(peak[0], active[0])
-        time.sleep(0.3)
+            if active[0] == 3:
+                three.set()
+        assert three.wait(60), "three requests were never in flight together"
         with lock:
             active[0] -= 1
         send_json(handler, _chat("[[B]]"))
 
-    server.default = lambda request: slow
+    server.default = lambda request: held
     results = _judge(server.url, concurrency=3, openai_verdict_methods=["free_text"]).complete(
         [_messages(i) for i in range(10)])
     assert [r.verdict for r in results] == ["B"] * 10
@@ -427,6 +484,7 @@ def test_calibrate_cli_over_http_keeps_the_key_out_of_mlflow(server, tmp_path, s
     result = CliRunner().invoke(app, args)
     assert result.exit_code == 0, result.output
     assert len(server.posts()) == 12 and not _fragments(result.output)
+    assert not _fragments(out.read_text()) and not _fragments(str(params))
     metrics = read_json(out)
     assert metrics["n_pairs"] == 6 and metrics["position_bias_A"] == 1.0 and metrics["trusted"] is False
     assert metrics["unparseable_rate"] == 0.0 and metrics["verdict_method_rate"] == {"logprob": 1.0}

@@ -363,12 +363,9 @@ def test_server_down_fails_after_bounded_retries_and_registers_nothing(repo, mon
         s.bind(("127.0.0.1", 0))
         port = s.getsockname()[1]  # closed once the block ends: nothing listens there
     monkeypatch.setenv("MLFLOW_TRACKING_URI", f"http://127.0.0.1:{port}")
-    started = time.monotonic()
     code, _, exc = run_cli("registry", "register")
-    elapsed = time.monotonic() - started
-    assert isinstance(exc, RegistryUnavailable)
+    assert isinstance(exc, RegistryUnavailable)  # bounded: the attempts are counted, not timed
     assert "did not answer after 3 attempt(s)" in str(exc) and "Nothing was registered" in str(exc)
-    assert elapsed < 60
     assert not (repo / "reports/registry/registration.json").exists()
 
 

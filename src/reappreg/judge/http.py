@@ -176,6 +176,8 @@ class OpenAICompatibleJudge:
         self.redact = Redactor(self._api_key)
         self.method: str | None = None  # the first verdict method the server was found to offer
         self.requests_sent = 0
+        # The wait between attempts; a test injects its own to see the waits without a clock.
+        self.sleep = asyncio.sleep
 
     # ------------------------------------------------------------------ transport
 
@@ -241,7 +243,7 @@ class OpenAICompatibleJudge:
         from tenacity import AsyncRetrying, retry_if_exception_type, stop_after_attempt
 
         attempts = self.settings.max_retries + 1
-        retrying = AsyncRetrying(stop=stop_after_attempt(attempts), wait=self._wait,
+        retrying = AsyncRetrying(stop=stop_after_attempt(attempts), wait=self._wait, sleep=self.sleep,
                                  retry=retry_if_exception_type(_Retryable), reraise=True)
         try:
             async for attempt in retrying:
