@@ -11,7 +11,7 @@ import yaml
 from reappreg.errors import InputError
 from reappreg.policy import load_prompt_template
 from reappreg.policy.train import GrpoSpec, grpo_config
-from reappreg.policy.trl_args import OWNED_BY_PROJECT, PROJECT_KEYS, grpo_fields
+from reappreg.policy.trl_args import OWNED_BY_PROJECT, PROJECT_KEYS, check_trl_overrides, grpo_fields
 from reappreg.settings import parse_params
 from reappreg.settings.policy import PolicyTrainSettings
 
@@ -57,18 +57,53 @@ def test_a_trl_key_set_in_params_reaches_the_grpo_config(tmp_path):
         ({"output_dir": "/elsewhere"}, r"policy\.train\.trl\.output_dir: set by the project"),
     ],
 )
-def test_unknown_or_mistyped_trl_keys_are_named(trl, message):
+def test_unknown_or_mistyped_trl_keys_are_named(trl, message, tmp_path):
+    settings = parse_params(_raw(**trl)).policy.train  # the schema leaves TRL's fields to TRL
     with pytest.raises(InputError, match=message):
-        parse_params(_raw(**trl))
+        check_trl_overrides(settings.trl)
+    with pytest.raises(InputError, match=message):  # the config the trainer gets is never built
+        grpo_config(_spec(settings, tmp_path))
 
 
-def test_every_bad_key_is_named_at_once_and_profiles_are_checked_too():
-    raw = _raw()
+def test_every_bad_key_is_named_at_once():
+    raw = _raw("full")
     raw["profiles"]["full"]["policy"]["train"]["trl"] = {"use_vllm": True, "vllm_mod": "colocate", "top_k": "5"}
     with pytest.raises(InputError) as err:
-        parse_params(raw)  # the CPU profile is active: the full overlay is still validated
+        check_trl_overrides(parse_params(raw).policy.train.trl, "params.yaml (profile full)")
     text = str(err.value)
-    assert "profiles.full" in text and "vllm_mod: not a field" in text and "top_k: expected int" in text
+    assert "profile full" in text and "vllm_mod: not a field" in text and "top_k: expected int" in text
+    assert "use_vllm" not in text  # a good key is not named
+
+
+@pytest.mark.parametrize("profile", ["cpu", "rehearsal", "full"])
+def test_every_shipped_profile_passes_the_trl_check(profile):
+    # The schema no longer imports TRL, so this is where a shipped profile's typo is caught.
+    trl = parse_params(_raw(profile)).policy.train.trl
+    assert check_trl_overrides(trl) is trl
+
+
+def test_the_train_command_checks_trl_before_it_needs_any_input(tmp_path):
+    from typer.testing import CliRunner
+
+    from reappreg.cli import app
+
+    raw = _raw(use_vlm=True)
+    params = tmp_path / "params.yaml"
+    params.write_text(yaml.safe_dump(raw), encoding="utf-8")
+    result = CliRunner().invoke(app, ["policy", "train", "--params", str(params)])
+    assert result.exit_code != 0
+    assert "policy.train.trl.use_vlm: not a field" in str(result.exception) + result.output
+
+
+def test_loading_params_does_not_import_trl():
+    # Every stage loads params; TRL (with transformers' TrainingArguments) costs seconds.
+    code = ("import sys; from reappreg.settings import load_params; load_params('params.yaml'); "
+            "bad = [m for m in ('trl', 'transformers', 'torch') if m in sys.modules]; print(bad); assert not bad")
+    import subprocess
+    import sys
+
+    proc = subprocess.run([sys.executable, "-c", code], cwd=REPO, capture_output=True, text=True)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
 
 
 def test_refused_keys_are_real_grpo_fields():

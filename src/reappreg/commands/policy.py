@@ -147,10 +147,12 @@ def train(
         run_fingerprint,
         train_grpo,
     )
+    from reappreg.policy.trl_args import check_trl_overrides
     from reappreg.tracking import input_tags, stage_run
 
     p = load_params(params)
     s = p.policy
+    check_trl_overrides(s.train.trl, str(params))  # before any process is launched
     for name, path in (("prompts", prompts), ("vignettes", vignettes), ("certificate", certificate)):
         if not path.is_file():
             raise InputError(f"{path}: {name} file not found")

@@ -41,6 +41,7 @@ from reappreg.policy.health import HEALTH_METRICS, HealthMonitor, HealthVerdict
 from reappreg.policy.launch import BatchGeometry
 from reappreg.policy.checkpoints import TRAINER_STATE, checkpoint_step, export_callback_class, export_missing
 from reappreg.policy.reward import EnsembleReward
+from reappreg.policy.trl_args import check_trl_overrides
 from reappreg.settings.policy import PolicyHealthSettings, PolicyRewardSettings, PolicyTrainSettings
 
 CHECKPOINTS = "checkpoints"
@@ -335,7 +336,7 @@ def grpo_config(spec: GrpoSpec):
     )
     # Defaults a param may change (policy.train.trl wins).
     defaults = dict(log_completions=False, dataloader_num_workers=0, dataloader_pin_memory=torch.cuda.is_available())
-    # PolicyTrainSettings already refused trl keys that collide with `project`.
+    check_trl_overrides(t.trl)  # no key may collide with `project`, each has its field's type
     return GRPOConfig(**project, **{**defaults, **t.trl})
 
 

@@ -2,9 +2,12 @@
 
 TRL declares every GRPO setting once, as a field of ``GRPOConfig`` (which extends
 transformers' ``TrainingArguments``). Rather than mirror a subset, ``policy.train.trl``
-accepts any of those fields; at params load each key must be a field of the installed
-dataclass and its value must have the field's annotated type (strictly: ``"true"`` is not
-a bool). The trainer then gets the values as they are.
+accepts any of those fields; the policy_train stage checks, before anything is launched,
+that each key is a field of the installed dataclass and its value has the field's annotated
+type (strictly: ``"true"`` is not a bool). The trainer then gets the values as they are.
+
+The check lives here, not in the params schema: it imports TRL and transformers'
+TrainingArguments (about 4 s), which every other stage would otherwise pay at params load.
 
 Two kinds of key are refused, each with the reason:
 
@@ -80,11 +83,13 @@ def _type_name(annotation: Any) -> str:
     return getattr(annotation, "__name__", None) or str(annotation).replace("typing.", "")
 
 
-def check_trl_overrides(values: dict[str, Any]) -> dict[str, Any]:
+def check_trl_overrides(values: dict[str, Any], source: str = "params") -> dict[str, Any]:
     """Return ``values`` unchanged if every key is a settable GRPOConfig field of the right
-    type; else raise ValueError naming every bad key (``policy.train.trl.<key>``)."""
+    type; else raise InputError naming every bad key (``policy.train.trl.<key>``)."""
     import trl
     from pydantic import ValidationError
+
+    from reappreg.errors import InputError
 
     fields = grpo_fields()
     problems: list[str] = []
@@ -106,5 +111,5 @@ def check_trl_overrides(values: dict[str, Any]) -> dict[str, Any]:
                     f"{where}: expected {_type_name(fields[key])}, got {value!r} ({type(value).__name__})"
                 )
     if problems:
-        raise ValueError("; ".join(problems))
+        raise InputError(f"{source}: invalid policy.train.trl\n" + "\n".join(f"  - {p}" for p in problems))
     return values

@@ -106,7 +106,8 @@ class PolicyTrainSettings(Section):
     # bit for bit whatever the machine's load or core count; null: torch's default.
     cpu_threads: int | None = Field(2, ge=1)
     # Any other field of TRL's GRPOConfig (or the TrainingArguments it extends), passed to
-    # the trainer as is: checked against the installed dataclass (name and type) at load.
+    # the trainer as is: checked against the installed dataclass (name and type) by the
+    # policy_train stage before it launches (reappreg.policy.trl_args).
     # The keys above and the ones the project owns (output_dir, report_to, ...) are refused.
     trl: dict[str, Any] = Field(default_factory=lambda: {"full_determinism": True})
 
@@ -133,14 +134,6 @@ class PolicyTrainSettings(Section):
             raise ValueError(f"checkpoint_steps {steps}: list each step once, in ascending order")
         return self
 
-    @field_validator("trl")
-    @classmethod
-    def _trl_fields_exist(cls, value: dict[str, Any]) -> dict[str, Any]:
-        if not value:
-            return value
-        from reappreg.policy.trl_args import check_trl_overrides
-
-        return check_trl_overrides(value)
 
 
 class PolicyLauncherSettings(Section):
