@@ -13,6 +13,25 @@ os.environ.setdefault("GX_ANALYTICS_ENABLED", "False")
 os.environ.setdefault("MLFLOW_ENABLE_ASYNC_LOGGING", "false")
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
+
+# Tests that share an expensive fixture run on one pytest-xdist worker, in file order (they
+# inspect, and some rerun stages of, one pipeline); every other test runs on the worker its
+# module went to, so module fixtures are built once. The two pipeline builds come first, one
+# per worker, and the rest fill in around them.
+SHARED_RUNS = {"pipeline_repo": "cpu-pipeline", "rehearsal_run": "rehearsal-pipeline"}
+
+
+def pytest_collection_modifyitems(config, items):
+    def group(item) -> str:
+        for fixture, name in SHARED_RUNS.items():
+            if fixture in getattr(item, "fixturenames", ()):
+                return name
+        return item.path.stem
+
+    rank = {name: i for i, name in enumerate(SHARED_RUNS.values())}
+    for item in items:
+        item.add_marker(pytest.mark.xdist_group(group(item)))
+    items.sort(key=lambda item: rank.get(group(item), len(rank)))  # stable: file order within a rank
 SHARMA_DIR = REPO_ROOT.parent / "shared" / "data" / "sharma2023"
 
 

@@ -33,21 +33,27 @@ def test_deepspeed_config_is_zero2_bf16_world_size_1(smoke):
     assert (ds["train_micro_batch_size_per_gpu"], ds["gradient_accumulation_steps"], ds["train_batch_size"]) == (16, 1, 16)
 
 
-def test_training_settings_are_the_full_profiles_shrunk_and_valid(smoke, monkeypatch):
-    import transformers.training_args as targs
-
-    from reappreg.policy.train import GrpoSpec, grpo_config
+def test_training_settings_are_the_full_profiles_shrunk_and_valid(smoke):
+    from reappreg.policy.trl_args import check_trl_overrides
 
     args = smoke.parse_args(["--grpo-steps", "3"])
     train = smoke.train_settings(args)
     assert train.precision == "bfloat16" and train.beta == 0.04 and train.learning_rate == 8e-6
     assert train.max_steps == 3 and train.gradient_checkpointing is True
     assert "use_vllm" not in train.trl and train.trl["deepspeed"]["zero_optimization"]["stage"] == 2
-    # The trl pass-through check accepts the deepspeed dict; TRL's own config accepts it all
-    # (bf16 is checked against the GPU by transformers, so that check is told one exists).
-    type(train).model_validate(train.model_dump())
-    if importlib.util.find_spec("deepspeed") is None:
-        return  # transformers refuses a deepspeed config without the package: checked on the GPU machine
+    # The trl pass-through check accepts the deepspeed dict.
+    assert check_trl_overrides(train.trl) is train.trl
+
+
+def test_trls_own_config_accepts_the_smoke_settings(smoke, monkeypatch):
+    # transformers refuses a deepspeed config without the package: this runs on the GPU machine.
+    pytest.importorskip("deepspeed", reason="deepspeed is a GPU extra; TrainingArguments refuses its config without it")
+    import transformers.training_args as targs
+
+    from reappreg.policy.train import GrpoSpec, grpo_config
+
+    train = smoke.train_settings(smoke.parse_args(["--grpo-steps", "3"]))
+    # bf16 is checked against the GPU by transformers, so that check is told one exists.
     monkeypatch.setattr(targs, "is_torch_bf16_gpu_available", lambda *a, **k: True)
     monkeypatch.setattr(targs.TrainingArguments, "world_size", property(lambda self: 1))
     config = grpo_config(GrpoSpec("b", "p", "v", "e", "/tmp/smoke-work", train=train))
