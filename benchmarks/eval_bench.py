@@ -48,8 +48,8 @@ def main() -> None:
 
     import torch
 
-    from reappreg import vignettes as bank
-    from reappreg.generate import (
+    from reappreg.data import vignettes as bank
+    from reappreg.eval.generate import (
         TransformersGenerator,
         generate_evaluations,
     )

@@ -414,7 +414,7 @@ def semantic_false_positive_rate(threshold: float, model: str) -> tuple[float, i
     """Fraction of the sample's human reappraisals the semantic list names (vs its held-out answers)."""
     from reappreg.guard import AnswerMeta, TextUnit
     from reappreg.guard.semantic import semantic_report
-    from reappreg.sample import generate_sample
+    from reappreg.data.sample import generate_sample
 
     frame = generate_sample().reappraisals
     human, held = frame[frame.source == "human"], frame[frame.source != "human"]

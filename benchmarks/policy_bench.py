@@ -122,7 +122,7 @@ def main() -> None:
     from reappreg.lm import torch_dtype
     from reappreg.policy.train import GrpoSpec, train_grpo
     from reappreg.settings import parse_params
-    from reappreg.vignettes import VIGNETTES
+    from reappreg.data.vignettes import VIGNETTES
 
     device = "cuda" if args.shape == "full" else "cpu"
     if device == "cuda" and not torch.cuda.is_available():

@@ -1,7 +1,7 @@
 """Benchmark of the reward-model stages: every objective and the ensemble against every
 trivial ranker, on the same pairs, with the CPU time of each stage; in one run.
 
-On the seeded sample data (``reappreg.sample.generate_sample``, default 6 x 100 human
+On the seeded sample data (``reappreg.data.sample.generate_sample``, default 6 x 100 human
 reappraisals, 3 raters each) it runs the library functions of the DVC stages exactly as
 ``dvc repro`` does, with the settings of a params file (default ``params.yaml``): one
 ``train_member`` per (objective, seed) of ``rm.trained()`` -- each encodes the pool itself,
@@ -61,15 +61,15 @@ def main() -> None:
     parser.add_argument("--seed", type=int, default=13, help="sample-data seed")
     args = parser.parse_args()
 
-    from reappreg.data import write_canonical
+    from reappreg.data.canonical import write_canonical
     from reappreg.guard.stage import CERTIFICATE_SCHEMA
     from reappreg.hashing import dvc_md5
     from reappreg.io import write_json
     from reappreg.rm.ensemble import build_ensemble, evaluate_ensemble
     from reappreg.rm.member import train_member
-    from reappreg.sample import generate_sample
+    from reappreg.data.sample import generate_sample
     from reappreg.settings.rm import RmSettings
-    from reappreg.split import split
+    from reappreg.data.split import split
 
     import yaml
 

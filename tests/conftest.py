@@ -38,8 +38,8 @@ SHARMA_DIR = REPO_ROOT.parent / "shared" / "data" / "sharma2023"
 @pytest.fixture
 def sample_data(tmp_path: Path) -> Path:
     """A small seeded canonical dataset (6 vignettes x 20 human reappraisals, 3 raters each)."""
-    from reappreg.data import write_canonical
-    from reappreg.sample import generate_sample
+    from reappreg.data.canonical import write_canonical
+    from reappreg.data.sample import generate_sample
 
     folder = tmp_path / "canonical"
     write_canonical(
@@ -52,8 +52,8 @@ def sample_data(tmp_path: Path) -> Path:
 @pytest.fixture
 def split_data(sample_data: Path, tmp_path: Path) -> tuple[Path, Path]:
     """(train_dir, heldout_answers_path) from ``sample_data``."""
-    from reappreg.data import load_canonical
-    from reappreg.split import split, write_split
+    from reappreg.data.canonical import load_canonical
+    from reappreg.data.split import split, write_split
 
     train, answers = split(load_canonical(sample_data), ["human"])
     train_dir, heldout = tmp_path / "train", tmp_path / "heldout" / "answers.jsonl"

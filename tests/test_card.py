@@ -20,7 +20,7 @@ import pytest
 import yaml
 
 from reappreg import stats
-from reappreg.card import (
+from reappreg.card.build import (
     ClaimRejected,
     card_inputs_for,
     check_template,
@@ -169,7 +169,7 @@ def write_pipeline(root: Path, *, win_prob: float = 0.9, trusted: bool = True, h
 
 
 TRAINING_RUN = "0123456789abcdef0123456789abcdef"
-# metrics/results.json rows (reappreg.results) of the final policy and its kept step-3 checkpoint.
+# metrics/results.json rows (reappreg.eval.results) of the final policy and its kept step-3 checkpoint.
 RESULTS_ROWS = [
     {"row_id": "policy/gpt-4-0314", "condition": "policy", "kind": "policy", "checkpoint_step": None, "pool": "policy",
      "opponent": "gpt-4-0314", "status": "evaluated", "win_rate": 0.7125, "n": 300, "n_eff": 41.5, "n_vignettes": 6,
@@ -460,7 +460,7 @@ def test_each_kept_checkpoint_gets_a_card_linking_to_its_own_results_row(pipelin
 
 
 def test_a_kept_checkpoint_the_training_metrics_do_not_describe_is_refused(pipeline):
-    from reappreg.card import kept_checkpoints
+    from reappreg.card.build import kept_checkpoints
 
     decl = load_declarations(pipeline / "registry/models.yaml")
     evidence = evidence_of(pipeline)
@@ -514,7 +514,7 @@ def inputs_of(root: Path, name: str, **revision):
 
 
 def test_validate_card_refuses_broken_metadata():
-    from reappreg.card_meta import validate_card
+    from reappreg.card.meta import validate_card
 
     validate_card("---\nlicense: mit\n---\n# ok\n", "ok")
     with pytest.raises(InputError, match="not a valid Hugging Face model card"):
@@ -522,7 +522,7 @@ def test_validate_card_refuses_broken_metadata():
 
 
 def test_card_body_drops_the_front_matter_and_starts_at_the_title(pipeline):
-    from reappreg.card import card_body
+    from reappreg.card.build import card_body
 
     text = build_card(pipeline, "reappraisal-policy-grpo")
     body = card_body(text)
@@ -533,18 +533,18 @@ def test_card_body_drops_the_front_matter_and_starts_at_the_title(pipeline):
 
 
 def test_dirty_build_is_recorded_in_text_and_front_matter(pipeline):
-    from reappreg.card import card_revision
+    from reappreg.card.build import card_revision
 
     evidence = evidence_of(pipeline)
     template = pipeline / "registry/card_template.md"
     for allowed in (False, True):
-        inputs = inputs_of(pipeline, "reappraisal-policy-grpo", dirty="true", dirty_paths=["src/reappreg/card.py"],
+        inputs = inputs_of(pipeline, "reappraisal-policy-grpo", dirty="true", dirty_paths=["src/reappreg/card/build.py"],
                            dirty_allowed=allowed)
         text = render_card(template.read_text(encoding="utf-8"), str(template), inputs, evidence)
-        assert card_revision(text) == {"git_commit": "abc123", "git_dirty": "true", "dirty_paths": ["src/reappreg/card.py"],
+        assert card_revision(text) == {"git_commit": "abc123", "git_dirty": "true", "dirty_paths": ["src/reappreg/card/build.py"],
                                        "dirty_allowed": allowed}
         body = parse_card(text)[1]
-        assert ("Built at commit `abc123` **with uncommitted changes** to `src/reappreg/card.py` (built "
+        assert ("Built at commit `abc123` **with uncommitted changes** to `src/reappreg/card/build.py` (built "
                 f"{'with' if allowed else 'without'} `--allow-dirty`)") in body
     with pytest.raises(InputError, match="no reappreg.revision"):
         card_revision("---\nlicense: mit\n---\n# old card\n")
@@ -553,7 +553,7 @@ def test_dirty_build_is_recorded_in_text_and_front_matter(pipeline):
 def test_source_revision_ignores_the_pipelines_own_outputs(tmp_path):
     import subprocess
 
-    from reappreg.card import source_revision
+    from reappreg.card.build import source_revision
 
     def git(*args):
         subprocess.run(["git", *args], cwd=tmp_path, check=True, capture_output=True)
@@ -581,7 +581,7 @@ def test_source_revision_under_dvc_exp_counts_only_non_params_changes(tmp_path, 
     that edit is recorded by name, not reported as uncommitted source; a code edit still is."""
     import subprocess
 
-    from reappreg.card import source_revision
+    from reappreg.card.build import source_revision
 
     def git(*args):
         subprocess.run(["git", *args], cwd=tmp_path, check=True, capture_output=True)
@@ -603,7 +603,7 @@ def test_source_revision_under_dvc_exp_counts_only_non_params_changes(tmp_path, 
 
 
 def _health(final: dict, *, healthy: bool = True, max_completion_length: int | None = 48, **thresholds):
-    from reappreg.card import training_health
+    from reappreg.card.build import training_health
     from reappreg.settings.card import CardHealthSettings
 
     flat = {"train.healthy": healthy, **{f"train.final.health/{k}": v for k, v in final.items()}}
@@ -645,7 +645,7 @@ def test_policy_card_prints_the_health_gates(tmp_path):
 
 
 def test_metric_labels_are_readable():
-    from reappreg.card import metric_label
+    from reappreg.card.build import metric_label
 
     assert metric_label("ensemble.lovo.reward.spearman_within_vignette") == \
         "Spearman correlation within vignettes (leave-one-vignette-out)"
@@ -655,7 +655,7 @@ def test_metric_labels_are_readable():
 
 
 def test_reproduce_section_names_the_remote_access_each_step_needs():
-    from reappreg.card import reproduce_commands
+    from reappreg.card.build import reproduce_commands
 
     lines = reproduce_commands("register", "abc123", "models/policy/grpo", "d41d8cd9.dir", "policy")
     assert lines[0].startswith("git checkout $(git log --reverse --format=%H -S d41d8cd9.dir -- dvc.lock | head -n 1)")
@@ -671,7 +671,7 @@ def test_reproduce_section_names_the_remote_access_each_step_needs():
 
 
 def test_an_experiments_reproduce_section_pulls_and_applies_it_on_its_baseline():
-    from reappreg.card import reproduce_commands
+    from reappreg.card.build import reproduce_commands
 
     lines = reproduce_commands("register", "abc123", "models/policy/grpo", "d41d8cd9.dir", "policy", "exp-lr")
     commands = [line.split("#")[0].strip() for line in lines if not line.startswith("#")]
@@ -684,7 +684,7 @@ def test_the_reproduce_checkout_finds_the_commit_that_recorded_the_model(tmp_pat
     the results: it checks out the commit whose dvc.lock first records the model's md5."""
     import subprocess
 
-    from reappreg.card import reproduce_commands
+    from reappreg.card.build import reproduce_commands
 
     def git(*args):
         return subprocess.run(["git", "-c", "user.name=t", "-c", "user.email=t@t", *args], cwd=tmp_path, check=True,

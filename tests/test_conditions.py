@@ -1,4 +1,4 @@
-"""Reference-answer conditions and off-distribution sets (reappreg.conditions): the guard blocks overlaps."""
+"""Reference-answer conditions and off-distribution sets (reappreg.eval.conditions): the guard blocks overlaps."""
 
 from __future__ import annotations
 
@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from reappreg.conditions import (
+from reappreg.eval.conditions import (
     check_fresh_scenarios,
     load_situation_csv,
     read_reference_answers,

@@ -10,7 +10,7 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from reappreg.data import (
+from reappreg.data.canonical import (
     ABSENT,
     FLAT_COLUMNS,
     coerce_rating,
@@ -22,7 +22,7 @@ from reappreg.data import (
 )
 from reappreg.errors import InputError
 from reappreg.io import read_json, read_jsonl
-from reappreg.sample import generate_sample
+from reappreg.data.sample import generate_sample
 from reappreg.settings.data import DataSettings
 
 FIXTURE = Path(__file__).parent / "fixtures" / "expert_ratings"

@@ -64,13 +64,13 @@ def test_the_old_hand_written_deps_fail(tmp_path, expected):
     listed = listed_code_deps(REPO)
     old = {
         "judge": [d for d in listed["judge"] if d.startswith("src/reappreg/judge")],
-        "split": ["src/reappreg/split.py"],
+        "split": ["src/reappreg/data/split.py"],
         "policy_train": [d for d in listed["policy_train"] if d.startswith("src/reappreg/policy")],
     }
     repo = _fake_repo(tmp_path, rewrite_text(text, old))
     diff = {line.split(":")[0]: line for line in differences(repo, expected)}
     assert set(diff) == set(old)
-    assert "src/reappreg/data.py" in diff["split"]
+    assert "src/reappreg/data/canonical.py" in diff["split"]
     assert "src/reappreg/rm/" in diff["policy_train"] and "src/reappreg/guard/" in diff["policy_train"]
     assert "src/reappreg/settings/" in diff["judge"]
 
@@ -221,7 +221,7 @@ def test_touching_a_module_makes_dvc_status_list_exactly_its_stages(tmp_path):
     probes: dict[frozenset, str] = {}
     for module in every:
         probes.setdefault(frozenset(s for s, c in closures.items() if module in c), module)
-    picked = set(probes.values()) | {m for m in ("src/reappreg/data.py", "src/reappreg/generate.py",
+    picked = set(probes.values()) | {m for m in ("src/reappreg/data/canonical.py", "src/reappreg/eval/generate.py",
                                                  "src/reappreg/rm/ensemble.py") if m in every}
     assert read_yaml(repo / "dvc.yaml")["stages"].keys() == listed.keys()
     for module in sorted(picked):

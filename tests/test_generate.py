@@ -12,7 +12,7 @@ import pytest
 from pydantic import ValidationError
 
 from reappreg.errors import InputError
-from reappreg.generate import (
+from reappreg.eval.generate import (
     Completion,
     build_generator,
     generate_evaluations,

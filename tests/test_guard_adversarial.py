@@ -24,7 +24,7 @@ def config() -> GuardConfig:
 @pytest.fixture(scope="module")
 def sample():
     """The sample generator's human reappraisals (training side) and held-out answers."""
-    from reappreg.sample import generate_sample
+    from reappreg.data.sample import generate_sample
 
     data = generate_sample(seed=11)
     frame = data.reappraisals

@@ -9,7 +9,7 @@ import pytest
 
 from reappreg.errors import InputError
 from reappreg.io import read_jsonl
-from reappreg.leakscan import run_leakscan
+from reappreg.guard.leakscan import run_leakscan
 from reappreg.settings.guard import GuardSettings
 
 DETECTORS = GuardSettings().detectors()

@@ -54,7 +54,7 @@ def test_every_stage_ran_and_lock_matches_outputs(repo_copy):
 
 def test_artifacts_have_the_expected_content(repo_copy):
     root, _ = repo_copy
-    from reappreg.data import load_canonical
+    from reappreg.data.canonical import load_canonical
     from reappreg.io import read_json, read_jsonl
 
     train = load_canonical(root / "data/train")
@@ -128,7 +128,7 @@ def test_training_chain_is_guarded_and_registered(repo_copy):
 
     # Kept checkpoints (policy.train.checkpoint_steps, [1] in the shrunk copy): a folder each, a
     # results row each with both interval kinds, a card each, a registered version each.
-    from reappreg.results import missing_rows
+    from reappreg.eval.results import missing_rows
     from reappreg.settings import load_params
 
     steps = load_params(root / "params.yaml").policy.train.checkpoint_steps

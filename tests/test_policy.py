@@ -465,12 +465,12 @@ def tiny_random_policy(smollm_base, tmp_path_factory) -> Path:
 @pytest.fixture(scope="session")
 def tiny_ensemble(tmp_path_factory) -> Path:
     """A real 2-seed regression ensemble built with the rm module's own API on sample data."""
-    from reappreg.data import load_canonical, write_canonical
-    from reappreg.sample import generate_sample
+    from reappreg.data.canonical import load_canonical, write_canonical
+    from reappreg.data.sample import generate_sample
     from reappreg.rm.ensemble import build_ensemble
     from reappreg.rm.member import train_member
     from reappreg.settings.rm import RmSettings
-    from reappreg.split import split, write_split
+    from reappreg.data.split import split, write_split
 
     root = tmp_path_factory.mktemp("rm")
     write_canonical(generate_sample(seed=3, reappraisals_per_vignette=12, gpt4_answers_per_vignette=2,
@@ -500,7 +500,7 @@ def tiny_ensemble(tmp_path_factory) -> Path:
 def _write_training_inputs(folder: Path, tokenizer_dir: Path, n_vignettes: int = 6) -> tuple[Path, Path]:
     from transformers import AutoTokenizer
 
-    from reappreg.vignettes import VIGNETTES
+    from reappreg.data.vignettes import VIGNETTES
 
     vignettes = [{k: v[k] for k in ("vignette_id", "title", "scenario", "emotion")} for v in VIGNETTES[:n_vignettes]]
     tokenizer = AutoTokenizer.from_pretrained(tokenizer_dir)

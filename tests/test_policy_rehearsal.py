@@ -169,7 +169,7 @@ def two_process_inputs(rehearsal_base, tmp_path_factory):
 
     from reappreg.io import write_jsonl
     from reappreg.policy import render_prompt_records
-    from reappreg.vignettes import VIGNETTES
+    from reappreg.data.vignettes import VIGNETTES
 
     vignettes = [{k: v[k] for k in ("vignette_id", "title", "scenario", "emotion")} for v in VIGNETTES]
     tokenizer = AutoTokenizer.from_pretrained(rehearsal_base)

@@ -306,7 +306,7 @@ def test_registration_refuses_a_card_built_from_a_dirty_tree_unless_allowed(repo
 
 def _signed_gates(repo: Path, name: str) -> dict[str, bool]:
     from reappreg.registry import evaluate_gates, evidence_of, load_declarations
-    from reappreg.card import load_evidence
+    from reappreg.card.build import load_evidence
     from reappreg.settings import load_params
 
     settings = load_params(repo / "params.yaml")
@@ -999,9 +999,9 @@ def test_models_uri_loads_in_a_fresh_process_with_the_ensembles_rewards(tmp_path
     from test_rm import _certify, _train  # the RM tests' trainers (real members on the sample pool)
 
     from reappreg.rm.ensemble import build_ensemble, load_ensemble
-    from reappreg.sample import generate_sample
+    from reappreg.data.sample import generate_sample
     from reappreg.settings import Params
-    from reappreg.split import split, write_split
+    from reappreg.data.split import split, write_split
     from reappreg.tracking import configure
 
     pool_root = tmp_path / "pool"

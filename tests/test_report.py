@@ -285,10 +285,10 @@ def test_the_headline_file_is_the_only_declared_metrics_file():
 
 def test_validation_section_says_whether_the_report_still_matches_the_data(tmp_path):
     """A passing report shown beside data it did not validate must say so, not just 'passed'."""
-    from reappreg.data import ingest, write_canonical
+    from reappreg.data.canonical import ingest, write_canonical
     from reappreg.io import write_json
     from reappreg.settings import DataSettings, ValidateSettings
-    from reappreg.validate import validate_folder
+    from reappreg.data.validate import validate_folder
 
     data_settings = DataSettings(sample={"seed": 3, "reappraisals_per_vignette": 6, "gpt4_answers_per_vignette": 2,
                                          "opponent_answers_per_vignette": 1})

@@ -1,4 +1,4 @@
-"""The results table (reappreg.results): rows, both interval kinds, winner's curse, opponent strength."""
+"""The results table (reappreg.eval.results): rows, both interval kinds, winner's curse, opponent strength."""
 
 from __future__ import annotations
 
@@ -11,7 +11,7 @@ import pytest
 
 from reappreg.errors import InputError
 from reappreg.io import write_json, write_jsonl
-from reappreg.results import (
+from reappreg.eval.results import (
     ConditionInput,
     DeclaredStrength,
     ResultsInputs,
@@ -20,7 +20,7 @@ from reappreg.results import (
     checkpoint_inputs,
     missing_rows,
 )
-from reappreg.results_outputs import render_markdown, write_results
+from reappreg.eval.results_outputs import render_markdown, write_results
 from reappreg.stats import contest_table, validate_judgments
 from stats_fixtures import (
     FAST,

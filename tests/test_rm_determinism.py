@@ -33,10 +33,10 @@ LOAD = "import time\nend = time.time() + 600\nwhile time.time() < end:\n    sum(
 
 @pytest.mark.slow
 def test_rm_train_is_bit_for_bit_across_processes_and_machine_load(tmp_path: Path) -> None:
-    from reappreg.data import write_canonical
+    from reappreg.data.canonical import write_canonical
     from reappreg.guard.stage import CERTIFICATE_SCHEMA
-    from reappreg.sample import generate_sample
-    from reappreg.split import split
+    from reappreg.data.sample import generate_sample
+    from reappreg.data.split import split
 
     train, _ = split(generate_sample(seed=11, reappraisals_per_vignette=8, gpt4_answers_per_vignette=1,
                                      opponent_answers_per_vignette=1), ["human"])

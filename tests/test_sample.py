@@ -1,14 +1,14 @@
-"""The seeded sample generator (reappreg.sample) and its phrase banks (reappreg.vignettes)."""
+"""The seeded sample generator (reappreg.data.sample) and its phrase banks (reappreg.data.vignettes)."""
 
 from __future__ import annotations
 
 import numpy as np
 import pytest
 
-from reappreg.data import write_canonical
+from reappreg.data.canonical import write_canonical
 from reappreg.guard.text import tokens
 from reappreg.hashing import dvc_md5
-from reappreg.sample import generate_sample
+from reappreg.data.sample import generate_sample
 
 
 def test_sample_is_deterministic_per_seed(tmp_path):

@@ -7,13 +7,13 @@ from pathlib import Path
 
 import pytest
 
-from reappreg.data import ingest, load_canonical, write_canonical
+from reappreg.data.canonical import ingest, load_canonical, write_canonical
 from reappreg.errors import InputError
 from reappreg.io import read_json, read_jsonl, write_json
 from reappreg.settings.data import DataSettings
 from reappreg.settings.validate import ValidateSettings
-from reappreg.split import split
-from reappreg.validate import validate_folder
+from reappreg.data.split import split
+from reappreg.data.validate import validate_folder
 
 FIXTURE = Path(__file__).parent / "fixtures" / "expert_ratings"
 SMALL = {"seed": 9, "reappraisals_per_vignette": 6, "gpt4_answers_per_vignette": 2, "opponent_answers_per_vignette": 1}

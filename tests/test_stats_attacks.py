@@ -166,7 +166,7 @@ def test_calibration_missing_a_contract_key_is_an_error(key):
 
 
 def test_card_lint_recomputes_trust_from_the_calibration():
-    from reappreg.card import lint_claims
+    from reappreg.card.build import lint_claims
 
     report = run(planted([0.85] * 6))
     supported = [c for c in report["claims"] if c["supported"]]
@@ -271,7 +271,7 @@ def test_a_moved_bar_is_labelled_custom_and_is_never_the_bar_claim(update, oppon
     assert [c["threshold"] for c in bars] == [0.608] and bars[0]["opponent"] == "gpt-4-0314"
     assert bars[0]["supported"] is False
     # what the card and registry read as "the bar claim" is the reference one, never the custom one
-    from reappreg.card import Evidence
+    from reappreg.card.build import Evidence
     evidence = Evidence.__new__(Evidence)
     evidence.claims = report["claims"]
     assert evidence.bar_claim("policy")["claim_id"] == BAR
@@ -345,7 +345,7 @@ def test_ties_and_a_win_score_three_quarters():
 
 
 def test_card_lint_refuses_a_bar_claim_moved_off_the_reference_bar():
-    from reappreg.card import lint_claims
+    from reappreg.card.build import lint_claims
 
     report = run(planted([0.85] * 6))
     bar = claim(report, BAR)

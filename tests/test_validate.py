@@ -10,12 +10,12 @@ from pathlib import Path
 
 import pytest
 
-from reappreg.data import ABSENT, CanonicalData, import_sharma2023, ingest, load_canonical, write_canonical
+from reappreg.data.canonical import ABSENT, CanonicalData, import_sharma2023, ingest, load_canonical, write_canonical
 from reappreg.errors import InputError, ValidationFailed
 from reappreg.io import read_jsonl, write_json
 from reappreg.settings.data import DataSettings
 from reappreg.settings.validate import ValidateSettings
-from reappreg.validate import (
+from reappreg.data.validate import (
     check_facts_match_params,
     data_facts,
     require_success,

@@ -113,7 +113,7 @@ def run(args: argparse.Namespace) -> dict:
     from reappreg.io import write_jsonl
     from reappreg.policy import render_prompt_records
     from reappreg.policy.train import GrpoSpec, train_grpo
-    from reappreg.vignettes import VIGNETTES
+    from reappreg.data.vignettes import VIGNETTES
 
     if not torch.cuda.is_available():
         sys.exit("smoke: no CUDA device")

@@ -23,7 +23,7 @@ RESULTS = typer.Option("metrics/results.json", "--results", help="Results table 
 
 def evidence_from(certificate: Path, eval_metrics: Path, judge_calibration: Path, claims: Path,
                   rm_metrics: Path, policy_metrics: Path, prompt: Path, results: Path | None = None):
-    from reappreg.card import load_evidence
+    from reappreg.card.build import load_evidence
 
     return load_evidence(certificate=certificate, eval_metrics=eval_metrics, calibration=judge_calibration,
                          claims=claims, rm_metrics=rm_metrics, policy_metrics=policy_metrics, prompt=prompt,
@@ -55,7 +55,7 @@ def build(
     """
     import mlflow
 
-    from reappreg.card import card_inputs_for, checkpoint_card_name, kept_checkpoints, render_card, source_revision
+    from reappreg.card.build import card_inputs_for, checkpoint_card_name, kept_checkpoints, render_card, source_revision
     from reappreg.errors import InputError
     from reappreg.io import write_text
     from reappreg.registry import load_declarations
@@ -100,7 +100,7 @@ def lint(
     claims: Path = CLAIMS,
 ) -> None:
     """Check every claim marked supported against the metrics; exit 1 listing the unsupported ones."""
-    from reappreg.card import lint_claims
+    from reappreg.card.build import lint_claims
     from reappreg.io import read_json
     from reappreg.settings import load_params
 

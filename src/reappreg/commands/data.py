@@ -17,8 +17,8 @@ def ingest(
     """Build the canonical dataset from data.source (sample | file | sharma2023)."""
     import mlflow
 
-    from reappreg.data import ingest as run_ingest
-    from reappreg.data import write_canonical
+    from reappreg.data.canonical import ingest as run_ingest
+    from reappreg.data.canonical import write_canonical
     from reappreg.settings import load_params
     from reappreg.tracking import stage_run
 
@@ -47,12 +47,12 @@ def split_cmd(
     """Write the training pool and the held-out answers as separate artifacts."""
     import mlflow
 
-    from reappreg.data import load_canonical
+    from reappreg.data.canonical import load_canonical
     from reappreg.hashing import file_md5
     from reappreg.settings import load_params
-    from reappreg.split import source_counts, split, write_split
+    from reappreg.data.split import source_counts, split, write_split
     from reappreg.tracking import stage_run
-    from reappreg.validate import verify_report
+    from reappreg.data.validate import verify_report
 
     p = load_params(params)
     with stage_run("split", tracking=p.tracking, params=p.split.model_dump(),

@@ -1,4 +1,4 @@
-"""`reappreg generate run`: eval generations of the policy (thin wrapper over reappreg.generate)."""
+"""`reappreg generate run`: eval generations of the policy (thin wrapper over reappreg.eval.generate)."""
 
 from __future__ import annotations
 
@@ -25,7 +25,7 @@ def run(
     from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
     from reappreg.errors import InputError
-    from reappreg.generate import (
+    from reappreg.eval.generate import (
         build_generator, generate_evaluations, plan_samples, select_vignettes, summarise_generations,
     )
     from reappreg.io import read_jsonl, write_jsonl
@@ -78,7 +78,7 @@ def reference(
     params: Path = typer.Option(Path("params.yaml"), help="Params file"),
 ) -> None:
     """A reference condition's answers as generations, refused if any training text overlaps them."""
-    from reappreg.conditions import read_reference_answers, reference_generations
+    from reappreg.eval.conditions import read_reference_answers, reference_generations
     from reappreg.errors import InputError
     from reappreg.io import read_jsonl, write_json, write_jsonl
     from reappreg.settings import load_params
@@ -105,7 +105,7 @@ def ood(
     params: Path = typer.Option(Path("params.yaml"), help="Params file"),
 ) -> None:
     """Fresh scenarios and an opponent's answers, refused if any training text contains a scenario."""
-    from reappreg.conditions import check_fresh_scenarios, load_situation_csv
+    from reappreg.eval.conditions import check_fresh_scenarios, load_situation_csv
     from reappreg.errors import InputError
     from reappreg.io import write_json, write_jsonl
     from reappreg.settings import load_params

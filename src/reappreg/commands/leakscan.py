@@ -22,7 +22,7 @@ def run(
     import mlflow
 
     from reappreg.io import write_json
-    from reappreg.leakscan import run_leakscan
+    from reappreg.guard.leakscan import run_leakscan
     from reappreg.settings import load_params
     from reappreg.tracking import configure, stage_run
 

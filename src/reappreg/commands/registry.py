@@ -84,7 +84,7 @@ def _plan(name, model, evidence, cards: Path):
 def _checkpoint_plans(plan, evidence, cards: Path, steps) -> list:
     """A policy's kept checkpoints as registration plans, in step order: each folder's md5 must be the
     one its training metrics recorded, and it needs its own card (``<name>.step-<n>.md``)."""
-    from reappreg.card import checkpoint_card_name, kept_checkpoints
+    from reappreg.card.build import checkpoint_card_name, kept_checkpoints
     from reappreg.errors import InputError
     from reappreg.registry import folder_md5, manifest_of
     from reappreg.registry.registration import check_checkpoint_describes
@@ -107,7 +107,7 @@ def _checkpoint_plans(plan, evidence, cards: Path, steps) -> list:
 def refuse_dirty_card(card: str, card_path: Path) -> None:
     """A card built from uncommitted source cannot name the code that made the model: refuse
     it, unless it was built with ``reappreg card build --allow-dirty`` (which the card records)."""
-    from reappreg.card_meta import card_revision
+    from reappreg.card.meta import card_revision
     from reappreg.errors import InputError
 
     revision = card_revision(card)
@@ -171,7 +171,7 @@ def register(
         signing_key,
         statement,
     )
-    from reappreg.card import results_rows_of
+    from reappreg.card.build import results_rows_of
     from reappreg.registry.declarations import gate_table
     from reappreg.registry.provenance import material, params_md5
     from reappreg.registry.registration import checkpoint_evidence, version_tags

@@ -39,7 +39,7 @@ def report(
         render_markdown,
     )
     from reappreg.settings import load_params
-    from reappreg.card import source_revision
+    from reappreg.card.build import source_revision
     from reappreg.tracking import stage_run
 
     settings = load_params(params)

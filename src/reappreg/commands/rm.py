@@ -60,10 +60,12 @@ def train(
     from reappreg.errors import InputError
     from reappreg.rm.evaluate import flat_metrics
     from reappreg.rm.member import train_member
+    from reappreg.rm.objectives import check_objectives
     from reappreg.settings import load_params
     from reappreg.tracking import stage_run
 
     params = load_params(params_path)
+    check_objectives(params.rm)
     if (objective, seed) not in params.rm.trained():
         raise InputError(
             f"--objective {objective} --seed {seed}: not an ensemble member (rm.ensemble.objective="
@@ -120,10 +122,12 @@ def ensemble(
     from reappreg.rm.ensemble import build_ensemble, evaluate_ensemble, load_ensemble
     from reappreg.rm.evaluate import flat_metrics
     from reappreg.rm.pyfunc import log_pyfunc
+    from reappreg.rm.objectives import check_objectives
     from reappreg.settings import load_params
     from reappreg.tracking import stage_run
 
     params = load_params(params_path)
+    check_objectives(params.rm)
     cfg = params.rm.ensemble
     member_dirs = [members / f"seed_{s}" for s in params.rm.seeds]
     for folder in member_dirs:
@@ -182,10 +186,12 @@ def compare(
 
     from reappreg.rm.compare import comparison_table, plot_comparison
     from reappreg.rm.evaluate import write_csv
+    from reappreg.rm.objectives import check_objectives
     from reappreg.settings import load_params
     from reappreg.tracking import stage_run
 
     params = load_params(params_path)
+    check_objectives(params.rm)
     table = comparison_table(metrics, params.rm.trained())
     with stage_run("rm_compare", tracking=params.tracking, params=_section(params), inputs={"metrics": metrics}):
         write_csv(table, out)

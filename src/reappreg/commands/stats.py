@@ -88,10 +88,10 @@ def results_cmd(
     params: Path = typer.Option(Path("params.yaml"), help="Params file"),
 ) -> None:
     """The results table: one row per condition with both interval kinds, selection and claims."""
-    from reappreg.conditions import CHECKPOINT_PREFIX
+    from reappreg.eval.conditions import CHECKPOINT_PREFIX
     from reappreg.errors import InputError
-    from reappreg.results import ConditionInput, DeclaredStrength, ResultsInputs, build_results, checkpoint_inputs
-    from reappreg.results_outputs import write_results
+    from reappreg.eval.results import ConditionInput, DeclaredStrength, ResultsInputs, build_results, checkpoint_inputs
+    from reappreg.eval.results_outputs import write_results
     from reappreg.settings import load_params
     from reappreg.stats import TrustPolicy, load_calibration, load_reference_bar
 

@@ -24,7 +24,7 @@ def run(
     from reappreg.io import write_json
     from reappreg.settings import load_params
     from reappreg.tracking import stage_run
-    from reappreg.validate import require_success, validate_folder
+    from reappreg.data.validate import require_success, validate_folder
 
     p = load_params(params)
     report.unlink(missing_ok=True)

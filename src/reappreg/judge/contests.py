@@ -1,7 +1,7 @@
 """Contests: a selected policy generation against a held-out answer, judged in both orders.
 
 A *contest* pits one selected policy generation (``data/eval/generations.jsonl``, see
-``reappreg.generate``) against one held-out answer of the same vignette from an opponent
+``reappreg.eval.generate``) against one held-out answer of the same vignette from an opponent
 source (``data/heldout/answers.jsonl``). Every contest is judged in BOTH orders -- policy
 answer shown as A, then shown as B -- because small and large judges alike prefer one
 position; averaging the two orders cancels a constant position preference instead of

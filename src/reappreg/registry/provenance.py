@@ -42,7 +42,7 @@ def _flat(obj: Any, prefix: str) -> dict[str, Any]:
 
 
 def evidence_of(kind: str, evidence: Any, *, health: Any, max_completion_length: int | None) -> dict[str, Any]:
-    """The flat evidence a gate may read (``evidence`` is a ``reappreg.card.Evidence``).
+    """The flat evidence a gate may read (``evidence`` is a ``reappreg.card.build.Evidence``).
 
     Keys: ``guard.*`` (result, certificate md5, its summary), ``judge.*`` (the calibration
     file, flattened; ``judge.trusted`` is recomputed from its numbers, never its cached flag),

@@ -69,7 +69,7 @@ def model_folder_path(name: str) -> str:
 # --------------------------------------------------------------------------- preconditions
 
 def require_passed(cert: Any, *, model: str) -> None:
-    """Refuse a failed guard certificate (``cert`` is a ``reappreg.card.Certificate``)."""
+    """Refuse a failed guard certificate (``cert`` is a ``reappreg.card.build.Certificate``)."""
     if not cert.passed:
         raise GateFailed(f"{model}: guard certificate {cert.path} did not pass (result: {cert.result!r}); refusing to register")
 
@@ -89,7 +89,7 @@ def check_metrics_describe(model: ModelDecl, metrics: Mapping[str, Any], artifac
 def check_certificate(cert: Any, inputs: Mapping[str, str], *, model: str) -> None:
     """Refuse unless the certificate passed and certifies every training input's current hash.
 
-    ``cert`` is a ``reappreg.card.Certificate``; ``inputs`` maps each training input path
+    ``cert`` is a ``reappreg.card.build.Certificate``; ``inputs`` maps each training input path
     to its md5 as hashed now.
     """
     require_passed(cert, model=model)
@@ -118,7 +118,7 @@ def version_tags(checkpoint: Mapping[str, Any] | None, *, final_step: Any, train
                  results_rows: list[Mapping[str, Any]]) -> dict[str, str]:
     """Tags naming which step of which training run a policy version is, and its results rows.
 
-    ``checkpoint`` is a kept checkpoint (``reappreg.card.kept_checkpoints``) or None for the final model.
+    ``checkpoint`` is a kept checkpoint (``reappreg.card.build.kept_checkpoints``) or None for the final model.
     """
     step = checkpoint["step"] if checkpoint is not None else final_step
     return {CHECKPOINT_STEP_TAG: str(step), FINAL_STEP_TAG: str(final_step),
@@ -203,7 +203,7 @@ def for_ui(card: str) -> str:
     (The front matter's facts are the version's tags already; shown as text it sat above
     the card's title.) The whole card, front matter included, is the run artifact README.md.
     """
-    from reappreg.card_meta import card_body
+    from reappreg.card.meta import card_body
 
     return card_body(card)
 

@@ -8,7 +8,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from reappreg.card import fmt
+from reappreg.card.build import fmt
 
 
 @dataclass

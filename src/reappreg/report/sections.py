@@ -10,7 +10,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from reappreg.card import calibration_rows, flatten, fmt, metric_label, training_health
+from reappreg.card.build import calibration_rows, flatten, fmt, metric_label, training_health
 from reappreg.errors import InputError
 from reappreg.io import read_json, read_jsonl
 from reappreg.report.blocks import (Section, Table, count, curves_figure, dot_figure, empty_reason, forest_figure,
@@ -169,7 +169,7 @@ def _validation_binding(r: _Reader, report: Mapping[str, Any]) -> str:
         return "Bound to the data: not checked (the report did not pass)."
     if r.validate_rules is None:
         return "Bound to the data: not checked (no validation settings were given to the report)."
-    from reappreg.validate import verify_report
+    from reappreg.data.validate import verify_report
 
     try:
         verify_report(r.path("validation"), r.path("canonical"), r.validate_rules)

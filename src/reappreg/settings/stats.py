@@ -33,7 +33,7 @@ class StatsSettings(Section):
     lc_bootstrap_iterations: int = Field(400, ge=50)
     seed: int = 0
 
-    # --- conditions and the results table (reappreg.results, reappreg.conditions) ---
+    # --- conditions and the results table (reappreg.eval.results, reappreg.eval.conditions) ---
     # Model conditions besides the GRPO `policy`: models/policy/<name> answers and is judged
     # like it (dvc.yaml matrix stages generate_condition / judge_condition). Interpolated
     # into dvc.yaml from the top-level params: a profile lists its own, the matrix runs these.

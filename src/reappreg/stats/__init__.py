@@ -94,13 +94,13 @@ length-controlled figures; ``n`` now counts contests)::
 
 Across conditions
 -----------------
-``reappreg.results`` (stage ``results``) reads the judgments of every condition -- the policy,
+``reappreg.eval.results`` (stage ``results``) reads the judgments of every condition -- the policy,
 the other model conditions, reference answer files, off-distribution sets; all under this same
 judgments contract, judged by one judge -- and summarises each with ``summarize_contests``
 into ``metrics/results.json`` / ``reports/results.md``: the iid interval (screening only)
 beside the worst-case cluster interval, the bar read from the cluster bound only, the
 best-of-K optimism of a selected condition and its fresh-pool promotability, opponent
-strengths and ``weak_opponent`` generalisation claims (schema in ``reappreg.results``).
+strengths and ``weak_opponent`` generalisation claims (schema in ``reappreg.eval.results``).
 
 Status: ``confirmed`` = worst-case cluster lower bound > threshold; ``refuted`` = best-case
 upper bound < threshold; ``inconclusive`` otherwise; ``not_tested`` = no contests, fewer than

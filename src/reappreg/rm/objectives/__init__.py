@@ -25,4 +25,16 @@ def names() -> list[str]:
                   if info.name not in NOT_OBJECTIVES and not info.name.startswith("_"))
 
 
-__all__ = ["NOT_OBJECTIVES", "names"]
+def check_objectives(rm) -> None:
+    """Raise InputError naming every key of the ``rm`` settings that names no objective module."""
+    from reappreg.errors import InputError
+
+    known = names()
+    keys = [("rm.ensemble.objective", rm.ensemble.objective),
+            *((f"rm.baselines[{i}]", name) for i, name in enumerate(rm.baselines))]
+    bad = [f"{key}: unknown objective '{name}' (known: {', '.join(known)})" for key, name in keys if name not in known]
+    if bad:
+        raise InputError("; ".join(bad))
+
+
+__all__ = ["NOT_OBJECTIVES", "check_objectives", "names"]

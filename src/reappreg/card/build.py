@@ -4,7 +4,7 @@ A card is a Hugging Face style ``README.md``: YAML front matter (license, langua
 base_model, pipeline_tag, tags, library_name) and the sections model details, evaluation,
 prompting, hyperparameters, data separation, intended use, limitations and how to
 reproduce. It is rendered from ``registry/card_template.md`` (Jinja2) and an
-:class:`Evidence` bundle (``reappreg.card_evidence``) read from the pipeline's tracked outputs:
+:class:`Evidence` bundle (``reappreg.card.evidence``) read from the pipeline's tracked outputs:
 
 * ``metrics/eval.json`` and ``reports/claims.json`` (see ``reappreg.stats``),
 * ``metrics/judge_calibration.json``,
@@ -34,11 +34,11 @@ from typing import Any
 
 import yaml
 
-from reappreg.card_evidence import (CLAIM_KEYS, CONDITIONS, EVAL_COLUMNS, Certificate, Evidence, flatten, load_evidence,
+from reappreg.card.evidence import (CLAIM_KEYS, CONDITIONS, EVAL_COLUMNS, Certificate, Evidence, flatten, load_evidence,
                                     read_certificate, trust_recomputed)
-from reappreg.card_health import TrainingHealth, training_health
-from reappreg.card_labels import calibration_rows, metric_label
-from reappreg.card_meta import (card_body, card_metadata, card_revision, numbers_in, parse_card, source_revision,
+from reappreg.card.health import TrainingHealth, training_health
+from reappreg.card.labels import calibration_rows, metric_label
+from reappreg.card.meta import (card_body, card_metadata, card_revision, numbers_in, parse_card, source_revision,
                                 validate_card)
 from reappreg.errors import InputError, ReappregError
 from reappreg.hashing import dvc_md5
@@ -303,7 +303,7 @@ def kept_checkpoints(model: Any, evidence: Evidence, steps: Sequence[int]) -> li
     """
     if model.kind != "policy" or model.checkpoints is None or not steps:
         return []
-    from reappreg.conditions import checkpoint_condition
+    from reappreg.eval.conditions import checkpoint_condition
 
     stem = (model.artifact_md5_metric or "train.model_md5").split(".", 1)[0]
     metrics = evidence.policy_metrics
@@ -466,7 +466,7 @@ def render_card(template_text: str, template_source: str, inputs: CardInputs, ev
     return text
 
 
-# The evidence names (reappreg.card_evidence) are re-exported: callers read a card's inputs from here.
+# The evidence names (reappreg.card.evidence) are re-exported: callers read a card's inputs from here.
 __all__ = ["CLAIM_KEYS", "CONDITIONS", "EVAL_COLUMNS", "CardInputs", "Certificate", "ClaimRejected", "Evidence",
            "LintProblem", "TRAINING_STAGE", "TrainingHealth", "calibration_rows", "card_body", "card_comparisons",
            "card_inputs_for", "card_revision", "check_template", "checkpoint_card_name", "flatten", "fmt",

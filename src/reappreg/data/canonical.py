@@ -1,5 +1,5 @@
 """The canonical dataset: schema, importers and canonical IO (the seeded sample generator
-is ``reappreg.sample``).
+is ``reappreg.data.sample``).
 
 Canonical schema (a folder of JSONL files, one object per line, sorted keys):
 
@@ -15,7 +15,7 @@ Canonical schema (a folder of JSONL files, one object per line, sorted keys):
   ``has_emotion``, ``dimensions`` (the present ones; [] without ratings), ``rating_scale``
   ({min, max, kind}), ``rated_sources``, ``duplicate_rating_rows_dropped``.
 
-Importers read files strictly (``reappreg.tablefile``) and refuse what they cannot map
+Importers read files strictly (``reappreg.data.tablefile``) and refuse what they cannot map
 (unknown or undeclared columns, conflicting duplicate rows, text with control characters).
 Rating values are converted to the declared scale's type where that is exact (``"5.0"`` ->
 5 on an integer scale) and otherwise kept as read, so validation reports them with a count,
@@ -35,7 +35,7 @@ import pandas as pd
 from reappreg.errors import InputError
 from reappreg.io import atomic_dir, read_json, read_jsonl_lines, write_json, write_jsonl
 from reappreg.settings.data import RATING_DIMENSIONS, DataSettings, RatingScale
-from reappreg.tablefile import RawTable, check_strings, read_table
+from reappreg.data.tablefile import RawTable, check_strings, read_table
 
 VIGNETTE_COLUMNS = ["vignette_id", "title", "scenario", "emotion"]
 REAPPRAISAL_COLUMNS = ["reappraisal_id", "vignette_id", "author_id", "source", "text"]
@@ -377,7 +377,7 @@ def check_text(data: CanonicalData, origin: str) -> None:
 def ingest(settings: DataSettings) -> CanonicalData:
     """Build the canonical dataset from the ``data`` params; the data facts go to meta.json."""
     if settings.source == "sample":
-        from reappreg.sample import generate_sample  # sample imports this module's schema
+        from reappreg.data.sample import generate_sample  # sample imports this module's schema
 
         data = generate_sample(**settings.sample.model_dump())
     elif settings.path is None:

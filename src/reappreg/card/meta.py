@@ -11,11 +11,11 @@ from typing import TYPE_CHECKING, Any
 
 import yaml
 
-from reappreg.card_labels import metric_label
+from reappreg.card.labels import metric_label
 from reappreg.errors import InputError
 
 if TYPE_CHECKING:
-    from reappreg.card import CardInputs, Evidence
+    from reappreg.card.build import CardInputs, Evidence
 
 
 def eval_results(inputs: CardInputs, evidence: Evidence) -> list[Any]:

@@ -14,7 +14,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from reappreg.data import CanonicalData, write_canonical
+from reappreg.data.canonical import CanonicalData, write_canonical
 from reappreg.errors import InputError
 from reappreg.io import write_jsonl
 

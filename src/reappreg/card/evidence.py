@@ -1,6 +1,6 @@
 """The evidence a model card and a registration read: tracked files, normalised and keyed to their source.
 
-Split from ``reappreg.card`` (which re-exports these names) so the card module holds the
+Split from ``reappreg.card.build`` (which re-exports these names) so the card module holds the
 linter and the rendering, and this one what is read: the guard certificate
 (:func:`read_certificate`), eval metrics, judge calibration, claims, reward-model and policy
 metrics, the GRPO prompt and the results table (:func:`load_evidence`). The judge's trust is
@@ -16,7 +16,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from reappreg.card_health import TrainingHealth, training_health
+from reappreg.card.health import TrainingHealth, training_health
 from reappreg.errors import InputError
 from reappreg.hashing import dvc_md5
 from reappreg.io import read_json, read_yaml

@@ -27,7 +27,7 @@ from typing import Any
 
 import pandas as pd
 
-from reappreg.data import (
+from reappreg.data.canonical import (
     ABSENT,
     RATING_DIMENSIONS,
     RATING_KEY_COLUMNS,
@@ -42,7 +42,7 @@ from reappreg.hashing import file_md5
 from reappreg.io import read_json
 from reappreg.settings.data import DataSettings
 from reappreg.settings.validate import ValidateSettings
-from reappreg.tablefile import describe_forbidden
+from reappreg.data.tablefile import describe_forbidden
 
 ID_COLUMN = {
     "vignettes": "vignette_id", "reappraisals": "reappraisal_id", "ratings": "rating_id",

@@ -2,7 +2,7 @@
 
 Every condition is judged against the bar opponent (GPT-4-0314) with the same judge, prompt
 and protocol as the ``policy`` condition, so its judgments follow the same row contract
-(``reappreg.judge.contests``) and the results table (``reappreg.results``) reads them alike.
+(``reappreg.judge.contests``) and the results table (``reappreg.eval.results``) reads them alike.
 
 * **Model conditions** (``results.model_conditions``): a policy folder ``models/policy/<name>``
   (the CPU default: ``base``, the untrained base) answers through ``reappreg generate run``.

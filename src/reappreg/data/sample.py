@@ -1,7 +1,7 @@
 """The seeded sample generator: data in the canonical schema, same seed -> identical tables.
 
 The real Li et al. (2025) ratings are not public; this module writes data of the same shape
-from the phrase banks in ``reappreg.vignettes`` so that every stage has real input to run on.
+from the phrase banks in ``reappreg.data.vignettes`` so that every stage has real input to run on.
 """
 
 from __future__ import annotations
@@ -9,8 +9,8 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 
-from reappreg import vignettes as bank
-from reappreg.data import RATING_COLUMNS, RATING_DIMENSIONS, REAPPRAISAL_COLUMNS, VIGNETTE_COLUMNS, CanonicalData
+from reappreg.data import vignettes as bank
+from reappreg.data.canonical import RATING_COLUMNS, RATING_DIMENSIONS, REAPPRAISAL_COLUMNS, VIGNETTE_COLUMNS, CanonicalData
 from reappreg.errors import InputError
 
 

@@ -3,7 +3,7 @@
 Why: the seeds' headline table compared an iid bound with the reference bar, picked a winner
 on the pool it then reported, and called a win against a weak opponent on fresh scenarios a
 generalisation. This module builds ``metrics/results.json`` and ``reports/results.md`` from
-the judgments of every condition (``reappreg.conditions``) with the statistics package
+the judgments of every condition (``reappreg.eval.conditions``) with the statistics package
 (``reappreg.stats``: contest-level scores, worst-case vignette-cluster bounds, n_eff, the
 length-controlled win-rate) and closes each of those holes:
 
@@ -49,7 +49,7 @@ length-controlled win-rate) and closes each of those holes:
      "complete": bool, "not_run": [condition names]}
 
 A card links to its row by ``rows[*].row_id`` and to the promotion evidence by
-``selection.promotable``. ``reappreg.results_outputs`` writes the files.
+``selection.promotable``. ``reappreg.eval.results_outputs`` writes the files.
 """
 
 from __future__ import annotations
@@ -116,7 +116,7 @@ class ResultsInputs:
 
 def checkpoint_inputs(steps: Sequence[int], conditions_dir: Path) -> list[ConditionInput]:
     """The conditions of the kept GRPO checkpoints: ``policy-step-<n>``, judgments under ``conditions_dir``."""
-    from reappreg.conditions import checkpoint_condition
+    from reappreg.eval.conditions import checkpoint_condition
 
     return [ConditionInput(checkpoint_condition(n), "checkpoint", Path(conditions_dir) / checkpoint_condition(n) /
                            "judgments.jsonl", step=n) for n in steps]

@@ -1,0 +1,1 @@
+"""Model cards: the card built from a run's outputs, its evidence, health and claim labels, and front matter."""

@@ -1,0 +1,1 @@
+"""Evaluation: policy generation per condition, the condition table, and the results table."""
