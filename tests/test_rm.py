@@ -635,8 +635,6 @@ def test_multidim_weights_need_effectiveness_and_known_dimensions() -> None:
 
 
 def test_objectives_are_found_by_name_and_a_new_one_is_one_module(tmp_path: Path, monkeypatch) -> None:
-    from pydantic import ValidationError
-
     import reappreg.rm.objectives as objectives
     from reappreg.rm.objectives import classes
 
