@@ -84,3 +84,65 @@ def planted(rates: dict[str, float] | list[float], *, generations: int = 20, ans
 
 def claim(report: dict, claim_id: str) -> dict:
     return next(c for c in report["claims"] if c["claim_id"] == claim_id)
+
+
+# ----------------------------------------------------------------------------- an honest upstream
+
+
+def honest_upstream(rates: list[float], *, generations: int = 8, answers_per_vignette: int = 4,
+                    opponents: tuple[str, ...] = ("gpt-4-0314", "claude-3-opus"), answers_per_generation: int = 2,
+                    seed: int = 0) -> dict:
+    """Vignettes, held-out answers and generations as the split and generate stages write them,
+    and the judged orders of exactly the contests the judge would plan (its own build_contests),
+    with a share ``rates[v]`` of vignette v's contests won in both orders, the rest lost.
+    Verdicts come from label probabilities whose argmax they are (method logprob)."""
+    from reappreg.judge.contests import build_contests
+
+    rng = np.random.default_rng(seed)
+    vignettes = [{"vignette_id": f"v{i}", "title": f"t{i}", "scenario": f"scenario {i}"} for i in range(len(rates))]
+    answers = [{"answer_id": f"{src}-v{i}-{j:02d}", "vignette_id": f"v{i}", "source": src,
+                "text": f"{src} answer {j} for vignette {i}" + "." * int(rng.integers(0, 40))}
+               for src in opponents for i in range(len(rates)) for j in range(answers_per_vignette)]
+    gens = [{"generation_id": f"none-e{k}-v{i}-s0", "vignette_id": f"v{i}", "eval_k": k, "selection": "none",
+             "selected": True, "scenario": f"scenario {i}", "answer": "you " + "x" * int(rng.integers(40, 200)),
+             "sampling_seed": int(1000 * i + k)} for i in range(len(rates)) for k in range(generations)]
+    contests = build_contests(gens, answers, list(opponents), answers_per_generation)
+    rows = []
+    by_vignette: dict[str, list] = {}
+    for c in contests:
+        by_vignette.setdefault(c.vignette_id, []).append(c)
+    for vid, group in by_vignette.items():
+        rate = rates[int(vid[1:])]
+        wins = set(rng.permutation(len(group))[: round(rate * len(group))].tolist())
+        for j, c in enumerate(group):
+            for order in ORDERS:
+                mine = "A" if order == "policy_first" else "B"
+                verdict = mine if j in wins else ("B" if mine == "A" else "A")
+                p_win = round(0.6 + 0.3 * float(rng.random()), 6)  # a judge's own, unsaturated probabilities
+                p_a, p_b = (p_win, round(0.95 - p_win, 6)) if verdict == "A" else (round(0.95 - p_win, 6), p_win)
+                rows.append({
+                    "contest_id": c.contest_id, "generation_id": c.generation_id, "vignette_id": c.vignette_id,
+                    "eval_k": c.eval_k, "sampling_seed": c.sampling_seed, "opponent_source": c.opponent_source,
+                    "opponent_answer_id": c.opponent_answer_id, "order": order,
+                    "raw_output": "top_logprobs: ...", "verdict": verdict, "verdict_method": "logprob",
+                    "p_a": p_a, "p_b": p_b, "p_tie": 0.05, "policy_score": float(verdict == mine),
+                    "policy_chars": len(c.policy_answer), "opponent_chars": len(c.opponent_answer),
+                    "judge_model": JUDGE, "judge_fingerprint": FINGERPRINT, "selection": c.selection,
+                })
+    return {"vignettes": vignettes, "answers": answers, "generations": gens, "judgments": rows,
+            "opponents": list(opponents), "answers_per_generation": answers_per_generation}
+
+
+def write_upstream(upstream: dict, folder) -> dict:
+    """Write the upstream files; returns {name: path}."""
+    import json
+    from pathlib import Path
+
+    folder = Path(folder)
+    folder.mkdir(parents=True, exist_ok=True)
+    paths = {}
+    for name in ("vignettes", "answers", "generations", "judgments"):
+        path = folder / f"{name}.jsonl"
+        path.write_text("".join(json.dumps(r) + "\n" for r in upstream[name]), encoding="utf-8")
+        paths[name] = path
+    return paths

@@ -147,8 +147,8 @@ def write_pipeline(root: Path, *, win_prob: float = 0.9, trusted: bool = True, h
 
     settings = load_params(root / "params.yaml")
     calibration = {"judge_model": JUDGE, "judge_fingerprint": JUDGE_FINGERPRINT, "n_pairs": 40,
-                   "agreement": 0.775 if trusted else 0.55, "agreement_low": 0.62 if trusted else 0.39,
-                   "agreement_high": 0.88 if trusted else 0.70, "position_bias_A": 0.1, "position_bias_B": 0.05,
+                   "agreement": 0.85 if trusted else 0.55, "agreement_low": 0.72 if trusted else 0.39,
+                   "agreement_high": 0.93 if trusted else 0.70, "position_bias_A": 0.1, "position_bias_B": 0.05,
                    "order_consistency": 0.85, "unparseable_rate": 0.0125, "min_agreement": settings.judge.min_agreement,
                    "min_pairs": settings.judge.calibration_min_pairs, "trusted": trusted}
     write_json(root / "metrics/judge_calibration.json", calibration)

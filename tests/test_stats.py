@@ -6,7 +6,7 @@ import json
 
 import pandas as pd
 import pytest
-from stats_fixtures import FAST, POLICY, REFERENCE, TRUSTED, claim, planted
+from stats_fixtures import FAST, POLICY, REFERENCE, TRUSTED, claim, honest_upstream, planted, write_upstream
 
 from reappreg.errors import InputError
 from reappreg.stats import (
@@ -126,20 +126,23 @@ def test_stats_command_writes_outputs_and_logs_one_mlflow_run(tmp_path, monkeypa
 
     monkeypatch.delenv("MLFLOW_TRACKING_URI", raising=False)
     monkeypatch.chdir(tmp_path)
-    (tmp_path / "judgments.jsonl").write_text("".join(json.dumps(r) + "\n" for r in planted([0.9] * 6)))
+    upstream = honest_upstream([0.9] * 6, generations=20, answers_per_generation=2, opponents=("gpt-4-0314",))
+    write_upstream(upstream, tmp_path)
     (tmp_path / "calib.json").write_text(json.dumps({**TRUSTED, "agreement": 0.5, "agreement_low": 0.4, "agreement_high": 0.6, "trusted": False}))
     (tmp_path / "models.yaml").write_text(yaml.safe_dump({"reference_bar": REFERENCE.model_dump()}))
     uri = f"sqlite:///{tmp_path / 'mlflow.db'}"
     (tmp_path / "params.yaml").write_text(yaml.safe_dump({
         "tracking": {"uri": uri, "artifact_root": str(tmp_path / "mlart"), "experiment": "stats-test"},
         "stats": {"bootstrap_iterations": 500, "lc_bootstrap_iterations": 50},
+        "judge": {"opponents": upstream["opponents"], "answers_per_generation": upstream["answers_per_generation"]},
     }))
-    args = ["stats", "run", "--params", "params.yaml", "--judgments", "judgments.jsonl", "--calibration",
+    args = ["stats", "run", "--params", "params.yaml", "--judgments", "judgments.jsonl", "--generations",
+            "generations.jsonl", "--answers", "answers.jsonl", "--vignettes", "vignettes.jsonl", "--calibration",
             "calib.json", "--models", "models.yaml", "--metrics", "out/eval.json", "--plot", "out/forest.png",
             "--plot-data", "out/forest.csv", "--claims", "out/claims.json"]
     result = CliRunner().invoke(app, args)
     assert result.exit_code == 0, result.output
-    assert "untrusted judge: agreement 0.5 < min_agreement" in result.output
+    assert "untrusted judge: agreement 0.5 (lower bound 0.4) < min_agreement" in result.output
     claims = json.loads((tmp_path / "out/claims.json").read_text())
     bar = next(c for c in claims if c["claim_id"] == "bar/policy/gpt-4-0314")
     assert bar["status"] == "confirmed" and bar["supported"] is False and "untrusted_judge" in bar["flags"]
@@ -150,7 +153,9 @@ def test_stats_command_writes_outputs_and_logs_one_mlflow_run(tmp_path, monkeypa
     run = runs[0]
     assert run.data.tags["stage"] == "stats" and run.data.tags["judge_trusted"] == "false"
     assert "input.judgments.md5" in run.data.tags and "input.models.md5" in run.data.tags
+    assert "input.generations.md5" in run.data.tags and "input.answers.md5" in run.data.tags
     assert run.data.metrics["policy/gpt-4-0314/win_rate"] == pytest.approx(0.9)
+    assert run.data.metrics["design/planned_contests"] == 240 and run.data.metrics["design/missing_orders"] == 0
     artifacts = {a.path for a in mlflow.MlflowClient().list_artifacts(run.info.run_id, "eval")}
     assert artifacts == {"eval/eval.json", "eval/forest.png", "eval/forest.csv", "eval/claims.json"}
 

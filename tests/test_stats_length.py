@@ -74,6 +74,8 @@ def test_a_win_carried_by_length_is_marked_length_sensitive():
     c = claim(report, "beats_opponent/policy/gpt-4-0314")
     assert c["status"] == "confirmed", c["reason"]
     assert "length_sensitive" in c["flags"]
+    # A length-only win is not a win: confirmed on the raw rate, yet not supported.
+    assert c["supported"] is False and "length_sensitive" in c["blocking_flags"]
     assert c["evidence"]["lc_win_rate"] < c["evidence"]["win_rate"] - 0.1
     assert c["evidence"]["lc_low"] <= 0.5 < c["evidence"]["cluster_low"]
     assert report["metrics"]["policy/gpt-4-0314/length_coef"] > 1

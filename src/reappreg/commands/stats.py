@@ -12,6 +12,9 @@ app = typer.Typer(no_args_is_help=True, help="Win-rate statistics, forest plot a
 @app.command("run")
 def run(
     judgments: Path = typer.Option(..., help="Judged orders (judge stage output)"),
+    generations: Path = typer.Option(..., help="The generations the judge stage judged (the plan's pools and seeds)"),
+    answers: Path = typer.Option(..., help="The split's held-out answers (answer id -> vignette, source, text)"),
+    vignettes: Path = typer.Option(..., help="The split's vignette list (every vignette must be in the design)"),
     calibration: Path = typer.Option(..., help="Judge calibration JSON"),
     metrics: Path = typer.Option(..., help="Flat metrics JSON to write (dvc metrics)"),
     plot: Path = typer.Option(..., help="Forest plot PNG to write"),
@@ -29,11 +32,11 @@ def run(
         TrustPolicy,
         analyze,
         load_calibration,
-        load_judgments,
         load_reference_bar,
         mlflow_metrics,
         write_outputs,
     )
+    from reappreg.stats.design import load_bound_judgments
     from reappreg.tracking import stage_run
 
     p = load_params(params)
@@ -43,12 +46,14 @@ def run(
                                min_agreement_floor=p.judge.min_agreement,
                                min_pairs_floor=p.judge.calibration_min_pairs)
     console = Console()
-    inputs = {"judgments": judgments, "calibration": calibration, "models": models}
+    inputs = {"judgments": judgments, "calibration": calibration, "models": models, "generations": generations,
+              "answers": answers, "vignettes": vignettes}
     with stage_run("stats", tracking=p.tracking, params=p.stats.model_dump(), inputs=inputs):
-        frame = load_judgments(judgments)
+        frame, design = load_bound_judgments(judgments, generations, answers, vignettes, p.judge)
         calib = load_calibration(calibration)
         with console.status(f"stats: intervals for {len(frame)} judged orders"):
-            report = analyze(frame, calib, settings=p.stats, reference=reference, trust_policy=trust_policy)
+            report = analyze(frame, calib, settings=p.stats, reference=reference, trust_policy=trust_policy,
+                             design=design)
             write_outputs(report, metrics_path=metrics, plot_path=plot, plot_data_path=plot_data,
                           claims_path=claims)
         mlflow.set_tag("judge_trusted", str(report["judge"]["trusted"]).lower())

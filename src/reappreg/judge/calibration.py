@@ -21,8 +21,8 @@ is judged in both orders with the contests' prompt. ``metrics/judge_calibration.
   same underlying answer (or are both ties)
 - ``unparseable_rate``, ``a_verdict_rate``, ``tie_rate``, ``n_pairs_both_parseable``,
   ``verdict_method_rate``
-- ``min_agreement``, ``confidence``; ``trusted``: ``n_pairs >= min_pairs`` AND
-  ``agreement >= min_agreement``. An untrusted judge's results are still computed;
+- ``min_agreement``, ``confidence``; ``trusted``: ``n_pairs >= min_pairs`` AND the agreement's
+  lower bound ``agreement_low >= min_agreement``. An untrusted judge's results are still computed;
   downstream stages flag them. (Pair-level rates are null when no pair had two parseable orders.)
 """
 
@@ -253,7 +253,9 @@ def calibration_metrics(rows: Sequence[dict], settings: JudgeSettings) -> dict[s
         "min_agreement": float(settings.min_agreement),
         "min_pairs": int(settings.calibration_min_pairs),
     })
-    out["trusted"] = bool(n_pairs >= settings.calibration_min_pairs and agreement >= settings.min_agreement)
+    # The interval, not the point: 12 of 16 pairs agree at 0.75 but the lower bound is 0.51.
+    low = out["agreement_low"]
+    out["trusted"] = bool(n_pairs >= settings.calibration_min_pairs and low is not None and low >= settings.min_agreement)
     return out
 
 

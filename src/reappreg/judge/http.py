@@ -40,7 +40,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from reappreg.errors import InputError
-from reappreg.judge.parse import JudgeBackendError, JudgeResult, from_free_text, from_label, from_label_probabilities
+from reappreg.judge.parse import JudgeBackendError, JudgeResult, from_label_probabilities, from_reply
 from reappreg.judge.prompt import TIE, Messages
 from reappreg.settings.judge import JudgeSettings
 
@@ -326,16 +326,7 @@ class OpenAICompatibleJudge:
                 return None  # no label among the top tokens: no probabilities to read
             raw = self.redact(f"top_logprobs: {', '.join(shown)}")
             return from_label_probabilities(mass, self.labels, "logprob", raw)
-        if method == "guided":
-            return from_label(content, self.labels, "guided")
-        if method == "json_schema":
-            try:
-                verdict = json.loads(content).get("verdict")
-            except (json.JSONDecodeError, AttributeError):
-                return None
-            found = from_label(str(verdict), self.labels, "json_schema") if isinstance(verdict, str) else None
-            return None if found is None else JudgeResult(content, found.verdict, "json_schema")
-        return from_free_text(content, self.labels)
+        return from_reply(method, content, self.labels)
 
     async def _judge_one(self, client: Any, messages: Messages) -> JudgeResult:
         methods = list(self.settings.openai_verdict_methods)

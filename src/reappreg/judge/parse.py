@@ -8,6 +8,7 @@ offers neither logprobs nor constrained decoding, and its rows say ``free_text``
 
 from __future__ import annotations
 
+import json
 import math
 import re
 from collections.abc import Mapping
@@ -134,3 +135,24 @@ def parse_verdict(text: str | None) -> str:
 
 
 __all__ = ["JudgeBackendError", "JudgeResult", "from_free_text", "from_label", "from_label_probabilities", "parse_verdict"]
+
+
+def from_reply(method: str, content: str | None, labels: tuple[str, ...]) -> JudgeResult | None:
+    """The verdict a label-only reply gives under ``method`` (guided, json_schema, free_text).
+
+    None when a constrained method's reply names no label (the judge then tries its next
+    method). The stats stage calls this too, to re-derive each row's verdict from the judge's
+    own reply instead of taking the row's label.
+    """
+    if method == "guided":
+        return from_label(content or "", labels, "guided")
+    if method == "json_schema":
+        try:
+            verdict = json.loads(content or "").get("verdict")
+        except (json.JSONDecodeError, AttributeError):
+            return None
+        found = from_label(str(verdict), labels, "json_schema") if isinstance(verdict, str) else None
+        return None if found is None else JudgeResult(content or "", found.verdict, "json_schema")
+    if method == "free_text":
+        return from_free_text(content, labels)
+    raise ValueError(f"from_reply: {method!r} is not a label-only method")

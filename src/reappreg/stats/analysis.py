@@ -141,7 +141,8 @@ def _check_pools(contests: pd.DataFrame) -> None:
 
 
 def analyze(judgments: pd.DataFrame, calibration: Mapping[str, Any], *, settings: StatsSettings,
-            reference: ReferenceBar, trust_policy: TrustPolicy) -> dict[str, Any]:
+            reference: ReferenceBar, trust_policy: TrustPolicy, design: Mapping[str, Any] | None = None
+            ) -> dict[str, Any]:
     """All tables, metrics and claims for validated judgments (see ``inputs.validate_judgments``).
 
     Returns ``{"metrics": flat dict, "groups": [...], "forest_rows": [...], "claims": [...],
@@ -157,6 +158,11 @@ def analyze(judgments: pd.DataFrame, calibration: Mapping[str, Any], *, settings
     biased, bias_reason = position_biased(overall, settings.max_position_bias)
 
     metrics: dict[str, Any] = {"judge/trusted": int(trust.trusted), "judge/trusted_cached": int(bool(trust.cached))}
+    if design is not None:  # what stats.design bound the judgments to (planned vs judged, verdict methods)
+        metrics.update({f"design/{k}": design[k] for k in ("planned_contests", "judged_orders", "missing_orders",
+                                                           "generations")})
+        metrics["design/vignettes"] = len(design["vignettes"])
+        metrics.update({f"design/verdict_method/{m}": n for m, n in design["verdict_methods"].items()})
     for key in ("n_pairs", "agreement", "agreement_low", "agreement_high", "position_bias_A", "position_bias_B",
                 "order_consistency", "unparseable_rate", "min_agreement", "min_pairs"):
         metrics[f"judge/{key}"] = finite(calibration.get(key))

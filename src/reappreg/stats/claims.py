@@ -42,8 +42,9 @@ FLAGS = {
     "unbalanced_vignettes": False,    # vignette sizes differ (the equal-weight estimand handles it)
     "best_of_n": False,               # the answer was chosen by best-of-N selection
     "custom_bar": False,              # not the reference bar: never satisfies the promotion gate
-    "length_sensitive": False,        # confirmed on the raw rate, not on the length-controlled one
-    "length_unchecked": False,        # the length-controlled win-rate could not be computed
+    # A length-only win is not a win: the length-controlled rate must clear the bar as well.
+    "length_sensitive": True,         # confirmed on the raw rate, not on the length-controlled one
+    "length_unchecked": True,         # the length-controlled win-rate could not be computed
 }
 BLOCKING_FLAGS = tuple(f for f, blocking in FLAGS.items() if blocking)
 ESTIMAND = ("equal-weight mean over vignettes of contest scores (a contest = one policy answer vs one "

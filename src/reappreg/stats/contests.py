@@ -43,8 +43,10 @@ def contest_table(orders: pd.DataFrame) -> pd.DataFrame:
         table[f"{name}_verdict"] = wide[("verdict", order)] if present else None
     table["first_verdict"] = table["first_verdict"].fillna("missing")
     table["second_verdict"] = table["second_verdict"].fillna("missing")
-    counts = orders.groupby("contest_id").size()
-    table["n_orders"] = counts.reindex(table.index).astype(int)
+    # Planned orders bound in as missing (stats.design.bind) are rows without a verdict.
+    present = orders[orders["present"]] if "present" in orders else orders
+    counts = present.groupby("contest_id").size()
+    table["n_orders"] = counts.reindex(table.index).fillna(0).astype(int)
     table["n_scored"] = table[["first", "second"]].notna().sum(axis=1).astype(int)
     pair = table[["first", "second"]]
     table["observed"] = pair.mean(axis=1, skipna=False)

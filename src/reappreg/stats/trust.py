@@ -2,8 +2,9 @@
 
 A judge is trusted only if every one of these holds:
 
-* agreement with the human preference >= min_agreement (the larger of the calibration's own
-  and the project's floor, so a file cannot lower its bar);
+* the LOWER bound of the agreement with the human preference (its Wilson interval over the
+  calibration pairs) >= min_agreement (the larger of the calibration's own and the project's
+  floor, so a file cannot lower its bar): 12 of 16 pairs is 0.75, but says little;
 * n_pairs >= min_pairs (likewise the larger of the file's and the floor, when one is given);
 * position bias in both directions measured and <= ``max_position_bias``;
 * unparseable rate <= ``max_unparseable_rate``;
@@ -54,11 +55,11 @@ def recompute_trust(calibration: Mapping[str, Any], policy: TrustPolicy, *, judg
     failures: list[str] = []
     min_agreement = _max(calibration.get("min_agreement"), policy.min_agreement_floor)
     min_pairs = _max(calibration.get("min_pairs"), policy.min_pairs_floor)
-    agreement, n_pairs = calibration.get("agreement"), calibration.get("n_pairs")
+    agreement, low, n_pairs = calibration.get("agreement"), calibration.get("agreement_low"), calibration.get("n_pairs")
     if min_agreement is None:
         failures.append("no min_agreement to test agreement against")
-    elif agreement is None or agreement < min_agreement:
-        failures.append(f"agreement {agreement} < min_agreement {min_agreement}")
+    elif agreement is None or low is None or low < min_agreement:
+        failures.append(f"agreement {agreement} (lower bound {low}) < min_agreement {min_agreement}")
     if min_pairs is None:
         failures.append("no min_pairs to test n_pairs against")
     elif n_pairs is None or n_pairs < min_pairs:

@@ -1,0 +1,245 @@
+"""The evaluation design, re-derived from upstream outputs: judgments are bound to it, never trusted.
+
+A judgments file carries labels (vignette, opponent, generation, pool, verdict) that decide
+how contests are clustered and which claim they count toward. Taking those labels as given
+lets one file edit turn six vignettes into sixty, pass a weaker opponent off as the bar
+opponent, move losses into another pool or drop lost generations. So the stats stage
+re-derives the design from the outputs it came from, and binds every judged order to it:
+
+* **The plan.** ``judge.contests.build_contests`` is deterministic in its inputs: the
+  generate stage's generations (ids, vignettes, eval_k, pools, sampling seeds, answers),
+  the split's held-out answer table (answer id -> vignette, source, text) and the judge
+  params (opponents, answers per generation). The same call here gives every contest that
+  was planned, with its true labels and both answers' lengths.
+* **Binding.** A judged order whose contest is not planned, or whose labels differ from the
+  plan's (vignette, eval_k, pool, seed, opponent source, opponent answer, either length), is
+  refused with its rows named. Every vignette of the split's vignette list must be planned.
+* **Identity.** Ids that differ only by Unicode compatibility form, case, whitespace or
+  invisible characters are one id to a reader; two such ids in the inputs are refused.
+* **Missing is worst case.** A planned order with no judged row enters the bounds as a loss
+  (lower) and a win (upper), exactly like an unparseable one: dropping rows, generations or
+  whole vignettes can only make a claim harder.
+* **Verdicts from the judge's own output.** A row with label probabilities must carry their
+  argmax (within ``ARGMAX_TOLERANCE``); a label-only row (guided, json_schema, free_text)
+  must carry the verdict its raw reply parses to under its method. A relabelled verdict, or
+  a "fallback" verdict next to probabilities that say otherwise, is refused.
+"""
+
+from __future__ import annotations
+
+import math
+import unicodedata
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import pandas as pd
+import regex
+
+from reappreg import verdicts
+from reappreg.errors import InputError
+
+# Probabilities are written as floats after renormalisation; a verdict whose probability is
+# this close to the top one is still the argmax (float noise, never a real preference).
+ARGMAX_TOLERANCE = 1e-6
+# The labels a plan compares with the judged rows (the contest id is derived from two of them).
+PLANNED_FIELDS = ("generation_id", "vignette_id", "eval_k", "selection", "sampling_seed", "opponent_source",
+                  "opponent_answer_id", "policy_chars", "opponent_chars")
+_INVISIBLE = regex.compile(r"[\p{Default_Ignorable_Code_Point}\p{Cf}\p{Cc}\p{Z}\s]+")
+MAX_EXAMPLES = 5
+
+
+def canonical_id(value: str) -> str:
+    """An id as a reader sees it: NFKC, case-folded, without whitespace or invisible characters."""
+    return _INVISIBLE.sub("", unicodedata.normalize("NFKC", unicodedata.normalize("NFKC", value).casefold()))
+
+
+def _examples(items: Sequence[str]) -> str:
+    shown = "; ".join(items[:MAX_EXAMPLES])
+    return shown + (f"; ... ({len(items) - MAX_EXAMPLES} more)" if len(items) > MAX_EXAMPLES else "")
+
+
+def check_distinct_ids(kind: str, ids: Iterable[str], source: str) -> None:
+    """Refuse two different ids of one kind that a reader cannot tell apart."""
+    seen: dict[str, set[str]] = {}
+    for value in ids:
+        seen.setdefault(canonical_id(str(value)), set()).add(str(value))
+    clashes = [" vs ".join(repr(v) for v in sorted(group)) for group in seen.values() if len(group) > 1]
+    if clashes:
+        raise InputError(f"{source}: {len(clashes)} {kind}(s) differ only by case, width, whitespace or invisible "
+                         f"characters (one id to a reader, several clusters to the statistics): {_examples(clashes)}")
+
+
+@dataclass(frozen=True)
+class Plan:
+    """Every planned contest (one row each, ``PLANNED_FIELDS`` plus ``contest_id``) and the vignettes."""
+
+    contests: pd.DataFrame
+    vignettes: tuple[str, ...]
+    labels: tuple[str, ...]
+
+    @property
+    def n_generations(self) -> int:
+        return int(self.contests["generation_id"].nunique())
+
+
+def derive_plan(generations: Sequence[Mapping[str, Any]], answers: Sequence[Mapping[str, Any]],
+                vignette_ids: Sequence[str], *, opponents: Sequence[str], answers_per_generation: int,
+                labels: tuple[str, ...], source: str = "plan") -> Plan:
+    """The contests the judge stage was asked to judge, from the same inputs and params."""
+    from reappreg.judge.contests import build_contests
+
+    check_distinct_ids("vignette id", [*vignette_ids, *(g.get("vignette_id", "") for g in generations),
+                                       *(a.get("vignette_id", "") for a in answers)], source)
+    check_distinct_ids("generation id", [g.get("generation_id", "") for g in generations], source)
+    check_distinct_ids("answer id", [a.get("answer_id", "") for a in answers], source)
+    check_distinct_ids("opponent source", [a.get("source", "") for a in answers], source)
+    planned_vignettes = {g.get("vignette_id") for g in generations if g.get("selected")}
+    missing = sorted(set(vignette_ids) - planned_vignettes)
+    if missing:
+        raise InputError(f"{source}: vignette(s) {missing} of the split have no selected generation: the "
+                         "generations file does not cover the evaluation design")
+    unknown = sorted(planned_vignettes - set(vignette_ids))
+    if unknown:
+        raise InputError(f"{source}: generations name vignette(s) {unknown} that the split does not have")
+    contests = build_contests(generations, answers, opponents, answers_per_generation)
+    table = pd.DataFrame([{
+        "contest_id": c.contest_id, "generation_id": c.generation_id, "vignette_id": c.vignette_id,
+        "eval_k": c.eval_k, "selection": c.selection, "sampling_seed": c.sampling_seed,
+        "opponent_source": c.opponent_source, "opponent_answer_id": c.opponent_answer_id,
+        "policy_chars": len(c.policy_answer), "opponent_chars": len(c.opponent_answer),
+    } for c in contests])
+    return Plan(contests=table, vignettes=tuple(sorted(planned_vignettes)), labels=labels)
+
+
+def _verdict_problem(row: Mapping[str, Any], labels: tuple[str, ...]) -> str | None:
+    """Why a row's verdict is not what the judge's own output says; None when it is."""
+    from reappreg.judge.parse import from_reply
+
+    verdict, method = row["verdict"], row["verdict_method"]
+    probs = {"A": row["p_a"], "B": row["p_b"], "tie": row["p_tie"]}
+    if probs["A"] is not None and not (isinstance(probs["A"], float) and math.isnan(probs["A"])):
+        present = {k: float(v) for k, v in probs.items() if v is not None and not math.isnan(float(v))}
+        top = max(present.values())
+        winners = {k for k, v in present.items() if v >= top - ARGMAX_TOLERANCE}
+        if {"A", "B"} <= winners:
+            winners.add("tie")  # equal top masses of A and B are a tie (judge.parse)
+        if verdict not in winners:
+            return (f"verdict {verdict!r} is not the argmax of its label probabilities "
+                    f"(A {present.get('A'):.4g}, B {present.get('B'):.4g}, tie {present.get('tie')}) "
+                    f"[method {method}]")
+        return None
+    if method == "logprob":
+        return None if verdict == "unparseable" else f"method logprob with verdict {verdict!r} but no probabilities"
+    raw = row.get("raw_output")
+    if not isinstance(raw, str):
+        return f"method {method} has no raw_output to read its verdict from"
+    parsed = from_reply(method, raw, labels)
+    expected = "unparseable" if parsed is None else parsed.verdict
+    if verdict != expected:
+        return f"verdict {verdict!r} but its raw reply {raw[:60]!r} reads {expected!r} under method {method}"
+    return None
+
+
+def check_verdicts(records: Sequence[Mapping[str, Any]], labels: tuple[str, ...], source: str) -> dict[str, int]:
+    """Refuse rows whose verdict is not re-derived from the judge's output; the method mix per count."""
+    bad = []
+    for lineno, rec in enumerate(records, start=1):
+        problem = _verdict_problem(rec, labels)
+        if problem:
+            bad.append(f"row {lineno}: {problem}")
+    if bad:
+        raise InputError(f"{source}: {len(bad)} verdict(s) disagree with the judge's own output: {_examples(bad)}")
+    mix: dict[str, int] = {}
+    for rec in records:
+        mix[rec["verdict_method"]] = mix.get(rec["verdict_method"], 0) + 1
+    return dict(sorted(mix.items()))
+
+
+def bind(frame: pd.DataFrame, plan: Plan, source: str = "judgments") -> tuple[pd.DataFrame, dict[str, Any]]:
+    """Bind validated judged orders to the plan; planned orders with no row come back as missing.
+
+    Returns the frame with one placeholder row (``present`` False, score NaN) per planned
+    order that was not judged, and a summary of what was checked.
+    """
+    for kind, column in (("vignette id", "vignette_id"), ("generation id", "generation_id"),
+                         ("answer id", "opponent_answer_id"), ("opponent source", "opponent_source")):
+        check_distinct_ids(kind, [*frame[column].astype(str).unique(), *plan.contests[column].astype(str).unique()],
+                           source)
+    planned = plan.contests.set_index("contest_id")
+    known = frame["contest_id"].isin(planned.index)
+    if not known.all():
+        rows = frame[~known]
+        examples = [f"row {r.row} (generation {r.generation_id!r}, answer {r.opponent_answer_id!r}, "
+                    f"vignette {r.vignette_id!r})" for r in rows.itertuples()]
+        raise InputError(f"{source}: {len(rows)} judged order(s) are not contests the design planned (the "
+                         f"generations, the held-out answers and judge.opponents/answers_per_generation give "
+                         f"{len(planned)} contests): {_examples(examples)}")
+    expected = planned.loc[frame["contest_id"], list(PLANNED_FIELDS)].reset_index(drop=True)
+    observed = frame[list(PLANNED_FIELDS)].reset_index(drop=True)
+    wrong = []
+    for field in PLANNED_FIELDS:
+        differs = expected[field].astype(str) != observed[field].astype(str)
+        for i in differs[differs].index:
+            wrong.append(f"row {frame['row'].iloc[i]} {field}: {observed[field].iloc[i]!r} "
+                         f"(planned {expected[field].iloc[i]!r})")
+    if wrong:
+        raise InputError(f"{source}: {len(wrong)} label(s) differ from the planned contest's: {_examples(wrong)}")
+    have = set(zip(frame["contest_id"], frame["order"]))
+    template = frame.iloc[0]
+    ghosts = []
+    for cid, contest in planned.iterrows():
+        if contest["selection"] not in set(frame["selection"]):
+            continue  # another pool's contests: judged in their own file
+        for order in verdicts.CONTEST_ORDERS:
+            if (cid, order) not in have:
+                ghosts.append({**{k: contest[k] for k in PLANNED_FIELDS}, "contest_id": cid, "order": order,
+                               "verdict": "missing", "score": math.nan, "weighted": math.nan,
+                               "verdict_method": "missing", "judge_model": template["judge_model"],
+                               "judge_fingerprint": template["judge_fingerprint"],
+                               "condition": template["condition"] if contest["selection"] == template["selection"]
+                               else contest["selection"], "row": 0, "present": False})
+    bound = frame.assign(present=True)
+    if ghosts:
+        from reappreg.stats.inputs import CONDITION_OF_SELECTION
+
+        extra = pd.DataFrame(ghosts)
+        extra["condition"] = extra["selection"].map(CONDITION_OF_SELECTION)
+        bound = pd.concat([bound, extra[bound.columns]], ignore_index=True)
+    pools = sorted(set(frame["selection"]))
+    summary = {
+        "planned_contests": int(planned["selection"].isin(pools).sum()),
+        "judged_orders": int(len(frame)),
+        "missing_orders": len(ghosts),
+        "vignettes": list(plan.vignettes),
+        "generations": int(planned[planned["selection"].isin(pools)]["generation_id"].nunique()),
+    }
+    return bound, summary
+
+
+def load_bound_judgments(judgments: str, generations: str, answers: str, vignettes: str, judge) -> tuple[pd.DataFrame, dict]:
+    """Read the judgments and bind them to the design derived from the upstream files.
+
+    ``judge`` is the validated ``JudgeSettings`` (opponents, answers per generation, ties).
+    Returns the bound frame and what was checked (``design`` of the claims file).
+    """
+    from reappreg.io import read_jsonl
+    from reappreg.judge.prompt import verdict_labels
+    from reappreg.stats.inputs import validate_judgments
+
+    labels = verdict_labels(judge.allow_tie)
+    records = read_jsonl(judgments)
+    if not records:
+        raise InputError(f"{judgments}: no judgments (empty file)")
+    frame = validate_judgments(records, str(judgments))
+    methods = check_verdicts(records, labels, str(judgments))
+    vignette_ids = [str(v["vignette_id"]) for v in read_jsonl(vignettes)]
+    plan = derive_plan(read_jsonl(generations), read_jsonl(answers), vignette_ids, opponents=judge.opponents,
+                       answers_per_generation=judge.answers_per_generation, labels=labels,
+                       source=f"{generations} + {answers}")
+    bound, summary = bind(frame, plan, str(judgments))
+    return bound, {**summary, "verdict_methods": methods, "opponents": list(judge.opponents),
+                   "answers_per_generation": judge.answers_per_generation}
+
+
+__all__ = ["ARGMAX_TOLERANCE", "Plan", "bind", "canonical_id", "check_distinct_ids", "check_verdicts", "derive_plan", "load_bound_judgments"]
