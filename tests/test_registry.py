@@ -593,7 +593,9 @@ def test_a_version_failing_a_gate_cannot_be_promoted_without_force(tmp_path, mon
     code, _, exc = run_cli("registry", "promote", POLICY, "1", "--alias", "champion", "--reason", "looks good")
     assert isinstance(exc, GateFailed) and "judge_trusted (judge.trusted=false == true)" in str(exc)
     assert "champion" not in aliases(client, POLICY)
-    assert not [k for k in client.get_registered_model(POLICY).tags if k.startswith(("reappreg.history", "FORCED"))]
+    # only the registration's own signed entry (candidate): nothing for champion, nothing forced
+    assert [k for k in client.get_registered_model(POLICY).tags if k.startswith(("reappreg.history", "FORCED"))] == [
+        "reappreg.history.000001"]
     code, out, exc = run_cli("registry", "promote", POLICY, "1", "--alias", "champion", "--reason", "demo for the lab meeting",
                              "--force", "--actor", "alice")
     assert code == 0, (out, exc)
@@ -642,7 +644,8 @@ def test_eight_concurrent_promotions_exactly_one_wins(repo):
         if code:
             assert "alias moved under you" in out and "Traceback" not in out, out
     tags = client.get_registered_model(POLICY).tags
-    assert len([k for k in tags if k.startswith("reappreg.history.")]) == 1
+    # the registration's entry (candidate) and exactly one promotion's
+    assert len([k for k in tags if k.startswith("reappreg.history.")]) == 2
     assert not [k for k in tags if k.startswith("FORCED")]
     assert aliases(client, POLICY)["champion"] == "1"
     assert [m.name for m in client.search_registered_models()] == sorted([POLICY, RM])  # no lock left behind
@@ -707,7 +710,14 @@ def test_pull_refuses_failing_gates_unless_allowed_and_records_it(tmp_path, monk
     root = make_repo(tmp_path, monkeypatch, templates, healthy=False)
     register_ok()
     client = client_for(root)
-    client.set_registered_model_alias(POLICY, "production", "1")
+    client.set_registered_model_alias(POLICY, "production", "1")  # as in the UI: no signed entry
+    for extra in ([], ["--allow-failing-gates"]):
+        code, _, exc = run_cli("registry", "pull", f"{POLICY}@production", "--to", str(tmp_path / "p"), *extra)
+        assert isinstance(exc, IntegrityError) and "signed promotion history says no version" in str(exc)
+    client.delete_registered_model_alias(POLICY, "production")
+    code, out, exc = run_cli("registry", "promote", POLICY, "1", "--alias", "production", "--reason", "for the test",
+                             "--force", "--actor", "alice")
+    assert code == 0, (out, exc)
     code, _, exc = run_cli("registry", "pull", f"{POLICY}@production", "--to", str(tmp_path / "p"))
     assert isinstance(exc, IntegrityError) and "healthy_training" in str(exc) and "--allow-failing-gates" in str(exc)
     assert not (tmp_path / "p").exists()
@@ -921,8 +931,14 @@ def test_remote_server_register_pull_and_webhook_watch(tmp_path, monkeypatch, te
     client.set_registered_model_alias(POLICY, "production", version)               # unhealthy policy: fails
     thread.join(90)
     assert not thread.is_alive()
-    assert [(f.name, f.alias, f.version) for f in result["findings"]] == [(POLICY, "production", version)], [f.describe() for f in result["findings"]]
-    assert reported == result["findings"]
+    # Both UI edits differ from the signed alias state; the RM's passes its gates and is still flagged.
+    found = {(f.name, f.alias, f.version): f for f in result["findings"]}
+    assert set(found) == {(POLICY, "production", version), (RM, "reviewed", registered_version(root, RM))}, [
+        f.describe() for f in result["findings"]]
+    reviewed = found[(RM, "reviewed", registered_version(root, RM))].describe()
+    assert "passes its signed gates" in reviewed and "NOT the signed alias state (no signed history entry" in reviewed
+    assert "FAILS" in found[(POLICY, "production", version)].describe()
+    assert sorted(reported, key=id) == sorted(result["findings"], key=id)
     assert list(client.list_webhooks()) == []  # the watcher removed its webhook
 
 
@@ -1219,3 +1235,103 @@ def test_a_kept_checkpoint_without_its_card_is_refused(repo):
     (repo / "reports/cards" / f"{POLICY}.step-3.md").unlink()
     code, _, exc = run_cli("registry", "register")
     assert code != 0 and "step-3 checkpoint not found" in str(exc)
+
+
+# --------------------------------------------------------------------------- the signed alias state
+
+
+def _two_good_policy_versions(root: Path) -> tuple[str, str]:
+    """v1 and v2 of a healthy policy, v2 promoted to champion over v1 (both signed and passing)."""
+    register_ok()
+    first = registered_version(root, POLICY)
+    assert run_cli("registry", "promote", POLICY, first, "--alias", "champion", "--reason", "first")[0] == 0
+    retrain_policy(root, "better-weights")
+    register_ok()
+    second = registered_version(root, POLICY)
+    assert second != first
+    assert run_cli("registry", "promote", POLICY, second, "--alias", "champion", "--reason", "better")[0] == 0
+    return first, second
+
+
+def _verify() -> tuple[int, str]:
+    code, out, _ = run_cli("registry", "verify")
+    return code, out
+
+
+@pytest.mark.parametrize("attack", ["rollback", "move_candidate", "delete_alias", "extra_alias"])
+def test_an_alias_that_differs_from_the_signed_state_is_a_violation(repo, attack):
+    first, second = _two_good_policy_versions(repo)
+    client = client_for(repo)
+    assert _verify()[0] == 0
+    if attack == "rollback":  # an older, validly signed, passing version
+        client.set_registered_model_alias(POLICY, "champion", first)
+        expect = f"{POLICY}@champion -> v{first}: passes its signed gates"
+    elif attack == "move_candidate":
+        client.set_registered_model_alias(POLICY, "candidate", first)
+        expect = f"{POLICY}@candidate -> v{first}: passes its signed gates"
+    elif attack == "delete_alias":
+        client.delete_registered_model_alias(POLICY, "champion")
+        expect = f"{POLICY}@champion -> no version: NOT the signed alias state (the signed history says v{second}"
+    else:
+        client.set_registered_model_alias(POLICY, "staging", second)
+        expect = f"{POLICY}@staging -> v{second}: passes its signed gates"
+    code, out = _verify()
+    flat = " ".join(out.split())
+    assert code == 1 and expect in flat and "NOT the signed alias state" in flat, out
+    assert "VIOLATION" in out and "verified" not in flat.split("VIOLATION")[-1].split("\n")[0]
+
+
+def test_pull_at_an_alias_refuses_a_rollback_and_watch_restores_the_signed_state(repo, tmp_path):
+    first, second = _two_good_policy_versions(repo)
+    client = client_for(repo)
+    client.set_registered_model_alias(POLICY, "champion", first)
+    code, _, exc = run_cli("registry", "pull", f"{POLICY}@champion", "--to", str(tmp_path / "p"))
+    assert isinstance(exc, IntegrityError) and f"signed promotion history says v{second}" in str(exc)
+    assert not (tmp_path / "p").exists()
+    # An attacker also edits the readable promotion tags to point at the old version: the
+    # enforcer restores the replayed chain's state, not one taken from tags.
+    client.set_model_version_tag(POLICY, first, "promotion.champion.history", "reappreg.history.000002")
+    code, out, _ = run_cli("registry", "watch", "--enforce", "--mode", "poll", "--max-polls", "1", "--actor", "w")
+    assert code == 1 and f"back from v{first} to v{second}" in " ".join(out.split()), out
+    assert aliases(client, POLICY)["champion"] == second
+    assert _verify()[0] == 0  # the enforcement is itself a signed entry
+
+
+def test_deleting_the_newest_history_entries_is_seen_as_truncation(repo):
+    first, second = _two_good_policy_versions(repo)
+    client = client_for(repo)
+    assert _verify()[0] == 0  # this clone now remembers the head
+    tags = sorted(k for k in client.get_registered_model(POLICY).tags if k.startswith("reappreg.history."))
+    client.delete_registered_model_tag(POLICY, tags[-1])      # the promotion of v2 ...
+    client.set_registered_model_alias(POLICY, "champion", first)  # ... and the alias made to agree with the rest
+    code, out = _verify()
+    assert code == 1 and "fewer than the" in out and "truncation" in " ".join(out.split()), out
+
+
+def test_decoys_past_one_page_do_not_hide_a_failing_alias(repo, monkeypatch):
+    import importlib
+
+    audit_module = importlib.import_module("reappreg.registry.audit")  # the package re-exports audit()
+    register_ok()
+    client = client_for(repo)
+    for i in range(5):
+        client.create_registered_model(f"aaa-decoy-{i}")
+    client.set_registered_model_alias(POLICY, "champion", registered_version(repo, POLICY))  # unsigned
+    monkeypatch.setattr(audit_module, "PAGE_SIZE", 2)  # the real models are on page 4
+    code, out = _verify()
+    flat = " ".join(out.split())
+    assert code == 1 and f"{POLICY}@champion" in flat and "undeclared aaa-decoy-4" in flat, out
+
+
+def test_an_undeclared_look_alike_is_listed_and_never_counted_as_verified(repo):
+    register_ok()
+    client = client_for(repo)
+    client.create_registered_model(f"{POLICY}-v2")
+    mv = client.create_model_version(f"{POLICY}-v2", source=str(repo), tags={"gate.healthy_training": "pass"})
+    client.set_registered_model_alias(f"{POLICY}-v2", "champion", str(mv.version))
+    code, out = _verify()
+    flat = " ".join(out.split())
+    assert code == 0, out
+    assert f"undeclared {POLICY}-v2" in flat
+    verified = int(flat.split(" alias(es) of ")[0].split()[-1])
+    assert verified == 2  # the two declared models' candidates; the look-alike is not counted

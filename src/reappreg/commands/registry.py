@@ -317,6 +317,25 @@ def promote(
                       f"({', '.join(c.gate for c in result.check.gates)}); history {result.history_tag}", highlight=False, soft_wrap=True)
 
 
+def _read_heads(path: Path, uri: str) -> dict:
+    """The signed-history heads this clone saw at ``uri`` on earlier verifies (its memory of length)."""
+    import json
+
+    if not path.exists():
+        return {}
+    return (json.loads(path.read_text(encoding="utf-8")) or {}).get(uri, {})
+
+
+def _write_heads(path: Path, uri: str, heads: dict) -> None:
+    import json
+
+    from reappreg.io import write_json
+
+    everything = json.loads(path.read_text(encoding="utf-8")) if path.exists() else {}
+    everything[uri] = heads
+    write_json(path, everything)
+
+
 def _print_audit(console, result) -> None:
     for finding in result.findings:
         colour = "red" if finding.violation else ("yellow" if not finding.declared else "green")
@@ -334,23 +353,32 @@ def verify(params: Path = PARAMS, models: Path = MODELS, keys: Path = KEYS, loca
     settings = load_params(params)
     decl = load_declarations(models)
     keyring = _keyring(settings, keys, local_keys)
+    heads_file = local_keys.parent / "history-heads.json"
     with bounded_http(settings.registry.http_retries, settings.registry.http_timeout_s):
         client, uri = _client(settings)
-        result = audit(client, decl, keyring, tracking_uri=uri)
+        seen = _read_heads(heads_file, uri)
+        result = audit(client, decl, keyring, tracking_uri=uri, seen_heads=seen)
     console = Console()
     _print_audit(console, result)
-    if not result.findings:
-        console.print(f"[bold red]nothing to verify[/]: {result.models} registered model(s), no alias at {uri}. "
-                      "An empty registry is not a pass.", highlight=False, soft_wrap=True)
+    for name in result.undeclared:
+        console.print(f"[yellow]undeclared[/] {escape(name)}: not in {models}; its aliases are listed above and not counted "
+                      "as verified", highlight=False, soft_wrap=True)
+    if not result.verified and not result.violations:
+        console.print(f"[bold red]nothing to verify[/]: {result.models} registered model(s), no alias of a declared model "
+                      f"at {uri}. An empty registry is not a pass.", highlight=False, soft_wrap=True)
         raise typer.Exit(1)
     bad = result.violations
     if bad or result.history_problems:
-        console.print(f"[bold red]{len(bad)} alias(es) fail their signed gates or show tampering; "
-                      f"{len(result.history_problems)} history problem(s)[/]", highlight=False)
+        console.print(f"[bold red]{len(bad)} alias(es) fail their signed gates, differ from the signed alias state or show "
+                      f"tampering; {len(result.history_problems)} history problem(s)[/]", highlight=False)
         raise typer.Exit(1)
-    console.print(f"[green]{len(result.findings)} alias(es) verified[/]: each envelope signed by a trusted key, every file re-hashed "
-                  "against its signed sha256, every recorded tag equal to its signed copy, every gate read from signed evidence. "
-                  "Not checked: whether the signing key's holder ran the pipeline honestly.", highlight=False, soft_wrap=True)
+    _write_heads(heads_file, uri, {**seen, **result.heads})
+    console.print(f"[green]{len(result.verified)} alias(es) of {len(decl.models)} declared model(s) verified[/] "
+                  f"(of {result.models} registered model(s), every page read): each alias equals the replay of its model's "
+                  "signed promotion history, each envelope signed by a trusted key, every file re-hashed against its signed "
+                  "sha256, every recorded tag equal to its signed copy, every gate read from signed evidence; the history "
+                  f"is no shorter than the heads this clone saw before ({heads_file}). Not checked: whether the signing key's "
+                  "holder ran the pipeline honestly.", highlight=False, soft_wrap=True)
 
 
 @app.command()

@@ -14,9 +14,10 @@ killed process and is broken.
 History. Each entry is a DSSE envelope (the promoter's key) over
 ``{seq, name, alias, from, to, by, at, reason, kind, forced, gates, prev}`` stored as the
 registered-model tag ``reappreg.history.<seq>``; ``prev`` is the sha256 of the previous
-envelope, so an entry cannot be edited, reordered or inserted without a key. Deleting the
-newest entries (truncation) is not detectable from the chain alone; ``verify`` then finds
-an alias that no entry explains and says so.
+envelope, so an entry cannot be edited, reordered or inserted without a key. The replayed chain IS the alias state
+(:meth:`History.signed_state`): ``verify`` flags every alias that differs from it (another
+version, an alias the chain never set, an alias the chain set that is gone), and a chain
+shorter than, or diverging from, a head this clone has seen before (truncation).
 """
 
 from __future__ import annotations
@@ -121,6 +122,22 @@ class History:
     def for_alias(self, alias: str) -> list[HistoryEntry]:
         return [e for e in self.entries if e.body.get("alias") == alias]
 
+    def signed_state(self) -> dict[str, str | None]:
+        """Every alias as the signed entries, replayed in order, leave it (None: removed).
+
+        This is the alias state: an alias that differs from it was moved, set or deleted
+        without a signature, however validly signed the version it points at is.
+        """
+        state: dict[str, str | None] = {}
+        for entry in self.entries:
+            to = entry.body.get("to")
+            state[str(entry.body.get("alias"))] = None if to is None else str(to)
+        return state
+
+    @property
+    def head(self) -> tuple[int, str]:
+        return (self.entries[-1].seq, self.entries[-1].digest) if self.entries else (0, "")
+
 
 def read_history(client: Any, name: str, keyring: Keyring) -> History:
     """Every history entry of ``name``, checked: trusted signature, contiguous numbers, hash chain, right model."""
@@ -146,6 +163,12 @@ def read_history(client: Any, name: str, keyring: Keyring) -> History:
         history.entries.append(HistoryEntry(i, body, digest, signer.describe()))
         prev = digest
     return history
+
+
+def append_entry(client: Any, name: str, body: dict[str, Any], key: SigningKey) -> str:
+    """Sign and store the next history entry (callers hold the model's lock or, for a
+    registration, own the version they create)."""
+    return _append(client, name, body, key)
 
 
 def _append(client: Any, name: str, body: dict[str, Any], key: SigningKey) -> str:
@@ -253,7 +276,7 @@ def _v(version: str | None) -> str:
     return "no version" if version is None else f"v{version}"
 
 
-def record_enforcement(client: Any, name: str, key: SigningKey, *, alias: str, from_version: str, to_version: str | None,
+def record_enforcement(client: Any, name: str, key: SigningKey, *, alias: str, from_version: str | None, to_version: str | None,
                        actor: str, why: str, lock_timeout_s: float, lock_stale_s: float) -> str:
     """Move (or remove) an alias under the lock, with a signed history entry and a UI-visible tag."""
     lock = acquire_lock(client, name, alias, holder=actor, timeout_s=lock_timeout_s, stale_after_s=lock_stale_s)
@@ -265,14 +288,16 @@ def record_enforcement(client: Any, name: str, key: SigningKey, *, alias: str, f
                  "reason": why, "forced": False, "gates": [], "tampering": [], "signed_by_registration": None}
         tag = _append(client, name, entry, key)
         if to_version is None:
-            client.delete_registered_model_alias(name, alias)
-            action = f"removed {name}@{alias} (was v{from_version})"
+            if from_version is not None:
+                client.delete_registered_model_alias(name, alias)
+            action = f"removed {name}@{alias} (was {_v(from_version)})"
         else:
             client.set_registered_model_alias(name, alias, to_version)
-            action = f"moved {name}@{alias} back from v{from_version} to v{to_version}"
+            action = f"moved {name}@{alias} back from {_v(from_version)} to v{to_version}"
     finally:
         release_lock(client, lock)
     note = f"{action} at {at} by {actor}: {why} ({tag})"
     client.set_registered_model_tag(name, f"reappreg.enforced.{alias}", note)
-    client.set_model_version_tag(name, from_version, f"reappreg.enforced.{alias}", note)
+    if from_version is not None:
+        client.set_model_version_tag(name, from_version, f"reappreg.enforced.{alias}", note)
     return note

@@ -54,6 +54,20 @@ def pull(client: Any, decl: RegistryDecl, keyring: Keyring, spec: str, to: str |
     """Download exactly the version ``spec`` names into ``to``, verified byte by byte against its signed statement."""
     name, _, alias = parse_spec(spec)
     mv = resolve_version(client, spec)
+    if alias is not None:
+        # The alias is what the signed history says, not what the store's alias table says.
+        from reappreg.registry.promotion import read_history
+
+        history = read_history(client, name, keyring)
+        if history.problems:
+            raise IntegrityError(f"{name}@{alias}: the signed promotion history does not check out "
+                                 f"({'; '.join(history.problems)}); refused, nothing was downloaded")
+        signed_to = history.signed_state().get(alias)
+        if signed_to != str(mv.version):
+            said = f"v{signed_to}" if signed_to else "no version"
+            raise IntegrityError(f"{name}@{alias} points at v{mv.version}, but the signed promotion history says {said}: "
+                                 "the alias was moved without a signature (a rollback or a UI edit); refused, nothing "
+                                 f"was downloaded. Pull {name}/{mv.version} by number to take that version knowingly.")
     target = Path(to)
     if target.exists() and any(target.iterdir()):
         raise InputError(f"{target}: already exists and is not empty; pull into a new folder")

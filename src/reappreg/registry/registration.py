@@ -20,6 +20,8 @@ fails every gate anyway (no envelope), and the next registration deletes it once
 
 from __future__ import annotations
 
+import datetime as dt
+
 import hashlib
 import json
 import os
@@ -324,6 +326,7 @@ def register_version(
     mv = client.create_model_version(name, source=source, run_id=run_id, tags={**readable, STATUS_TAG: "registering"},
                                      description=description)
     version = str(mv.version)
+    history_tag = None
     try:
         # Cross-host race: every registration that created a version with this key sees
         # the same set; the lowest number wins and the others delete themselves.
@@ -336,9 +339,20 @@ def register_version(
         envelope = sign_statement(attest(version, run_id, source, subjects, readable), key)
         client.log_text(run_id, envelope.decode("utf-8"), attestation_paths(name, version)[0])
         client.set_model_version_tag(name, version, ENVELOPE_TAG, hashlib.sha256(envelope).hexdigest())
+        # The alias state is the signed history (registry.audit): a registration's alias
+        # move is an entry like any promotion's.
+        from reappreg.registry.promotion import append_entry, current_target
+
+        previous = current_target(client, name, candidate_alias)
+        history_tag = append_entry(client, name, {"kind": "register", "alias": candidate_alias, "from": previous, "to": version,
+                                    "by": key.keyid[:16], "at": dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds"),
+                                    "reason": f"registered with key {reg_key[:16]}", "forced": False, "gates": [],
+                                    "tampering": [], "signed_by_registration": key.keyid}, key)
         client.set_registered_model_alias(name, candidate_alias, version)
         client.set_model_version_tag(name, version, STATUS_TAG, "complete")
     except BaseException as exc:
+        if history_tag is not None:  # no signed record of an alias move that did not happen
+            client.delete_registered_model_tag(name, history_tag)
         _rollback(client, name, version, exc)
         raise
     return Registration(name, version, True, content_md5, reg_key, f"new version, signed by key {key.keyid[:16]}; alias '{candidate_alias}'",

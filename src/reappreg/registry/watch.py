@@ -11,9 +11,10 @@ new webhook may miss events in its first minute; the watcher runs one full check
 subscribing to cover that gap. A sqlite store has no server to send webhooks, so
 :func:`watch_poll` re-runs the audit at a bounded interval, a bounded number of times.
 
-Enforcement (``--enforce``): an alias pointing at a version that fails its gates (or whose
-evidence was tampered with) is moved back to the newest version the signed history put
-there that still passes, or removed when there is none; the reason goes into the signed
+Enforcement (``--enforce``): an alias that differs from the signed alias state (the replayed
+promotion history) is restored to it; one pointing at a version that fails its gates (or
+whose evidence was tampered with) is moved back to the newest version the signed history
+put there that still passes, or removed when there is none; the reason goes into the signed
 history and into the tag ``reappreg.enforced.<alias>`` on the model and on the version.
 """
 
@@ -58,25 +59,37 @@ def watch_poll(
 
 def enforce(client: Any, decl: RegistryDecl, keyring: Keyring, key: SigningKey, finding: AliasFinding, *, actor: str,
             tracking_uri: str, lock_timeout_s: float, lock_stale_s: float) -> str:
-    """Move ``finding``'s alias back to the newest signed-history target that passes its gates now, or remove it."""
+    """Restore ``finding``'s alias to the signed state, or, when the signed target itself fails its
+    gates now, to the newest signed target that passes (else remove it). Never to a state taken
+    from the current tags: an attacker who edits tags must not steer the enforcer."""
     history = read_history(client, finding.name, keyring)
     gates = gates_for(decl, finding.name, finding.alias)
-    tried: set[str] = {finding.version}
+    from_version = finding.version or None
+    tried: set[str] = {finding.version} if finding.signed else set()
+    candidates = [finding.signed_to] if not finding.signed and finding.signed_to else []
+    candidates += [str(e.body.get("to")) for e in reversed(history.for_alias(finding.alias)) if e.body.get("to")]
     target = None
-    for entry in reversed(history.for_alias(finding.alias)):
-        candidate = entry.body.get("to")
-        if candidate is None or str(candidate) in tried:
+    for candidate in candidates:
+        if candidate in tried:
             continue
-        tried.add(str(candidate))
+        tried.add(candidate)
         try:
-            mv = client.get_model_version(finding.name, str(candidate))
+            mv = client.get_model_version(finding.name, candidate)
         except Exception:  # deleted since: not a place to go back to
             continue
         if verify_version(mv, gates, keyring, tracking_uri=tracking_uri).ok:
-            target = str(candidate)
+            target = candidate
             break
-    why = f"v{finding.version} fails its gates: {finding.check.problems()}"
-    return record_enforcement(client, finding.name, key, alias=finding.alias, from_version=finding.version, to_version=target,
+    if not finding.signed:
+        why = (f"{'v' + finding.version if finding.version else 'no version'} is not the signed alias state "
+               f"({'v' + finding.signed_to if finding.signed_to else 'unset or removed'})")
+        if finding.check is not None and not finding.check.ok:
+            why += f", and it fails its gates: {finding.check.problems()}"
+        if target == from_version:
+            return f"{finding.name}@{finding.alias}: already at v{target}"
+    else:
+        why = f"v{finding.version} fails its gates: {finding.check.problems()}"
+    return record_enforcement(client, finding.name, key, alias=finding.alias, from_version=from_version, to_version=target,
                               actor=actor, why=why, lock_timeout_s=lock_timeout_s, lock_stale_s=lock_stale_s)
 
 
