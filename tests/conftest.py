@@ -21,17 +21,22 @@ REPO_ROOT = Path(__file__).resolve().parents[1]
 SHARED_RUNS = {"pipeline_repo": "cpu-pipeline", "rehearsal_run": "rehearsal-pipeline"}
 
 
-def pytest_collection_modifyitems(config, items):
-    def group(item) -> str:
-        for fixture, name in SHARED_RUNS.items():
-            if fixture in getattr(item, "fixturenames", ()):
-                return name
-        return item.path.stem
+def _group(item) -> str:
+    for fixture, name in SHARED_RUNS.items():
+        if fixture in getattr(item, "fixturenames", ()):
+            return name
+    return item.path.stem
 
+
+def pytest_itemcollected(item):
+    # Marked as each item is collected: xdist turns the mark into the node id's group suffix in
+    # its own pytest_collection_modifyitems, which may run before ours.
+    item.add_marker(pytest.mark.xdist_group(_group(item)))
+
+
+def pytest_collection_modifyitems(config, items):
     rank = {name: i for i, name in enumerate(SHARED_RUNS.values())}
-    for item in items:
-        item.add_marker(pytest.mark.xdist_group(group(item)))
-    items.sort(key=lambda item: rank.get(group(item), len(rank)))  # stable: file order within a rank
+    items.sort(key=lambda item: rank.get(_group(item), len(rank)))  # stable: file order within a rank
 SHARMA_DIR = REPO_ROOT.parent / "shared" / "data" / "sharma2023"
 
 
