@@ -601,7 +601,8 @@ def test_a_version_failing_a_gate_cannot_be_promoted_without_force(tmp_path, mon
     assert code == 0, (out, exc)
     assert "FORCED PROMOTION" in out
     history = __import__("reappreg.registry", fromlist=["read_history"]).read_history(client, POLICY, keyring_of(root))
-    (entry,) = history.entries
+    registration, entry = history.entries  # the registration's candidate entry, then the promotion
+    assert registration.body["kind"] == "register" and registration.body["alias"] == "candidate"
     assert entry.body["forced"] is True and entry.body["by"] == "alice" and entry.body["to"] == "1" and history.problems == []
     assert "forced by alice" in client.get_registered_model(POLICY).tags["FORCED.champion"]
     code, out, _ = run_cli("registry", "verify")
@@ -618,7 +619,9 @@ def test_promotion_is_signed_history_and_verify_lists_signed_gate_results(repo):
     assert "reappraisal-policy-grpo@champion -> v1: passes its signed gates [signed_evidence=pass, guard_pass=pass," in text
     assert ("judge_trusted=pass, min_n=pass, cluster_ci_low_above_bar=pass, healthy_training=pass, "
             "fresh_pool_promotable=pass]") in text
-    assert "promoted by bob" in text and "signed history #1" in text and "local key" in text
+    assert "promoted by bob" in text and "local key" in text
+    champion = text.split("@champion")[1].split("reappraisal-")[0]
+    assert "promoted by bob" in champion and "signed history #2" in champion, champion  # after the registration's #1
     # Editing the signed history is caught.
     client = client_for(repo)
     tag = "reappreg.history.000001"
