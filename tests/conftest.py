@@ -15,10 +15,14 @@ os.environ.setdefault("MLFLOW_ENABLE_ASYNC_LOGGING", "false")
 REPO_ROOT = Path(__file__).resolve().parents[1]
 
 # Tests that share an expensive fixture run on one pytest-xdist worker, in file order (they
-# inspect, and some rerun stages of, one pipeline); every other test runs on the worker its
-# module went to, so module fixtures are built once. The two pipeline builds come first, one
-# per worker, and the rest fill in around them.
+# inspect, and some rerun stages of, one pipeline); every other module runs whole on one
+# worker, so its module fixtures are built once. The two pipeline builds come first, one per
+# worker, and the rest fill in around them. (xdist's own `--dist loadgroup` cannot do this
+# under pytest 9: it renames node ids through an attribute pytest no longer reads, so the
+# grouping is a scheduler here, keyed by the module files that share a run.)
 SHARED_RUNS = {"pipeline_repo": "cpu-pipeline", "rehearsal_run": "rehearsal-pipeline"}
+SHARED_RUN_FILES = {"tests/test_pipeline_e2e.py": "cpu-pipeline", "tests/test_team.py": "cpu-pipeline",
+                    "tests/test_policy_rehearsal_e2e.py": "rehearsal-pipeline"}
 
 
 def _group(item) -> str:
@@ -28,15 +32,29 @@ def _group(item) -> str:
     return item.path.stem
 
 
-def pytest_itemcollected(item):
-    # Marked as each item is collected: xdist turns the mark into the node id's group suffix in
-    # its own pytest_collection_modifyitems, which may run before ours.
-    item.add_marker(pytest.mark.xdist_group(_group(item)))
-
-
 def pytest_collection_modifyitems(config, items):
     rank = {name: i for i, name in enumerate(SHARED_RUNS.values())}
     items.sort(key=lambda item: rank.get(_group(item), len(rank)))  # stable: file order within a rank
+    for item in items:
+        module = item.nodeid.split("::")[0]
+        if _group(item) in rank and SHARED_RUN_FILES.get(module) != _group(item):
+            raise pytest.UsageError(f"{item.nodeid} uses a shared pipeline run: list {module} in "
+                                    f"SHARED_RUN_FILES (tests/conftest.py) under {_group(item)!r}")
+
+
+def pytest_xdist_make_scheduler(config, log):
+    from xdist.scheduler import LoadScopeScheduling
+
+    class SharedRunScheduling(LoadScopeScheduling):
+        """One module per unit of work, the modules that share a pipeline run as one unit."""
+
+        def _split_scope(self, nodeid: str) -> str:
+            module = nodeid.split("::")[0]
+            return SHARED_RUN_FILES.get(module, module)
+
+    return SharedRunScheduling(config, log)
+
+
 SHARMA_DIR = REPO_ROOT.parent / "shared" / "data" / "sharma2023"
 
 

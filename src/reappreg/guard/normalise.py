@@ -12,16 +12,20 @@ version). Two views come out of one text:
 
 The steps, in order (``fold``):
 
-1. HTML: entities decoded to a fixpoint (``&amp;nbsp;`` is a space), comments and tags
-   removed (block tags become a space, inline tags nothing); markdown links keep their
-   text, emphasis/code marks (``* _ ~ ` ``) are deleted.
+0. Bidi overrides: a text whose display order differs (a run under U+202E) is checked as
+   stored and as displayed.
+1. HTML: entities decoded to a fixpoint (``&amp;nbsp;`` is a space), comments removed in
+   one linear pass (an unclosed ``<!--`` to the end, as a browser hides it), tags removed
+   with quoted attribute values kept inside the tag (block tags become a space, inline tags
+   nothing); markdown links keep their text, emphasis/code marks (``* _ ~ ` ``) are deleted.
 2. Invisible code points are deleted by property, not by a list: general categories Cc
    (controls, NUL among them), Cf (format: zero-width, bidi, soft hyphen, tags), Cs (lone
    surrogates), Co (private use), Cn (unassigned) and every Default_Ignorable_Code_Point
    (variation selectors, Hangul fillers, combining grapheme joiner, ...). Whitespace
    controls (tab, newlines, the ASCII separators, NEL) are word boundaries instead.
 3. NFKD (compatibility forms: full-width letters, ligatures, NBSP, math alphanumerics),
-   case folding, and every combining mark (category M) removed: accents cannot hide a word.
+   every combining mark (category M) removed, THEN case folding (a mark that folds to a
+   letter, U+0345, is gone first), decomposed and marks removed again.
 4. Apostrophes are deleted (``don't`` = ``dont``); a dash of any kind (category Pd, minus)
    between two letters, or at a line end before a letter, is deleted (``ans-wer`` and
    ``ans-\\nwer`` are ``answer``); symbols whose confusable skeleton is a letter (``|`` for
@@ -51,7 +55,8 @@ import icu
 import regex
 
 NORMALISATION = (
-    f"reappreg-guard-norm/v2;html+markdown;drop=Cc,Cf,Cs,Co,Cn,DI;nfkd-casefold-drop-M;intraword-dash;"
+    f"reappreg-guard-norm/v3;html(linear-comments,quoted-attrs)+markdown;bidi-overrides-applied;"
+    f"drop=Cc,Cf,Cs,Co,Cn,DI;nfkd-drop-M-casefold-nfkd-drop-M;intraword-dash;"
     f"uts39-skeleton=icu{icu.ICU_VERSION}/unicode{icu.UNICODE_VERSION};python-unicode{unicodedata.unidata_version};"
     f"regex{regex.__version__}"
 )
@@ -63,7 +68,12 @@ _INVISIBLE = regex.compile(
     flags=regex.V1,
 )
 _MARKS = regex.compile(r"\p{M}+")
-_TAG = regex.compile(r"<!--.*?-->|<\s*(/?)\s*([A-Za-z][A-Za-z0-9]*)\b[^<>]{0,2000}>", flags=regex.DOTALL)
+# A tag: its attributes may hold '>' inside quotes (an attribute value never ends the tag).
+# The alternatives start with distinct characters and every repeat is bounded, so a match
+# attempt costs at most a few thousand steps wherever it starts: linear in the text.
+_TAG = regex.compile(r"<\s*(/?)\s*([A-Za-z][A-Za-z0-9]*)\b(?:[^<>\"']|\"[^\"]{0,2000}\"|'[^']{0,2000}'){0,2000}>")
+_RLO, _LRO, _PDF = "\u202e", "\u202d", "\u202c"
+_MAX_BIDI_DEPTH = 125  # Unicode's max_depth for embeddings and overrides (UAX #9)
 _BLOCK_TAGS = {"p", "br", "div", "li", "ul", "ol", "tr", "td", "th", "table", "h1", "h2", "h3", "h4", "h5", "h6",
                "blockquote", "pre", "hr", "section", "article", "header", "footer", "dd", "dt", "dl"}
 _MD_LINK = regex.compile(r"!?\[([^\[\]]*)\]\([^()\s]*(?:\s+\"[^\"]*\")?\)")
@@ -117,7 +127,58 @@ def _symbol_letters() -> dict[int, str]:
 _ASCII_DELETE = bytes(cp for cp in range(0x20) if chr(cp) not in _WHITESPACE_CONTROLS) + b"\x7f*_~`'"
 
 
+def _strip_comments(text: str) -> str:
+    """HTML comments removed in one left-to-right pass (linear: each character is looked at
+    once). An unclosed ``<!--`` hides the rest of the text from a browser, so it is removed
+    to the end, as a browser would not show it either."""
+    if "<!--" not in text:
+        return text
+    out, start = [], 0
+    while True:
+        opened = text.find("<!--", start)
+        if opened < 0:
+            out.append(text[start:])
+            return "".join(out)
+        out.append(text[start:opened])
+        closed = text.find("-->", opened + 4)
+        if closed < 0:
+            return "".join(out)
+        start = closed + 3
+
+
+def apply_bidi_overrides(text: str) -> str:
+    """Characters inside a right-to-left override (U+202E ... U+202C) in the order they are
+    displayed: reversed, with a nested run kept as one unit in its own display order (UAX #9,
+    rule L2, for explicit overrides). Nesting is bounded by UAX #9's depth: linear time."""
+    if _RLO not in text and _LRO not in text:
+        return text
+    stack: list[tuple[str, list[str]]] = [("", [])]
+
+    def close() -> None:
+        kind, items = stack.pop()
+        stack[-1][1].append("".join(reversed(items) if kind == _RLO else items))
+
+    for ch in text:
+        if ch in (_RLO, _LRO) and len(stack) <= _MAX_BIDI_DEPTH:
+            stack.append((ch, []))
+        elif ch == _PDF and len(stack) > 1:
+            close()
+        else:
+            stack[-1][1].append(ch)
+    while len(stack) > 1:  # an override closes at the end of the text (of the paragraph)
+        close()
+    return "".join(stack[0][1])
+
+
+def _with_display_order(text: str) -> str:
+    """The text as stored AND as displayed, when an override makes them differ: a copy hidden
+    in either order is checked (a stray override reverses a stored copy on screen)."""
+    displayed = apply_bidi_overrides(text)
+    return text if displayed == text else f"{text}\n{displayed}"
+
+
 def _strip_markup(text: str) -> str:
+    text = _with_display_order(text)
     if "&" in text:
         for _ in range(4):  # double-escaped text (&amp;nbsp;) decodes in two rounds
             decoded = html.unescape(text)
@@ -125,6 +186,7 @@ def _strip_markup(text: str) -> str:
                 break
             text = decoded
     if "<" in text:
+        text = _strip_comments(text)
         text = _TAG.sub(lambda m: " " if (m.group(2) or "").lower() in _BLOCK_TAGS else "", text)
     if "](" in text:
         text = _MD_LINK.sub(r"\1", text)
@@ -147,8 +209,12 @@ def _fold_core(text: str) -> str:
 
 def _fold_unicode(text: str) -> str:
     text = _INVISIBLE.sub("", text)
-    text = unicodedata.normalize("NFKD", text).casefold()
-    text = unicodedata.normalize("NFKD", text)  # casefold can produce decomposable sequences
+    # Marks go BEFORE case folding: a mark that folds to a letter (U+0345 -> Greek iota) must
+    # not become one. Case folding can yield decomposable sequences: decompose, drop again.
+    # Marks are dropped before NFKD too: NFKD orders a run of combining marks by class with a
+    # quadratic sort, so a megabyte of marks after one letter would take minutes.
+    text = _MARKS.sub("", unicodedata.normalize("NFKD", _MARKS.sub("", text))).casefold()
+    text = unicodedata.normalize("NFKD", text)
     text = _INVISIBLE.sub("", _MARKS.sub("", text))
     text = text.translate(_DELETE_APOSTROPHES).translate(_MD_MARKS)
     return _INTRAWORD_DASH.sub("", text)
