@@ -220,8 +220,38 @@ def test_duplicate_rating_rows(tmp_path):
     data = import_flat(path, DataSettings(duplicate_ratings="drop_identical"))
     assert len(data.ratings) == 1 and data.meta["duplicate_rating_rows_dropped"] == 1
     conflicting = _write(tmp_path, "conflict.csv", HEADER + "\n" + GOOD + "\n" + GOOD.replace(",4,4,4,4", ",5,4,4,4") + "\n")
-    with pytest.raises(InputError, match="appear twice for one reappraisal and rater with different values: line 2 and line 3"):
+    with pytest.raises(InputError, match="appear more than once for one reappraisal and rater with different values: "
+                                         "line 2 and line 3.*data.duplicate_ratings: mean"):
         import_flat(conflicting, DataSettings(duplicate_ratings="drop_identical"))
+
+
+CONTINUOUS = {"rating_scale": {"kind": "continuous"}}
+
+
+def test_mean_averages_a_raters_repeats_and_counts_them(tmp_path):
+    # Three readings of r1 by k1 (one repeat of each value), an identical repeat of r2 by k1,
+    # and r1 by k2 once: only k1's r1 is averaged, per dimension; k2's stays as read.
+    rows = [GOOD, GOOD.replace(",4,4,4,4", ",5,4,3,4"), GOOD.replace(",4,4,4,4", ",6,4,2,4"),
+            GOOD.replace(",k1,", ",k2,").replace(",4,4,4,4", ",2,2,2,2"),
+            GOOD.replace("r1", "r2"), GOOD.replace("r1", "r2")]
+    path = _write(tmp_path, "repeats.csv", HEADER + "\n" + "\n".join(rows) + "\n")
+    data = import_flat(path, DataSettings(duplicate_ratings="mean", **CONTINUOUS))
+    by = {(r.reappraisal_id, r.rater_id): r for r in data.ratings.itertuples()}
+    assert len(by) == 3
+    assert (by["r1", "k1"].effectiveness, by["r1", "k1"].novelty) == (5.0, 3.0)  # means of 4,5,6 and 4,3,2
+    assert by["r1", "k2"].effectiveness == 2.0 and by["r2", "k1"].effectiveness == 4.0
+    assert data.meta["duplicate_rating_rows_averaged"] == 2 and data.meta["ratings_averaged_over_repeats"] == 1
+    assert data.meta["duplicate_rating_rows_dropped"] == 1
+
+
+def test_mean_is_refused_on_an_integer_scale_and_for_values_that_are_not_numbers(tmp_path):
+    with pytest.raises(ValueError, match="duplicate_ratings: mean averages .* needs rating_scale.kind: continuous"):
+        DataSettings(duplicate_ratings="mean")
+    rows = [GOOD, GOOD.replace(",4,4,4,4", ",five,4,4,4")]
+    path = _write(tmp_path, "odd.csv", HEADER + "\n" + "\n".join(rows) + "\n")
+    with pytest.raises(InputError, match=r"line 2 and line 3 \('r1', rater 'k1'\): effectiveness value\(s\) \['five'\] "
+                                         "are not numbers"):
+        import_flat(path, DataSettings(duplicate_ratings="mean", **CONTINUOUS))
 
 
 def test_conflicting_reappraisal_rows_name_both_lines(tmp_path):

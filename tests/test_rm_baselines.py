@@ -132,3 +132,40 @@ def test_format_gate_effect_is_reported_apart_per_source() -> None:
     assert effect["gated"]["accuracy"] == pytest.approx(3 / 6)
     assert effect["gated_fraction_by_source"] == {"human": pytest.approx(1 / 3), "model-x": 0.0}
     assert effect["pairs_with_a_gated_text"] == 3
+
+
+def test_a_perfect_score_gives_bounds_inside_zero_one_and_plots_without_error(tmp_path) -> None:
+    # All pairs right: statsmodels' Wilson upper bound is 1 - 2.2e-16 < the accuracy 1.0,
+    # which made matplotlib refuse a negative error bar in the ensemble stage.
+    from reappreg.rm.compare import plot_comparison
+    from reappreg.rm.evaluate import error_bars, write_per_vignette
+
+    frame = _pool(length_effect=1.0)
+    perfect = compare_with_rankers(frame["quality"].to_numpy(), frame, _rankers(frame), margin=1.0, min_pairs=20)
+    fig = perfect["model"]
+    assert fig["accuracy"] == 1.0 and fig["wilson_high"] == 1.0 and fig["cluster_high"] == 1.0
+    for figure_ in (fig, *(v["model"] for v in perfect["per_vignette"].values())):
+        assert 0.0 <= figure_["wilson_low"] <= figure_["accuracy"] <= figure_["wilson_high"] <= 1.0
+    bars = error_bars([1.0, 0.5, 0.7], [0.8, np.nan, 0.75], [1 - 2.2e-16, 0.9, 0.72])
+    assert (bars >= 0).all() and bars[:, 1].tolist() == [0.0, 0.4]
+    write_per_vignette(perfect, tmp_path, "perfect")
+    assert (tmp_path / "per_vignette.png").stat().st_size > 0
+    row = {"model": "m", "kind": "reward model", "holdout_pairwise_accuracy": 1.0, "holdout_cluster_low": 0.99,
+           "holdout_cluster_high": 1 - 2.2e-16, "holdout_n_pairs": 40, "lovo_pairwise_accuracy": None}
+    plot_comparison(pd.DataFrame([row]), tmp_path / "comparison.png")
+    assert (tmp_path / "comparison.png").stat().st_size > 0
+
+
+def test_fewer_pairs_than_the_floor_give_no_interval_and_fail_the_gate() -> None:
+    frame = _pool(n_vignettes=3, per_vignette=4, length_effect=1.0)
+    result = compare_with_rankers(frame["quality"].to_numpy(), frame, _rankers(frame), margin=1.0, min_pairs=20)
+    n = result["model"]["n_pairs"]
+    assert 0 < n < 20 and result["model"]["accuracy"] == 1.0
+    for fig in (result["model"], result["rankers"]["length_chars"], result["model_minus_ranker"]["length_chars"]):
+        assert fig["too_few_pairs"] == f"too few pairs ({n} < rm.evaluation.min_pairs=20): no interval"
+        assert fig.get("wilson_low") is None and fig["cluster_low"] is None and fig["cluster_high"] is None
+    gate = beats_length_gate(result)
+    assert not gate["passed"] and gate["checked"].startswith(f"too few pairs ({n} <")
+    # The same pairs with a floor they clear get intervals again.
+    enough = compare_with_rankers(frame["quality"].to_numpy(), frame, _rankers(frame), margin=1.0, min_pairs=n)
+    assert enough["model"]["too_few_pairs"] is None and enough["model"]["wilson_low"] is not None

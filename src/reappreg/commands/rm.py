@@ -141,7 +141,7 @@ def ensemble(
         result, table = evaluate_ensemble(
             member_dirs, k=cfg.k, pair_margin=params.rm.evaluation.pair_margin,
             bins=params.rm.evaluation.calibration_bins, plots_dir=plots, objective=cfg.objective,
-            format_penalty=cfg.format_penalty,
+            format_penalty=cfg.format_penalty, min_pairs=params.rm.evaluation.min_pairs,
         )
         write_json(metrics, result)
         mlflow.log_metrics(flat_metrics(result))

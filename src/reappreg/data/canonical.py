@@ -13,7 +13,8 @@ Canonical schema (a folder of JSONL files, one object per line, sorted keys):
   ints, continuous-scale values floats (``data.rating_scale``).
 - ``meta.json``: where the data came from and the data facts: ``has_ratings``,
   ``has_emotion``, ``dimensions`` (the present ones; [] without ratings), ``rating_scale``
-  ({min, max, kind}), ``rated_sources``, ``duplicate_rating_rows_dropped``.
+  ({min, max, kind}), ``rated_sources``, ``duplicate_rating_rows_dropped``,
+  ``duplicate_rating_rows_averaged``, ``ratings_averaged_over_repeats`` (``data.duplicate_ratings``).
 
 Importers read files strictly (``reappreg.data.tablefile``) and refuse what they cannot map
 (unknown or undeclared columns, conflicting duplicate rows, text with control characters).
@@ -165,8 +166,7 @@ def import_flat(path: str | Path, settings: DataSettings) -> CanonicalData:
     reappraisals: dict[str, dict] = {}
     first_seen: dict[tuple[str, str], int] = {}
     ratings: dict[tuple, dict] = {}
-    rating_row: dict[tuple, int] = {}
-    identical, conflicting = [], []
+    repeats: dict[tuple, list[tuple[str, dict]]] = {}  # key -> every (location, rating) read for it
     for position, row in enumerate(records):
         where = table.locations[position]
         vid = row["vignette_id"]
@@ -192,28 +192,14 @@ def import_flat(path: str | Path, settings: DataSettings) -> CanonicalData:
         rating = {"rating_id": f"{rid}-{row['rater_id']}", "reappraisal_id": rid, "vignette_id": vid, "rater_id": row["rater_id"]}
         for dim in settings.dimensions:
             rating[dim] = coerce_rating(row.get(dim), settings.rating_scale.kind)
-        if key in ratings:
-            pair = f"{table.locations[rating_row[key]]} and {where} ({rid!r}, rater {row['rater_id']!r})"
-            (identical if ratings[key] == rating else conflicting).append(pair)
-            continue
-        ratings[key] = rating
-        rating_row[key] = position
-    if conflicting:
-        raise InputError(
-            f"{path}: {len(conflicting)} rating(s) appear twice for one reappraisal and rater with different "
-            f"values: {_examples(conflicting)}; keep the right one in the export"
-        )
-    if identical and settings.duplicate_ratings == "error":
-        raise InputError(
-            f"{path}: {len(identical)} duplicate rating row(s) (same reappraisal_id and rater_id, identical "
-            f"values): {_examples(identical)}; remove them, or set data.duplicate_ratings: drop_identical "
-            "to keep one of each (the count is recorded in meta.json)"
-        )
+        repeats.setdefault(key, []).append((where, rating))
+        ratings.setdefault(key, rating)
+    merged = _merge_repeats(path, repeats, ratings, settings)
     meta = {
         "source": f"file:{path.name}",
         "has_ratings": bool(has_ratings),
         "has_emotion": has_emotion,
-        "duplicate_rating_rows_dropped": len(identical),
+        **merged,
     }
     rating_columns = [*RATING_KEY_COLUMNS, *(settings.dimensions if has_ratings else [])]
     return CanonicalData(
@@ -222,6 +208,48 @@ def import_flat(path: str | Path, settings: DataSettings) -> CanonicalData:
         ratings=_frame(list(ratings.values()), rating_columns),
         meta=meta,
     )
+
+
+def _merge_repeats(path: Path, repeats: dict[tuple, list[tuple[str, dict]]], ratings: dict[tuple, dict],
+                   settings: DataSettings) -> dict[str, int]:
+    """One rating per (reappraisal, rater) under ``data.duplicate_ratings``; ``ratings`` holds
+    the first of each and is updated in place. Returns the counts meta.json records."""
+    identical, conflicting = [], []
+    for key, seen in repeats.items():
+        if len(seen) < 2:
+            continue
+        pair = f"{' and '.join(where for where, _ in seen)} ({key[0]!r}, rater {key[1]!r})"
+        (identical if all(r == seen[0][1] for _, r in seen) else conflicting).append((key, pair))
+    extra_rows = lambda found: sum(len(repeats[key]) - 1 for key, _ in found)  # noqa: E731
+    mode = settings.duplicate_ratings
+    if conflicting and mode != "mean":
+        raise InputError(
+            f"{path}: {len(conflicting)} rating(s) appear more than once for one reappraisal and rater with different "
+            f"values: {_examples([pair for _, pair in conflicting])}; keep the right one in the export, or set "
+            "data.duplicate_ratings: mean to average a rater's repeats (continuous scale; counted in meta.json)"
+        )
+    if identical and mode == "error":
+        raise InputError(
+            f"{path}: {len(identical)} duplicate rating row(s) (same reappraisal_id and rater_id, identical "
+            f"values): {_examples([pair for _, pair in identical])}; remove them, or set data.duplicate_ratings: "
+            "drop_identical to keep one of each (the count is recorded in meta.json)"
+        )
+    for key, pair in conflicting:
+        ratings[key] = {**ratings[key], **{dim: _mean_of([r[dim] for _, r in repeats[key]], pair, dim, path)
+                                           for dim in settings.dimensions}}
+    return {"duplicate_rating_rows_dropped": extra_rows(identical),
+            "duplicate_rating_rows_averaged": extra_rows(conflicting),
+            "ratings_averaged_over_repeats": len(conflicting)}
+
+
+def _mean_of(values: list, pair: str, dim: str, path: Path):
+    """The mean of a rater's repeated values of one dimension (blank repeats left out);
+    a value that is not a number cannot be averaged and is refused by name."""
+    present = [v for v in values if not _blank(v)]
+    odd = [v for v in present if isinstance(v, bool) or not isinstance(v, (int, float))]
+    if odd:
+        raise InputError(f"{path}: {pair}: {dim} value(s) {odd!r} are not numbers, so the repeats cannot be averaged")
+    return float(np.mean(present)) if present else None
 
 
 ID_FIELDS = ("vignette_id", "reappraisal_id", "author_id", "source", "rater_id")
@@ -387,7 +415,8 @@ def ingest(settings: DataSettings) -> CanonicalData:
     else:
         path = Path(settings.path)
         data = import_canonical_folder(path, settings) if path.is_dir() else import_flat(path, settings)
-    data.meta = {"duplicate_rating_rows_dropped": 0, **data.meta, **_declared_facts(data, settings)}
+    data.meta = {"duplicate_rating_rows_dropped": 0, "duplicate_rating_rows_averaged": 0,
+                 "ratings_averaged_over_repeats": 0, **data.meta, **_declared_facts(data, settings)}
     check_text(data, f"data.source {settings.source!r}")
     return data
 

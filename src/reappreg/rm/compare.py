@@ -10,6 +10,7 @@ import pandas as pd
 
 from reappreg.errors import InputError
 from reappreg.io import read_json
+from reappreg.rm.evaluate import error_bars
 from reappreg.rm.trivial import RANKERS
 
 SPLITS = ("holdout", "lovo")
@@ -90,13 +91,14 @@ def plot_comparison(table: pd.DataFrame, path: str | Path) -> None:
         acc = table[f"{split}_pairwise_accuracy"].astype(float).to_numpy()
         low = table[f"{split}_cluster_low"].astype(float).to_numpy()
         high = table[f"{split}_cluster_high"].astype(float).to_numpy()
-        err = np.nan_to_num(np.vstack([acc - low, high - acc]))
+        err = error_bars(acc, low, high)
         ax.barh(y, acc, color=colours, alpha=0.35)
         ax.errorbar(acc, y, xerr=err, fmt="o", color="black", capsize=3, markersize=4)
         for yi, a, h, n in zip(y, acc, high, table[f"{split}_n_pairs"]):
             if np.isfinite(a):  # the label right of the interval, so it never hides the bar's end
-                ax.annotate(f"{a:.3f} (n={int(n)})", (h if np.isfinite(h) else a, yi), textcoords="offset points",
-                            xytext=(5, -3), fontsize=7)
+                text = f"{a:.3f} (n={int(n)})" if np.isfinite(h) else f"{a:.3f} (n={int(n)}: too few pairs, no CI)"
+                ax.annotate(text, (h if np.isfinite(h) else a, yi), textcoords="offset points", xytext=(5, -3),
+                            fontsize=7)
         ax.axvline(0.5, color="grey", linestyle="--", linewidth=1)
         ax.set_xlim(0.3, 1.15)
         ax.set_xlabel("pairwise accuracy (95% vignette-cluster bootstrap CI)")

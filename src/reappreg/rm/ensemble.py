@@ -253,7 +253,7 @@ def format_gate_effect(reward: np.ndarray, targets: pd.DataFrame, penalty: float
 
 
 def evaluate_ensemble(member_dirs: list[str | Path], *, k: float, pair_margin: float, bins: int, plots_dir: str | Path,
-                      objective: str, format_penalty: float) -> tuple[dict, pd.DataFrame]:
+                      objective: str, format_penalty: float, min_pairs: int = 1) -> tuple[dict, pd.DataFrame]:
     """Ensemble metrics from the members' held-out predictions (ungated), the trivial
     rankers on the same pairs, the ``beats_length_baseline`` gate, the format gate's effect,
     and the per-seed table."""
@@ -279,12 +279,12 @@ def evaluate_ensemble(member_dirs: list[str | Path], *, k: float, pair_margin: f
             reward = mean - k * std
             rankers = _rankers(targets)
             reward_metrics = evaluate_scores(reward, targets, pair_margin)
-            reward_metrics["trivial_baselines"] = compare_with_rankers(reward, targets, rankers, pair_margin)
+            reward_metrics["trivial_baselines"] = compare_with_rankers(reward, targets, rankers, pair_margin, min_pairs)
             with_interval(reward_metrics)
 
             def versus_length(scores):
                 out = evaluate_scores(scores, targets, pair_margin)
-                out["vs_length"] = compare_with_rankers(scores, targets, rankers, pair_margin)["vs_length"]
+                out["vs_length"] = compare_with_rankers(scores, targets, rankers, pair_margin, min_pairs)["vs_length"]
                 return out
 
             fold_metrics = {

@@ -24,6 +24,16 @@ from reappreg.io import atomic_path
 from reappreg.rm.dataset import preference_pairs
 
 
+def error_bars(point, low, high) -> np.ndarray:
+    """matplotlib's (2, n) ``xerr``/``yerr`` for intervals [low, high] around ``point``:
+    never negative (a Wilson bound of 1 - 2.2e-16 beside an accuracy of 1.0 made matplotlib
+    raise), and 0 where there is no interval (too few pairs) so only the point is drawn."""
+    point, low, high = (np.asarray(v, dtype=np.float64) for v in (point, low, high))
+    below = np.where(np.isfinite(low) & np.isfinite(point), point - low, 0.0)
+    above = np.where(np.isfinite(high) & np.isfinite(point), high - point, 0.0)
+    return np.clip(np.vstack([below, above]), 0.0, None)
+
+
 def _spearman(x: np.ndarray, y: np.ndarray) -> float | None:
     from scipy.stats import spearmanr
 
@@ -202,12 +212,13 @@ def write_per_vignette(comparison: dict, folder: Path, title: str, unseen_vignet
         sub = table[table["model"] == name].set_index("vignette").reindex(vignettes)
         y = np.arange(len(vignettes)) + (j - (len(models) - 1) / 2) * 0.25
         acc = sub["accuracy"].astype(float).to_numpy()
-        err = np.vstack([acc - sub["low"].astype(float).to_numpy(), sub["high"].astype(float).to_numpy() - acc])
+        err = error_bars(acc, sub["low"].astype(float).to_numpy(), sub["high"].astype(float).to_numpy())
         label = "reward model" if name == "model" else name.replace("_", " ")
-        ax.errorbar(acc, y, xerr=np.nan_to_num(err), fmt="o", capsize=3, label=label, zorder=3)
-        for xi, yi, n in zip(acc, y, sub["n_pairs"]):
-            if np.isfinite(xi):
-                ax.annotate(f"{xi:.2f}", (xi, yi), textcoords="offset points", xytext=(4, 4), fontsize=7)
+        ax.errorbar(acc, y, xerr=err, fmt="o", capsize=3, label=label, zorder=3)
+        for xi, yi, lo in zip(acc, y, sub["low"].astype(float)):
+            if np.isfinite(xi):  # a point without an interval says why, so it is not read as certain
+                text = f"{xi:.2f}" if np.isfinite(lo) else f"{xi:.2f} (too few pairs: no CI)"
+                ax.annotate(text, (xi, yi), textcoords="offset points", xytext=(4, 4), fontsize=7)
     ax.axvline(0.5, color="grey", linestyle="--", linewidth=1, label="chance")
     ax.set_yticks(np.arange(len(vignettes)))
     n_pairs = table.drop_duplicates("vignette").set_index("vignette")["n_pairs"]

@@ -189,7 +189,8 @@ def _train_member(objective_name, seed, settings, vignettes, reappraisals, ratin
 
     def evaluation_metrics(scores, targets, rankers) -> dict:
         metrics = evaluate_scores(scores, targets, evaluation.pair_margin)
-        metrics["trivial_baselines"] = compare_with_rankers(scores, targets, rankers, evaluation.pair_margin)
+        metrics["trivial_baselines"] = compare_with_rankers(scores, targets, rankers, evaluation.pair_margin,
+                                                             evaluation.min_pairs)
         return with_interval(metrics)
 
     t1 = time.perf_counter()

@@ -24,6 +24,7 @@ of the length difference.
 from __future__ import annotations
 
 import zlib
+from functools import partial
 from typing import Any
 
 import numpy as np
@@ -109,25 +110,48 @@ def _cluster(values: np.ndarray, clusters: np.ndarray) -> tuple[float | None, fl
     return float(result.confidence_interval.low), float(result.confidence_interval.high)
 
 
-def figure(correct: np.ndarray, clusters: np.ndarray) -> dict[str, Any]:
-    """Accuracy of per-pair outcomes (1 right, 0.5 tie, 0 wrong) with both intervals."""
+def _inside(bounds: tuple[float | None, float | None], point: float, lowest: float, highest: float):
+    """An interval clipped into [lowest, highest] and widened to hold its point: a Wilson
+    bound of 1 - 2.2e-16 beside an accuracy of 1.0 is float noise, not information."""
+    low, high = bounds
+    if low is None or high is None:
+        return low, high
+    return max(lowest, min(low, point)), min(highest, max(high, point))
+
+
+def too_few(n: int, min_pairs: int) -> str | None:
+    """Why no interval is given, or None: below ``rm.evaluation.min_pairs`` an interval
+    (7 pairs all right: Wilson [0.65, 1], cluster [1, 1]) reads as certainty it is not."""
+    return f"too few pairs ({n} < rm.evaluation.min_pairs={min_pairs}): no interval" if n < min_pairs else None
+
+
+def figure(correct: np.ndarray, clusters: np.ndarray, min_pairs: int = 1) -> dict[str, Any]:
+    """Accuracy of per-pair outcomes (1 right, 0.5 tie, 0 wrong) with both intervals, or
+    with ``too_few_pairs`` (a reason) and no interval below ``min_pairs`` pairs."""
     n = int(len(correct))
     if n == 0:
         return {"accuracy": None, "n_pairs": 0, "n_vignettes": 0, "wilson_low": None, "wilson_high": None,
-                "cluster_low": None, "cluster_high": None}
-    wilson = _wilson(correct)
-    cluster = _cluster(correct, clusters)
-    return {"accuracy": float(correct.mean()), "n_pairs": n, "n_vignettes": int(len(np.unique(clusters))),
-            "wilson_low": wilson[0], "wilson_high": wilson[1], "cluster_low": cluster[0], "cluster_high": cluster[1]}
+                "cluster_low": None, "cluster_high": None, "too_few_pairs": too_few(0, max(min_pairs, 1))}
+    point = float(correct.mean())
+    reason = too_few(n, min_pairs)
+    wilson = (None, None) if reason else _inside(_wilson(correct), point, 0.0, 1.0)
+    cluster = (None, None) if reason else _inside(_cluster(correct, clusters), point, 0.0, 1.0)
+    return {"accuracy": point, "n_pairs": n, "n_vignettes": int(len(np.unique(clusters))),
+            "wilson_low": wilson[0], "wilson_high": wilson[1], "cluster_low": cluster[0], "cluster_high": cluster[1],
+            "too_few_pairs": reason}
 
 
-def difference(a: np.ndarray, b: np.ndarray, clusters: np.ndarray) -> dict[str, Any]:
-    """accuracy(a) - accuracy(b) on the same pairs, with a paired vignette-cluster bootstrap."""
+def difference(a: np.ndarray, b: np.ndarray, clusters: np.ndarray, min_pairs: int = 1) -> dict[str, Any]:
+    """accuracy(a) - accuracy(b) on the same pairs, with a paired vignette-cluster bootstrap
+    (none below ``min_pairs`` pairs: then ``too_few_pairs`` says why)."""
     if len(a) == 0:
-        return {"difference": None, "cluster_low": None, "cluster_high": None, "n_pairs": 0, "n_vignettes": 0}
-    low, high = _cluster(a - b, clusters)
-    return {"difference": float(np.mean(a - b)), "cluster_low": low, "cluster_high": high, "n_pairs": int(len(a)),
-            "n_vignettes": int(len(np.unique(clusters)))}
+        return {"difference": None, "cluster_low": None, "cluster_high": None, "n_pairs": 0, "n_vignettes": 0,
+                "too_few_pairs": too_few(0, max(min_pairs, 1))}
+    point = float(np.mean(a - b))
+    reason = too_few(len(a), min_pairs)
+    low, high = (None, None) if reason else _inside(_cluster(a - b, clusters), point, -1.0, 1.0)
+    return {"difference": point, "cluster_low": low, "cluster_high": high, "n_pairs": int(len(a)),
+            "n_vignettes": int(len(np.unique(clusters))), "too_few_pairs": reason}
 
 
 # ---------------------------------------------------------------------- evaluation
@@ -139,32 +163,35 @@ def outcomes(scores: np.ndarray, pairs: np.ndarray) -> np.ndarray:
 
 
 def compare_with_rankers(scores: np.ndarray, targets: pd.DataFrame, rankers: dict[str, np.ndarray],
-                         margin: float) -> dict[str, Any]:
+                         margin: float, min_pairs: int = 1) -> dict[str, Any]:
     """The model and every trivial ranker on the same preference pairs of ``targets``.
 
     ``scores`` and each ranker's scores are aligned with the rows of ``targets``; the
-    length-controlled figures use ``rankers['length_chars']`` as the text length."""
+    length-controlled figures use ``rankers['length_chars']`` as the text length. Any
+    figure on fewer than ``min_pairs`` pairs has no interval (``too_few_pairs`` says so)."""
+    fig = partial(figure, min_pairs=min_pairs)
+    diff = partial(difference, min_pairs=min_pairs)
     pairs = preference_pairs(targets, margin)
     clusters = targets["vignette_id"].to_numpy()[pairs[:, 0]] if len(pairs) else np.array([])
     model = outcomes(scores, pairs) if len(pairs) else np.zeros(0)
     ranked = {name: outcomes(values, pairs) if len(pairs) else np.zeros(0) for name, values in rankers.items()}
     result: dict[str, Any] = {
-        "model": figure(model, clusters),
-        "rankers": {name: figure(values, clusters) for name, values in ranked.items()},
-        "model_minus_ranker": {name: difference(model, values, clusters) for name, values in ranked.items()},
+        "model": fig(model, clusters),
+        "rankers": {name: fig(values, clusters) for name, values in ranked.items()},
+        "model_minus_ranker": {name: diff(model, values, clusters) for name, values in ranked.items()},
     }
     length = np.asarray(rankers["length_chars"], dtype=np.float64)
     gap = length[pairs[:, 0]] - length[pairs[:, 1]] if len(pairs) else np.zeros(0)  # better minus worse
     longer_worse = gap < 0
     result["longer_is_worse"] = {
         "share_of_pairs": float(longer_worse.mean()) if len(pairs) else None,
-        "model": figure(model[longer_worse], clusters[longer_worse]),
-        "length_chars": figure(ranked["length_chars"][longer_worse], clusters[longer_worse]),
+        "model": fig(model[longer_worse], clusters[longer_worse]),
+        "length_chars": fig(ranked["length_chars"][longer_worse], clusters[longer_worse]),
     }
-    result["by_length_difference"] = _length_bins(model, ranked["length_chars"], np.abs(gap), clusters)
+    result["by_length_difference"] = _length_bins(model, ranked["length_chars"], np.abs(gap), clusters, min_pairs)
     result["per_vignette"] = {
-        str(vid): {"model": figure(model[clusters == vid], clusters[clusters == vid]),
-                   **{name: figure(ranked[name][clusters == vid], clusters[clusters == vid]) for name in LENGTH_RANKERS}}
+        str(vid): {"model": fig(model[clusters == vid], clusters[clusters == vid]),
+                   **{name: fig(ranked[name][clusters == vid], clusters[clusters == vid]) for name in LENGTH_RANKERS}}
         for vid in sorted(np.unique(clusters))
     }
     # The strongest length ranker on these pairs: the gate compares with it.
@@ -173,7 +200,8 @@ def compare_with_rankers(scores: np.ndarray, targets: pd.DataFrame, rankers: dic
     return result
 
 
-def _length_bins(model: np.ndarray, length: np.ndarray, gap: np.ndarray, clusters: np.ndarray) -> list[dict]:
+def _length_bins(model: np.ndarray, length: np.ndarray, gap: np.ndarray, clusters: np.ndarray,
+                 min_pairs: int) -> list[dict]:
     if len(gap) == 0:
         return []
     edges = np.unique(np.quantile(gap, [0.0, 0.25, 0.5, 0.75, 1.0]))
@@ -181,8 +209,8 @@ def _length_bins(model: np.ndarray, length: np.ndarray, gap: np.ndarray, cluster
     for i, (low, high) in enumerate(zip(edges[:-1], edges[1:])):
         inside = (gap >= low) & ((gap < high) if i < len(edges) - 2 else (gap <= high))
         bins.append({"abs_length_difference_chars": [float(low), float(high)],
-                     "model": figure(model[inside], clusters[inside]),
-                     "length_chars": figure(length[inside], clusters[inside])})
+                     "model": figure(model[inside], clusters[inside], min_pairs),
+                     "length_chars": figure(length[inside], clusters[inside], min_pairs)})
     return bins
 
 
@@ -191,6 +219,11 @@ def beats_length_gate(comparison: dict[str, Any]) -> dict[str, Any]:
     stronger length ranker's accuracy) lies above 0."""
     vs = comparison["vs_length"]
     passed = vs["cluster_low"] is not None and vs["cluster_low"] > 0
+    method = (
+        f"vignette-cluster bootstrap ({BOOTSTRAP_ITERATIONS} resamples, {CONFIDENCE:.0%}) of the paired per-pair "
+        "difference between the model and the stronger of length-in-characters/words; not checked: the iid interval, "
+        "other length features, and length gaming by texts unlike the evaluation pool"
+    )
     return {
         "passed": bool(passed),
         "ranker": vs["ranker"],
@@ -199,11 +232,9 @@ def beats_length_gate(comparison: dict[str, Any]) -> dict[str, Any]:
         "cluster_high": vs["cluster_high"],
         "n_pairs": vs["n_pairs"],
         "n_vignettes": vs["n_vignettes"],
-        "checked": (
-            f"vignette-cluster bootstrap ({BOOTSTRAP_ITERATIONS} resamples, {CONFIDENCE:.0%}) of the paired per-pair "
-            "difference between the model and the stronger of length-in-characters/words; not checked: the iid interval, "
-            "other length features, and length gaming by texts unlike the evaluation pool"
-        ),
+        "too_few_pairs": vs.get("too_few_pairs"),
+        # Too few pairs: nothing was bootstrapped, and the gate fails for want of evidence.
+        "checked": f"{vs['too_few_pairs']}; the gate fails without an interval" if vs.get("too_few_pairs") else method,
     }
 
 

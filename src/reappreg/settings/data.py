@@ -57,9 +57,11 @@ class DataSettings(Section):
     rating_scale: RatingScale = RatingScale()
     # Sources whose reappraisals are rated; each of their reappraisals needs validate.min_raters.
     rated_sources: list[str] = ["human"]
-    # The same (reappraisal_id, rater_id) rating twice with identical values: error | drop_identical
-    # (keep one, count the dropped rows in meta.json). Conflicting values are always an error.
-    duplicate_ratings: Literal["error", "drop_identical"] = "error"
+    # The same (reappraisal_id, rater_id) rated more than once. error: refuse; drop_identical:
+    # keep one of identical repeats (conflicting ones are an error); mean: average a rater's
+    # repeats per dimension (a rater who rated one text twice is not wrong either time; needs
+    # a continuous scale). Every merged row is counted in meta.json.
+    duplicate_ratings: Literal["error", "drop_identical", "mean"] = "error"
     sample: SampleSettings = SampleSettings()
 
     @field_validator("dimensions")
@@ -81,3 +83,12 @@ class DataSettings(Section):
         if len(set(sources)) != len(sources):
             raise ValueError(f"a source is listed twice: {sources}")
         return sources
+
+    @model_validator(mode="after")
+    def _mean_needs_continuous(self) -> "DataSettings":
+        if self.duplicate_ratings == "mean" and self.rating_scale.kind != "continuous":
+            raise ValueError(
+                "duplicate_ratings: mean averages a rater's repeats into fractional ratings; it needs "
+                "rating_scale.kind: continuous (the scale is integer)"
+            )
+        return self

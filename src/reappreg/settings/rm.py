@@ -86,6 +86,9 @@ class EvaluationSettings(Section):
     # A human preference pair (for pairwise accuracy): same vignette, mean effectiveness
     # ratings at least this far apart.
     pair_margin: float = Field(1.0, ge=0)
+    # A figure on fewer preference pairs than this gets "too few pairs" instead of an
+    # interval (7 pairs all right gave a cluster interval of [1, 1]: certainty it is not).
+    min_pairs: int = Field(20, ge=1)
     leave_one_vignette_out: bool = True
     calibration_bins: int = Field(8, ge=2)
     # true: the shipped checkpoint is retrained on the whole training pool after evaluation
