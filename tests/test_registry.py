@@ -391,7 +391,9 @@ def _library_registration(client, root: Path, name: str = POLICY, **overrides):
         kwargs = dict(name=name, model=decl.models[POLICY], artifact_dir=artifact, manifest=manifest_of(artifact),
                       training_md5s=training, tags={"guard.result": "pass"}, card="---\nlicense: x\n---\n# card\n",
                       log_artifacts=log, attest=attest, key=signing_key(root / "work/registry/keys", create=True),
-                      candidate_alias="candidate", stale_after_s=3600)
+                      candidate_alias="candidate", stale_after_s=3600,
+                      # these tests are about rollback and races; the squat check has its own test
+                      squat=lambda mv, key: None)
         kwargs.update(overrides)
         return register_version(client, **kwargs)
 
@@ -447,6 +449,38 @@ def test_a_stale_unfinished_registration_is_cleaned_up(repo):
     reg = _library_registration(client, repo, now_ms=lambda: later)
     assert reg.created and reg.version == "2"
     assert ids(client, POLICY) == ["2"]
+
+
+def test_a_version_squatting_the_next_registration_key_is_refused_by_name(repo):
+    # Anyone with MLflow write access can learn the next registration key (it is a tag, and
+    # computable from public md5s) and pre-create a version with it and status=complete.
+    client = client_for(repo)
+    register_ok()
+    key = client.get_model_version(POLICY, "1").tags[KEY_TAG]
+    client.delete_model_version(POLICY, "1")
+    client.create_model_version(POLICY, source="file:///attacker/policy", tags={KEY_TAG: key, STATUS_TAG: "complete"})
+    code, out, exc = run_cli("registry", "register")
+    message = " ".join(f"{out} {exc}".split())
+    assert code == 1, message
+    assert f"{POLICY} version 2 carries registration key {key[:16]}" in message
+    assert "not a signed registration of these bytes: no provenance envelope" in message, message
+    assert f"{POLICY} version 2: unchanged" not in message
+    assert ids(client, POLICY) == ["2"] and "candidate" not in aliases(client, POLICY)
+
+    # Replay: the attacker copies an honest, signed version (same run, source, tags and
+    # envelope) into a new number and deletes the original: its statement names another version.
+    client.delete_model_version(POLICY, "2")
+    register_ok()
+    honest = client.get_model_version(POLICY, "3")
+    envelope, _ = envelope_of(client, POLICY, "3")
+    client.create_model_version(POLICY, source=honest.source, run_id=honest.run_id, tags=dict(honest.tags))
+    client.log_text(honest.run_id, envelope.decode(), attestation_paths(POLICY, "4")[0])
+    client.delete_model_version(POLICY, "3")
+    code, out, exc = run_cli("registry", "register")
+    message = " ".join(f"{out} {exc}".split())
+    assert code == 1 and f"{POLICY} version 4 carries registration key" in message, message
+    assert "signed statement describes another version: version='3' (this version: '4')" in message
+    assert ids(client, POLICY) == ["4"]
 
 
 # --------------------------------------------------------------------------- signed evidence
@@ -1053,7 +1087,8 @@ def test_models_uri_loads_in_a_fresh_process_with_the_ensembles_rewards(tmp_path
 
         reg = register_version(client, name=RM, model=decl.models[RM], artifact_dir=ensemble, manifest=manifest_of(ensemble),
                                training_md5s={"x": "0" * 32}, tags={}, card="---\nlicense: x\n---\n# card\n", log_artifacts=log, attest=attest,
-                               key=signing_key(tmp_path / "keys", create=True), candidate_alias="candidate", stale_after_s=3600)
+                               key=signing_key(tmp_path / "keys", create=True), candidate_alias="candidate", stale_after_s=3600,
+                               squat=lambda mv, key: None)
     frame = pd.DataFrame({"scenario": ["Your friend did not reply to your message."] * 4,
                           "answer": ["Maybe she is busy; you could ask later.", "They might not have seen it yet.", "", "One. Two. Three."]})
     expected = load_ensemble(ensemble).score(frame["scenario"].tolist(), frame["answer"].tolist())

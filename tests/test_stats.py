@@ -158,6 +158,27 @@ def test_stats_command_writes_outputs_and_logs_one_mlflow_run(tmp_path, monkeypa
     assert run.data.metrics["design/planned_contests"] == 240 and run.data.metrics["design/missing_orders"] == 0
     artifacts = {a.path for a in mlflow.MlflowClient().list_artifacts(run.info.run_id, "eval")}
     assert artifacts == {"eval/eval.json", "eval/forest.png", "eval/forest.csv", "eval/claims.json"}
+    # Every claim names the md5 of each input (as MLflow recorded them) and its decision settings;
+    # the first look over these generations is the only one.
+    assert bar["inputs"] == {k[len("input."):-len(".md5")]: v for k, v in run.data.tags.items() if k.startswith("input.")}
+    assert set(bar["inputs"]) == {"judgments", "calibration", "models", "generations", "answers", "vignettes"}
+    assert bar["decision_settings"]["min_n_confirm"] == 240 and bar["decision_settings"]["confidence"] == 0.95
+    assert bar["looks"]["earlier_stats_runs_same_generations"] == 0 and "repeated_looks" not in bar["flags"]
+
+    # A second look at the same generations (here with an edited calibration) is counted and said.
+    (tmp_path / "calib.json").write_text(json.dumps({**TRUSTED, "agreement": 0.5, "agreement_low": 0.41,
+                                                     "agreement_high": 0.6, "trusted": False}))
+    assert CliRunner().invoke(app, args).exit_code == 0
+    again = next(c for c in json.loads((tmp_path / "out/claims.json").read_text()) if c["claim_id"] == bar["claim_id"])
+    assert again["looks"]["earlier_stats_runs_same_generations"] == 1
+    assert again["looks"]["earlier_run_ids"] == [run.info.run_id] and "repeated_looks" in again["flags"]
+    assert "drawn after 1 earlier stats run(s) over the same generations" in again["reason"]
+    # Other generations (the same records with their keys in another order) start their own count.
+    rows = [json.loads(line) for line in (tmp_path / "generations.jsonl").read_text().splitlines()]
+    (tmp_path / "generations.jsonl").write_text("".join(json.dumps(r, sort_keys=True) + "\n" for r in rows))
+    assert CliRunner().invoke(app, args).exit_code == 0
+    other = next(c for c in json.loads((tmp_path / "out/claims.json").read_text()) if c["claim_id"] == bar["claim_id"])
+    assert other["looks"]["earlier_stats_runs_same_generations"] == 0 and other["inputs"]["generations"] != bar["inputs"]["generations"]
 
     (tmp_path / "calib.json").write_text(json.dumps({"trusted": True}))
     failed = CliRunner().invoke(app, args)

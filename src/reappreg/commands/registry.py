@@ -175,6 +175,7 @@ def register(
     from reappreg.registry.declarations import gate_table
     from reappreg.registry.provenance import material, params_md5
     from reappreg.registry.registration import checkpoint_evidence, version_tags
+    from reappreg.registry.verification import registration_squat
     from reappreg.settings import load_params
     from reappreg.tracking import git_state, stage_run
 
@@ -185,7 +186,8 @@ def register(
     evidence = evidence_from(certificate, eval_metrics, judge_calibration, claims, rm_metrics, policy_metrics, prompt,
                              results)
     key = signing_key(local_keys, create=True)
-    if reg.trust_local_key is False and key.keyid not in _keyring(settings, keys, local_keys).keys:
+    keyring = _keyring(settings, keys, local_keys)
+    if reg.trust_local_key is False and key.keyid not in keyring.keys:
         from reappreg.errors import InputError
 
         raise InputError(f"signing key {key.path} (id {key.keyid[:16]}) is not a team key in {keys} and registry.trust_local_key "
@@ -208,7 +210,7 @@ def register(
     started = dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds").replace("+00:00", "Z")
     inputs = {"models": models, "cards": cards, **evidence.sources}
     with bounded_http(reg.http_retries, reg.http_timeout_s), registration_lock(lock_file, reg.lock_timeout_s):
-        client, _ = _client(settings)
+        client, tracking_uri = _client(settings)
         with stage_run("register", tracking=settings.tracking, params=reg.model_dump(), inputs=inputs):
 
             def log_folder(folder: Path, artifact_path: str) -> str:
@@ -265,6 +267,7 @@ def register(
                         client, name=name, model=model, artifact_dir=Path(artifact), manifest=manifest,
                         training_md5s=training, tags=tags, card=card, log_artifacts=log_folder, attest=attest, key=key,
                         candidate_alias=reg.candidate_alias, stale_after_s=reg.stale_registration_s,
+                        squat=lambda mv, reg_key: registration_squat(mv, reg_key, keyring, tracking_uri=tracking_uri),
                     )
                     results.append(result.as_dict())
                     mlflow.set_tag(f"registered.{name}", f"v{result.version} ({'new' if result.created else 'unchanged'})")

@@ -37,6 +37,7 @@ def run(
         write_outputs,
     )
     from reappreg.stats.design import load_bound_judgments
+    from reappreg.stats.looks import GENERATIONS_TAG, earlier_looks, stamp_claims
     from reappreg.tracking import stage_run
 
     p = load_params(params)
@@ -48,12 +49,22 @@ def run(
     console = Console()
     inputs = {"judgments": judgments, "calibration": calibration, "models": models, "generations": generations,
               "answers": answers, "vignettes": vignettes}
-    with stage_run("stats", tracking=p.tracking, params=p.stats.model_dump(), inputs=inputs):
+    with stage_run("stats", tracking=p.tracking, params=p.stats.model_dump(), inputs=inputs) as stage:
         frame, design = load_bound_judgments(judgments, generations, answers, vignettes, p.judge)
         calib = load_calibration(calibration)
         with console.status(f"stats: intervals for {len(frame)} judged orders"):
             report = analyze(frame, calib, settings=p.stats, reference=reference, trust_policy=trust_policy,
                              design=design)
+            recorded = {k: v for k, v in mlflow.get_run(stage.info.run_id).data.tags.items() if k.startswith("input.")}
+            earlier = earlier_looks(mlflow.MlflowClient(), stage.info.experiment_id,
+                                    recorded[GENERATIONS_TAG], stage.info.run_id)
+            stamp_claims(report["claims"], inputs={k[len("input."):-len(".md5")]: v for k, v in recorded.items()},
+                         earlier=earlier, decision_settings={
+                             "confidence": p.stats.confidence, "min_n_confirm": p.stats.min_n_confirm,
+                             "min_agreement": p.judge.min_agreement,
+                             "calibration_min_pairs": p.judge.calibration_min_pairs,
+                             "max_position_bias": p.stats.max_position_bias,
+                             "max_unparseable_rate": p.stats.max_unparseable_rate})
             write_outputs(report, metrics_path=metrics, plot_path=plot, plot_data_path=plot_data,
                           claims_path=claims)
         mlflow.set_tag("judge_trusted", str(report["judge"]["trusted"]).lower())

@@ -278,6 +278,7 @@ def register_version(
     key: SigningKey,
     candidate_alias: str,
     stale_after_s: float,
+    squat: Callable[[Any, str], str | None],
     package: Callable[[str, Path, Path], Path] = package_model,
     now_ms: Callable[[], float] = lambda: time.time() * 1000,
 ) -> Registration:
@@ -286,6 +287,10 @@ def register_version(
     ``manifest`` is :func:`manifest_of` the folder. ``log_artifacts(folder, artifact_path)``
     uploads a folder into the registration run and returns its artifact URI. ``attest``
     builds the statement once the version number is known; it is signed with ``key``.
+    ``squat(version, registration_key)`` says why an existing complete version with this key
+    is not the signed result of this registration (None when it is): only then is it
+    "unchanged"; otherwise registration refuses, naming it
+    (``reappreg.registry.verification.registration_squat``).
     Call this while holding :func:`registration_lock`.
     """
     content_md5 = folder_md5(manifest)
@@ -301,6 +306,14 @@ def register_version(
         client.delete_model_version(name, stale.version)
     complete = [v for v in existing if v.tags.get(STATUS_TAG) == "complete"]
     if complete:
+        reason = squat(complete[0], reg_key)
+        if reason:
+            raise InputError(
+                f"{name} version {complete[0].version} carries registration key {reg_key[:16]}… and "
+                f"{STATUS_TAG}=complete, but it is not a signed registration of these bytes: {reason}. Registration "
+                "refuses to call it unchanged or to register beside it; delete that version (after finding out who "
+                "made it) and register again"
+            )
         return Registration(name, str(complete[0].version), False, content_md5, reg_key, "unchanged: same registration key",
                             complete[0].tags.get(KEYID_TAG, ""))
 

@@ -176,6 +176,25 @@ def verify_version(
     return check
 
 
+def registration_squat(mv: Any, registration_key_: str, keyring: Keyring, *, tracking_uri: str) -> str | None:
+    """Why an existing version that carries ``registration_key_`` is NOT the signed result of
+    that registration, or None when it is: a trusted key signed its statement, the statement
+    names this version and this registration key, its files match the signed digests and no
+    signed tag was changed. Anyone with MLflow write access can create a version with the
+    key's tag and ``status=complete``; only this check lets ``register`` call it unchanged."""
+    check = verify_version(mv, [], keyring, tracking_uri=tracking_uri)
+    problems = []
+    if check.unsigned_reason:
+        problems.append(check.unsigned_reason)
+    problems += check.tampering + [p for p in check.byte_problems if p not in (check.unsigned_reason or "")]
+    if check.statement is not None:
+        params = check.statement.get("predicate", {}).get("buildDefinition", {}).get("externalParameters", {})
+        if params.get("registration_key") != registration_key_:
+            problems.append(f"its signed statement names registration key {params.get('registration_key')!r}, "
+                            f"not {registration_key_!r}")
+    return "; ".join(problems) or None
+
+
 def _clip(value: Any, width: int = 60) -> str:
     text = value if isinstance(value, str) else json.dumps(value)
     return text if len(text) <= width else text[: width - 1] + "…"

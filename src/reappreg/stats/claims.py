@@ -42,6 +42,7 @@ FLAGS = {
     "unbalanced_vignettes": False,    # vignette sizes differ (the equal-weight estimand handles it)
     "best_of_n": False,               # the answer was chosen by best-of-N selection
     "custom_bar": False,              # not the reference bar: never satisfies the promotion gate
+    "repeated_looks": False,          # earlier stats runs read the same generations (stats.looks)
     # A length-only win is not a win: the length-controlled rate must clear the bar as well.
     "length_sensitive": True,         # confirmed on the raw rate, not on the length-controlled one
     "length_unchecked": True,         # the length-controlled win-rate could not be computed
