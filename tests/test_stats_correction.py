@@ -1,0 +1,71 @@
+"""Rogan–Gladen correction of judge win-rates (reappreg.stats.correction)."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from scipy.stats import t
+
+from reappreg.stats.correction import JudgeError, corrected_win_rate, rogan_gladen
+
+
+@pytest.mark.parametrize("theta,q0,q1", [(0.7, 0.8, 0.8), (0.3, 0.9, 0.7), (0.55, 0.65, 0.85), (0.0, 0.75, 0.75)])
+def test_the_correction_inverts_the_judges_expected_raw_rate(theta, q0, q1):
+    p = theta * q1 + (1 - theta) * (1 - q0)  # what a judge with these error rates reports on average
+    assert rogan_gladen(p, q0, q1) == pytest.approx(theta)
+
+
+def test_a_perfect_judge_changes_nothing_and_a_chance_judge_says_nothing():
+    perfect = corrected_win_rate(0.62, 0.0025, 5, JudgeError(1.0, 1.0, 0.0, 0.0))
+    half = t.ppf(0.975, 5) * 0.05
+    assert perfect.informative and perfect.corrected == pytest.approx(0.62)
+    assert (perfect.low, perfect.high) == pytest.approx((0.62 - half, 0.62 + half))
+    chance = corrected_win_rate(0.62, 0.0025, 5, JudgeError.exchangeable(0.52, 16))
+    assert not chance.informative and chance.corrected is None and (chance.low, chance.high) == (0.0, 1.0)
+    assert "too close to chance" in chance.reason
+    with pytest.raises(ZeroDivisionError, match="at chance"):
+        rogan_gladen(0.6, 0.5, 0.5)
+
+
+def test_an_imperfect_judge_widens_and_moves_the_interval_away_from_one_half():
+    judge = JudgeError.exchangeable(0.8, 400)
+    c = corrected_win_rate(0.62, 0.0009, 5, judge)
+    assert c.corrected == pytest.approx((0.62 + 0.8 - 1) / 0.6)  # 0.7: further from 0.5 than the raw 0.62
+    raw_half = t.ppf(0.975, 5) * 0.03
+    assert c.high - c.low > 2 * raw_half / 0.6 - 1e-12  # divided by D, plus the calibration's own variance
+    assert 0.0 <= c.low < c.corrected < c.high <= 1.0
+
+
+def test_the_calibrations_uncertainty_enters_the_interval():
+    few, many = JudgeError.exchangeable(0.8, 20), JudgeError.exchangeable(0.8, 2000)
+    wide, narrow = corrected_win_rate(0.68, 0.0009, 5, few), corrected_win_rate(0.68, 0.0009, 5, many)
+    assert wide.corrected == pytest.approx(narrow.corrected)
+    assert wide.high - wide.low > narrow.high - narrow.low
+
+
+def test_coverage_on_a_seeded_simulation_is_at_least_nominal_where_the_raw_interval_fails():
+    # A smaller run of benchmarks/judge_correction_sim.py's setting θ = 0.7, q = 0.75, G = 6.
+    rng = np.random.default_rng(3)
+    theta, q, g, per, n_cal = 0.7, 0.75, 6, 40, 200
+    raw_hits, hits, estimates = 0, 0, []
+    reps = 400
+    for _ in range(reps):
+        truth = np.clip(theta + rng.normal(0, 0.05, g), 0.01, 0.99)
+        better = rng.random((g, per)) < truth[:, None]
+        says = np.where(better, rng.random((g, per)) < q, rng.random((g, per)) >= q)
+        means = says.mean(axis=1)
+        p, var_p = means.mean(), means.var(ddof=1) / g
+        half = t.ppf(0.975, g - 1) * np.sqrt(var_p)
+        raw_hits += p - half <= theta <= p + half
+        c = corrected_win_rate(float(p), float(var_p), g - 1, JudgeError.exchangeable(float((rng.random(n_cal) < q).mean()), n_cal))
+        hits += c.low <= theta <= c.high
+        estimates.append(c.corrected)
+    assert hits / reps >= 0.93 and raw_hits / reps < 0.6
+    assert abs(np.mean(estimates) - theta) < 0.015
+
+
+def test_bad_inputs_are_refused():
+    with pytest.raises(ValueError, match="need 0 <= p <= 1"):
+        corrected_win_rate(1.2, 0.01, 5, JudgeError.exchangeable(0.8, 50))
+    with pytest.raises(ValueError, match="at least one calibration pair"):
+        JudgeError.exchangeable(0.8, 0)
