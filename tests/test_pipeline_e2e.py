@@ -113,10 +113,21 @@ def test_training_chain_is_guarded_and_registered(repo_copy):
         assert guarded[name] == dvc_md5(root / "data/guarded" / name)
     assert dvc_md5(root / "data/heldout/answers.jsonl") == cert["heldout"]["md5"]
 
+    from reappreg.settings import load_params
+
+    settings = load_params(root / "params.yaml")
     ensemble = read_json(root / "metrics/rm/ensemble.json")
-    assert ensemble  # the RM stage wrote metrics
+    # The ensemble of the configured seeds, scored on real held-out pairs, and its length gate decided.
+    assert ensemble["seeds"] == settings.rm.seeds and ensemble["objective"] == settings.rm.ensemble.objective
+    held_out = ensemble["holdout"]["reward"]
+    assert held_out["n_pairs"] > 0 and 0.0 <= held_out["pairwise_accuracy"] <= 1.0
+    assert isinstance(ensemble["beats_length_baseline"]["passed"], bool) and ensemble["beats_length_baseline"]["checked"]
     train = read_json(root / "metrics/policy/train.json")
-    assert train  # GRPO wrote its metrics
+    # GRPO ran every configured step on the ensemble and the certificate the guard wrote.
+    assert train["global_step"] == train["steps_run"] == settings.policy.train.max_steps
+    assert train["rm_ensemble_md5"] == dvc_md5(root / "models/rm/ensemble")
+    assert train["guard_certificate_md5"] == dvc_md5(root / "data/guard/certificate.json")
+    assert train["model_md5"] == dvc_md5(root / "models/policy/grpo")
     judgments = read_jsonl(root / "data/eval/judgments.jsonl")
     orders = {(j["contest_id"], j["order"]) for j in judgments}
     assert len(orders) == len(judgments) and {o for _, o in orders} == {"policy_first", "policy_second"}
@@ -129,7 +140,6 @@ def test_training_chain_is_guarded_and_registered(repo_copy):
     # Kept checkpoints (policy.train.checkpoint_steps, [1] in the shrunk copy): a folder each, a
     # results row each with both interval kinds, a card each, a registered version each.
     from reappreg.eval.results import missing_rows
-    from reappreg.settings import load_params
 
     steps = load_params(root / "params.yaml").policy.train.checkpoint_steps
     assert steps and read_json(root / "models/policy/checkpoints/manifest.json")["checkpoints"][0]["step"] == steps[0]

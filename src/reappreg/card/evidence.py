@@ -78,7 +78,7 @@ CERTIFICATE_SUMMARY = (
 
 
 def read_certificate(path: str | os.PathLike) -> Certificate:
-    """The guard certificate, normalised (schema ``reappreg.guard.certificate/v1``, see ``reappreg.guard.stage``)."""
+    """The guard certificate, normalised (schema ``reappreg.guard.certificate/v2``, see ``reappreg.guard.stage``)."""
     from reappreg.guard.stage import CERTIFICATE_SCHEMA
 
     path = Path(path)

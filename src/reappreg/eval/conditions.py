@@ -4,19 +4,19 @@ Every condition is judged against the bar opponent (GPT-4-0314) with the same ju
 and protocol as the ``policy`` condition, so its judgments follow the same row contract
 (``reappreg.judge.contests``) and the results table (``reappreg.eval.results``) reads them alike.
 
-* **Model conditions** (``results.model_conditions``): a policy folder ``models/policy/<name>``
+* **Model conditions** (``stats.model_conditions``): a policy folder ``models/policy/<name>``
   (the CPU default: ``base``, the untrained base) answers through ``reappreg generate run``.
 * **Checkpoint conditions** (``policy.train.checkpoint_steps``): each kept GRPO checkpoint
   ``models/policy/checkpoints/step_<n>`` is the condition ``policy-step-<n>`` (:func:`checkpoint_condition`),
   generated and judged exactly like the final model, so the table has a row per checkpoint.
-* **Reference conditions** (``results.reference_conditions``): a file of answers somebody
+* **Reference conditions** (``stats.reference_conditions``): a file of answers somebody
   else's model wrote (one JSON object a line: ``vignette_id``, ``text``, ``source``), e.g. a
   frontier model's single-pass answers. Such answers are evaluation text like the held-out
   answers: no training text may contain them. :func:`reference_generations` therefore runs
   the separation guard's detectors with the reference answers as the protected set over
   every training source and refuses on any hit (naming the records), before turning the
   answers into generation rows the judge reads.
-* **Off-distribution sets** (``results.ood_sets``, default off): fresh scenarios no training
+* **Off-distribution sets** (``stats.ood_sets``, default off): fresh scenarios no training
   text contains (guard-checked the same way, :func:`check_fresh_scenarios`), marked OOD, with
   an opponent's answers to them (e.g. the human reframes of Sharma et al. 2023, read in
   place by :func:`load_situation_csv`; never copied into the repository).

@@ -80,7 +80,7 @@ def render_markdown(results: Mapping[str, Any]) -> str:
         lines.append(f"| `{name}` | {_f(s['strength'])} | {str(s['measured']).lower()} | {s['source'] or 'unknown'} |")
     lines += ["", "## Generalisation claims (off-distribution rows)", ""]
     if not results["claims"]:
-        lines.append("No off-distribution set was evaluated (results.ood_sets is empty): no generalisation claim.")
+        lines.append("No off-distribution set was evaluated (stats.ood_sets is empty): no generalisation claim.")
     for c in results["claims"]:
         lines.append(f"- `{c['claim_id']}`: **{c['label']}**, supported: {str(c['supported']).lower()} ({c['reason']})")
     if results["not_run"]:

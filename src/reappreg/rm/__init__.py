@@ -1,4 +1,5 @@
-"""Reward models of reappraisal quality: three objectives, seeds, and the seed ensemble.
+"""Reward models of reappraisal quality: four objectives (bt, regression, bt_regression,
+multidim), seeds, and the seed ensemble.
 
 Public API (used by the policy's GRPO reward and by best-of-N generation), imported from
 the module that defines it:
