@@ -6,8 +6,12 @@ import numpy as np
 
 from reappreg.settings.stats import StatsSettings
 from reappreg.stats import ReferenceBar, TrustPolicy
+from reappreg.stats.reference import DecisionFloors
 
-REFERENCE = ReferenceBar(bar=0.608, opponent="gpt-4-0314", source="reference model card")
+REFERENCE = ReferenceBar(bar=0.608, opponent="gpt-4-0314", source="reference model card",
+                         decision=DecisionFloors(confidence=0.95, min_n_confirm=240, min_agreement=0.65,
+                                                 calibration_min_pairs=16, max_position_bias=0.2,
+                                                 max_unparseable_rate=0.05))
 JUDGE, FINGERPRINT = "fake-judge", "sha256:judge-files"
 TRUSTED = {
     "judge_model": JUDGE, "judge_fingerprint": FINGERPRINT, "n_pairs": 240, "agreement": 0.9,

@@ -76,6 +76,43 @@ def test_the_repository_pins_the_reference_bar():
 
     ref = load_reference_bar(Path(__file__).resolve().parents[1] / "registry" / "models.yaml")
     assert (ref.bar, ref.opponent) == (0.608, "gpt-4-0314") and "0.608" in ref.source
+    assert ref.decision is not None
+
+
+@pytest.mark.parametrize("profile", ["cpu", "full", "rehearsal"])
+def test_every_shipped_profile_decides_within_the_pinned_floors(profile):
+    from pathlib import Path
+
+    import yaml
+
+    from reappreg.settings import parse_params
+    from reappreg.stats.reference import check_decision_settings, decision_values
+
+    root = Path(__file__).resolve().parents[1]
+    raw = yaml.safe_load((root / "params.yaml").read_text())
+    p = parse_params({**raw, "profile": profile})
+    decided = check_decision_settings(load_reference_bar(root / "registry/models.yaml"), decision_values(p.stats, p.judge),
+                                      "registry/models.yaml")
+    assert decided["stats.confidence"] == p.stats.confidence
+
+
+def test_params_that_loosen_a_pinned_decision_setting_fail_naming_every_key():
+    from reappreg.stats.reference import check_decision_settings
+
+    strict = {"stats.confidence": 0.99, "stats.min_n_confirm": 480, "judge.min_agreement": 0.7,
+              "judge.calibration_min_pairs": 240, "stats.max_position_bias": 0.1, "stats.max_unparseable_rate": 0.0}
+    assert check_decision_settings(REFERENCE, strict, "models.yaml") == strict  # stricter is always allowed
+    loose = {**strict, "stats.confidence": 0.9, "judge.min_agreement": 0.6, "stats.max_position_bias": 0.3}
+    with pytest.raises(InputError) as caught:
+        check_decision_settings(REFERENCE, loose, "models.yaml")
+    message = str(caught.value)
+    assert "stats.confidence = 0.9 is looser than the pinned 0.95" in message
+    assert "judge.min_agreement = 0.6 is looser than the pinned 0.65" in message
+    assert "stats.max_position_bias = 0.3 is looser than the pinned 0.2 (reference_bar.decision.max_position_bias: at most" in message
+    assert "min_n_confirm" not in message
+    unpinned = REFERENCE.model_copy(update={"decision": None})
+    with pytest.raises(InputError, match="reference_bar has no 'decision:' floors"):
+        check_decision_settings(unpinned, strict, "models.yaml")
 
 
 def test_outputs_written_flat_and_claims_refer_to_real_metric_keys(tmp_path):
@@ -162,7 +199,7 @@ def test_stats_command_writes_outputs_and_logs_one_mlflow_run(tmp_path, monkeypa
     # the first look over these generations is the only one.
     assert bar["inputs"] == {k[len("input."):-len(".md5")]: v for k, v in run.data.tags.items() if k.startswith("input.")}
     assert set(bar["inputs"]) == {"judgments", "calibration", "models", "generations", "answers", "vignettes"}
-    assert bar["decision_settings"]["min_n_confirm"] == 240 and bar["decision_settings"]["confidence"] == 0.95
+    assert bar["decision_settings"]["stats.min_n_confirm"] == 240 and bar["decision_settings"]["stats.confidence"] == 0.95
     assert bar["looks"]["earlier_stats_runs_same_generations"] == 0 and "repeated_looks" not in bar["flags"]
 
     # A second look at the same generations (here with an edited calibration) is counted and said.

@@ -218,7 +218,8 @@ def check(
 
     if (heldout is None) == (sketch is None):
         raise InputError("guard check: give exactly one of --heldout or --sketch")
-    settings = load_params(params).guard if (heldout is not None or params.exists()) else None
+    loaded_params = load_params(params) if (heldout is not None or params.exists()) else None
+    settings = loaded_params.guard if loaded_params else None
     chunk_size = settings.chunk_size if settings else 2000
     n_workers = workers or (settings.workers if settings else 1)
     if sketch is not None:
@@ -232,7 +233,10 @@ def check(
     else:
         config = GuardConfig.from_dict(settings.detectors())
         held = load_heldout(SourceSpec.parse(heldout, **HELDOUT_DEFAULTS))
-        views = _views(tokenizer)
+        # As `guard run` does: the RM encoder's tokenizer view is always on, so a text that only
+        # matches once its special tokens (<|endoftext|>, [PAD], [MASK]) are decoded away is a hit
+        # here too.
+        views = _views(_with_rm_tokenizer(tokenizer, loaded_params.rm.encoder.path))
         index = HeldoutIndex.build(held.answers, held.texts, config, FastHasher(), views=views)
         against = f"held-out {held.spec.path}"
     sources = [read_source(SourceSpec.parse(t, default_id=id_field, default_text=tuple(text_field))) for t in files]

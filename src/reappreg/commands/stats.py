@@ -38,10 +38,12 @@ def run(
     )
     from reappreg.stats.design import load_bound_judgments
     from reappreg.stats.looks import GENERATIONS_TAG, earlier_looks, stamp_claims
+    from reappreg.stats.reference import check_decision_settings, decision_values
     from reappreg.tracking import stage_run
 
     p = load_params(params)
     reference = load_reference_bar(models)
+    decided = check_decision_settings(reference, decision_values(p.stats, p.judge), str(models))
     trust_policy = TrustPolicy(max_position_bias=p.stats.max_position_bias,
                                max_unparseable_rate=p.stats.max_unparseable_rate,
                                min_agreement_floor=p.judge.min_agreement,
@@ -59,12 +61,7 @@ def run(
             earlier = earlier_looks(mlflow.MlflowClient(), stage.info.experiment_id,
                                     recorded[GENERATIONS_TAG], stage.info.run_id)
             stamp_claims(report["claims"], inputs={k[len("input."):-len(".md5")]: v for k, v in recorded.items()},
-                         earlier=earlier, decision_settings={
-                             "confidence": p.stats.confidence, "min_n_confirm": p.stats.min_n_confirm,
-                             "min_agreement": p.judge.min_agreement,
-                             "calibration_min_pairs": p.judge.calibration_min_pairs,
-                             "max_position_bias": p.stats.max_position_bias,
-                             "max_unparseable_rate": p.stats.max_unparseable_rate})
+                         earlier=earlier, decision_settings=decided)
             write_outputs(report, metrics_path=metrics, plot_path=plot, plot_data_path=plot_data,
                           claims_path=claims)
         mlflow.set_tag("judge_trusted", str(report["judge"]["trusted"]).lower())
@@ -110,9 +107,12 @@ def results_cmd(
     from reappreg.eval.results_outputs import write_results
     from reappreg.settings import load_params
     from reappreg.stats import TrustPolicy, load_calibration, load_reference_bar
+    from reappreg.stats.reference import check_decision_settings, decision_values
 
     p = load_params(params)
     s = p.stats
+    reference = load_reference_bar(models)
+    check_decision_settings(reference, decision_values(p.stats, p.judge), str(models))
     conditions = [ConditionInput("policy", "policy", policy_judgments)]
     # One row per kept GRPO checkpoint (policy.train.checkpoint_steps): stages generate_checkpoint / judge_checkpoint.
     conditions += checkpoint_inputs(p.policy.train.checkpoint_steps, conditions_dir)
@@ -130,7 +130,7 @@ def results_cmd(
     # fresh pools: <conditions-dir>/fresh-<candidate>/judgments.jsonl (stages generate_fresh / judge_fresh)
     fresh = {f.condition: conditions_dir / f"fresh-{f.condition}" / "judgments.jsonl" for f in s.fresh_pools}
     inputs = ResultsInputs(
-        conditions=conditions, calibration=load_calibration(calibration), reference=load_reference_bar(models),
+        conditions=conditions, calibration=load_calibration(calibration), reference=reference,
         settings=s, trust_policy=TrustPolicy(max_position_bias=s.max_position_bias,
                                              max_unparseable_rate=s.max_unparseable_rate,
                                              min_agreement_floor=p.judge.min_agreement,
