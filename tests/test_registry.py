@@ -643,6 +643,34 @@ def test_a_version_failing_a_gate_cannot_be_promoted_without_force(tmp_path, mon
     assert code == 1 and "forced promotion (recorded)" in out
 
 
+@pytest.mark.parametrize("edit", ["remove", "loosen"])
+def test_a_gate_removed_or_loosened_in_git_still_binds_the_versions_it_was_signed_for(tmp_path, monkeypatch, templates, edit):
+    # An insider commit that drops or relaxes a failing gate in registry/models.yaml must not
+    # let a version pass what its signed statement says it was judged under.
+    root = make_repo(tmp_path, monkeypatch, templates, trusted=False)
+    register_ok()
+    client = client_for(root)
+    models_path = root / "registry/models.yaml"
+    models = yaml.safe_load(models_path.read_text())
+    gates = models["models"][POLICY]["gates"]
+    if edit == "remove":
+        models["models"][POLICY]["gates"] = [g for g in gates if g["name"] != "judge_trusted"]
+    else:
+        for g in gates:
+            if g["name"] == "judge_trusted":
+                g["op"] = "!="  # judge.trusted=false != true: passes today
+    models_path.write_text(yaml.safe_dump(models, sort_keys=False))
+    code, out, exc = run_cli("registry", "promote", POLICY, "1", "--alias", "champion", "--reason", "gate relaxed")
+    assert isinstance(exc, GateFailed), (code, out, exc)
+    change = "removed from" if edit == "remove" else "changed in"
+    assert f"judge_trusted@registration (judge.trusted=false == true (as signed; {change} registry/models.yaml" in str(exc)
+    assert "champion" not in aliases(client, POLICY)
+    # Forced anyway: verify names the signed gate it fails.
+    assert run_cli("registry", "promote", POLICY, "1", "--alias", "champion", "--reason", "x", "--force")[0] == 0
+    code, out, _ = run_cli("registry", "verify")
+    assert code == 1 and "judge_trusted@registration" in " ".join(out.split())
+
+
 def test_promotion_is_signed_history_and_verify_lists_signed_gate_results(repo):
     register_ok()
     code, out, exc = run_cli("registry", "promote", POLICY, "1", "--alias", "champion", "--reason", "beats the bar", "--actor", "bob")

@@ -17,7 +17,7 @@ from typing import Any
 from reappreg.registry.declarations import RegistryDecl
 from reappreg.registry.keys import Keyring
 from reappreg.registry.promotion import History, is_lock_model, read_history
-from reappreg.registry.verification import VersionCheck, gates_for, verify_version
+from reappreg.registry.verification import VersionCheck, gates_for, is_gated, verify_version
 
 
 @dataclass
@@ -101,7 +101,7 @@ def check_alias(client: Any, decl: RegistryDecl, keyring: Keyring, name: str, al
     if cache is not None and key in cache:
         check = cache[key]
     else:
-        check = verify_version(mv, gates, keyring, tracking_uri=tracking_uri)
+        check = verify_version(mv, gates, keyring, tracking_uri=tracking_uri, gated=is_gated(decl, name, alias))
         if cache is not None:
             cache[key] = check
     history = history if history is not None else read_history(client, name, keyring)

@@ -34,7 +34,7 @@ from typing import Any
 from reappreg.errors import GateFailed, InputError, ReappregError
 from reappreg.registry.declarations import RegistryDecl, declared
 from reappreg.registry.keys import Keyring, SignatureInvalid, SigningKey, open_statement, sign_statement
-from reappreg.registry.verification import VersionCheck, gates_for, get_version, verify_version
+from reappreg.registry.verification import VersionCheck, gates_for, get_version, is_gated, verify_version
 
 HISTORY_PREFIX = "reappreg.history."
 HISTORY_TYPE = "https://github.com/reappreg/reappreg/promotion/v1"
@@ -238,7 +238,8 @@ def promote(
         raise InputError("promote: --reason must say why (it is recorded in the signed history)")
     mv = get_version(client, name, version=version)
     seen = current_target(client, name, alias) if expected is ... else expected
-    check = verify_version(mv, gates_for(decl, name, alias), keyring, tracking_uri=tracking_uri)
+    check = verify_version(mv, gates_for(decl, name, alias), keyring, tracking_uri=tracking_uri,
+                           gated=is_gated(decl, name, alias))
     forced = not check.ok
     if forced and not force:
         raise GateFailed(f"{name} version {version} fails its gates for alias '{alias}': {check.problems()}. "

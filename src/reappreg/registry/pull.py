@@ -23,7 +23,7 @@ from typing import Any
 from reappreg.errors import GateFailed, InputError, ReappregError
 from reappreg.registry.declarations import RegistryDecl, parse_spec
 from reappreg.registry.keys import Keyring
-from reappreg.registry.verification import VersionCheck, gates_for, get_version, verify_version
+from reappreg.registry.verification import VersionCheck, gates_for, get_version, is_gated, verify_version
 
 
 class IntegrityError(ReappregError):
@@ -74,7 +74,8 @@ def pull(client: Any, decl: RegistryDecl, keyring: Keyring, spec: str, to: str |
     target.parent.mkdir(parents=True, exist_ok=True)
     partial = target.with_name(f".{target.name}.partial-{secrets.token_hex(4)}")
     try:
-        check = verify_version(mv, gates_for(decl, name, alias), keyring, tracking_uri=tracking_uri, download_to=partial / "model")
+        check = verify_version(mv, gates_for(decl, name, alias), keyring, tracking_uri=tracking_uri, download_to=partial / "model",
+                               gated=is_gated(decl, name, alias))
         if check.evidence is None:
             raise IntegrityError(f"{mv.name} version {mv.version}: {check.unsigned_reason}. Refused; the partial download was deleted.")
         if not check.ok:

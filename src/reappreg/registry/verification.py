@@ -28,7 +28,7 @@ from typing import Any
 
 from reappreg.errors import InputError
 from reappreg.registry.declarations import Gate, RegistryDecl
-from reappreg.registry.gates import GateCheck, evaluate_gates, failed
+from reappreg.registry.gates import GateCheck, check_gate, evaluate_gates, failed
 from reappreg.registry.keys import Keyring, SignatureInvalid, TrustedKey, open_statement, verify_folder
 from reappreg.registry.provenance import EVIDENCE_BYPRODUCT, PREDICATE_TYPE, STATEMENT_TYPE, TAGS_BYPRODUCT, byproduct
 from reappreg.registry.registration import ENVELOPE_TAG, attestation_paths, subject_digests
@@ -109,8 +109,11 @@ def verify_version(
     *,
     tracking_uri: str,
     download_to: Path | None = None,
+    gated: bool | None = None,
 ) -> VersionCheck:
-    """The full check of one model version (see the module docstring). ``download_to``: keep the verified files there."""
+    """The full check of one model version (see the module docstring). ``download_to``: keep the verified files there.
+    ``gated`` (default: any ``gates`` given): the signed gate table applies too (:func:`signed_table_checks`),
+    also when today's declarations list no gate at all."""
     check = VersionCheck(str(mv.name), str(mv.version), None, None)
     stmt = None
     with tempfile.TemporaryDirectory(prefix="reappreg-verify-") as tmp:
@@ -170,6 +173,8 @@ def verify_version(
         elif check.unsigned_reason is None:
             check.unsigned_reason = "no valid signed evidence"
         check.gates = evaluate_gates(gates, check.evidence, unsigned_reason=check.unsigned_reason)
+        if (bool(gates) if gated is None else gated) and stmt is not None and check.evidence is not None:
+            check.gates += signed_table_checks(stmt, gates, check.evidence)
         if download_to is not None and local is not None and check.evidence is not None:
             download_to.parent.mkdir(parents=True, exist_ok=True)
             shutil.move(str(local), str(download_to))
@@ -195,9 +200,39 @@ def registration_squat(mv: Any, registration_key_: str, keyring: Keyring, *, tra
     return "; ".join(problems) or None
 
 
+def signed_table_checks(stmt: dict[str, Any], gates: list[Gate], evidence: dict[str, Any]) -> list[GateCheck]:
+    """The gates the version was judged under at registration (signed in its statement),
+    checked again wherever today's ``registry/models.yaml`` removed or changed one: a gate
+    deleted or loosened in git does not let a version pass what it was signed to need. A
+    signed table that cannot be read is itself a failure."""
+    raw = stmt.get("predicate", {}).get("buildDefinition", {}).get("externalParameters", {}).get("gates")
+    if not isinstance(raw, list):
+        return [GateCheck("signed_gate_table", False, "the signed statement records no gate table to compare with")]
+    try:
+        signed = [Gate.model_validate(g) for g in raw]
+    except Exception as exc:  # pydantic's ValidationError: a table this code cannot read
+        return [GateCheck("signed_gate_table", False, f"the signed gate table does not parse: {exc}")]
+    now = {g.name: g for g in gates}
+    checks = []
+    for gate in signed:
+        if now.get(gate.name) == gate:
+            continue
+        result = check_gate(gate, evidence)
+        change = "removed from" if gate.name not in now else "changed in"
+        checks.append(GateCheck(f"{gate.name}@registration", result.passed,
+                                f"{result.detail} (as signed; {change} registry/models.yaml since, and the signed gate "
+                                "still applies)"))
+    return checks
+
+
 def _clip(value: Any, width: int = 60) -> str:
     text = value if isinstance(value, str) else json.dumps(value)
     return text if len(text) <= width else text[: width - 1] + "…"
+
+
+def is_gated(decl: RegistryDecl, name: str, alias: str | None) -> bool:
+    """A declared model's alias other than the ungated ones (``candidate``): gates apply."""
+    return name in decl.models and not (alias is not None and alias in decl.ungated_aliases)
 
 
 def gates_for(decl: RegistryDecl, name: str, alias: str | None) -> list[Gate]:

@@ -33,7 +33,7 @@ from reappreg.registry.audit import AliasFinding, check_alias
 from reappreg.registry.declarations import RegistryDecl
 from reappreg.registry.keys import Keyring, SigningKey
 from reappreg.registry.promotion import read_history, record_enforcement
-from reappreg.registry.verification import gates_for, verify_version
+from reappreg.registry.verification import gates_for, is_gated, verify_version
 
 
 def watch_poll(
@@ -77,7 +77,8 @@ def enforce(client: Any, decl: RegistryDecl, keyring: Keyring, key: SigningKey, 
             mv = client.get_model_version(finding.name, candidate)
         except Exception:  # deleted since: not a place to go back to
             continue
-        if verify_version(mv, gates, keyring, tracking_uri=tracking_uri).ok:
+        if verify_version(mv, gates, keyring, tracking_uri=tracking_uri,
+                          gated=is_gated(decl, finding.name, finding.alias)).ok:
             target = candidate
             break
     if not finding.signed:
