@@ -371,6 +371,7 @@ def test_health_callback_logs_to_mlflow_tags_and_stops(tracking_uri):
     assert [m.value for m in client.get_metric_history(run.info.run_id, "health/format_gate_hit_rate")] == [0.25, 0.25]
     tags = client.get_run(run.info.run_id).data.tags
     assert tags["health"] == "unhealthy" and tags["health.first_unhealthy_step"] == "2"
+    assert not [a for a in client.list_artifacts(run.info.run_id)]  # no completions source: no table
     assert "reward-std collapse" in tags["health.reason"]
     assert control.should_training_stop and callback.stopped_unhealthy
 
@@ -581,3 +582,33 @@ def test_unhealthy_run_stops_by_param(tiny_random_policy, tmp_path):
     with pytest.raises(TrainingUnhealthy, match="stopped at step 2: reward-std collapse"):
         train_grpo(spec, ensemble=Constant())
     assert not spec.final_dir.exists()
+
+
+def test_the_training_run_logs_what_the_policy_wrote_as_an_mlflow_table_per_step(tracking_uri):
+    """Each logging step's completions (the first N scored, with the reward they got) become an MLflow table;
+    a step replayed from a checkpoint logs none (its completions are not known again)."""
+    import mlflow
+    from transformers import TrainerControl
+
+    from reappreg.policy.train import _mlflow_callback_class
+
+    mlflow.set_tracking_uri(tracking_uri)
+    reward = EnsembleReward(StandinEnsemble(), RewardShaping(thinking=False))
+    run = mlflow.MlflowClient(tracking_uri).create_run(mlflow.set_experiment("t").experiment_id)
+    monitor = HealthMonitor(HealthThresholds())
+    callback = _mlflow_callback_class()(monitor, tracking_uri, run.info.run_id, completions=lambda: reward.drain(2))
+    control, args = TrainerControl(), SimpleNamespace()
+    logs = {"reward": 0.4, "reward_std": 0.2, "kl": 0.01}
+    scored = reward(["p"] * 3, ["a calm answer", "", "another answer"], scenario=["s"] * 3,
+                    vignette_id=["v1", "v2", "v3"], prompt_id=["p1", "p2", "p3"])
+    callback.on_log(args, SimpleNamespace(global_step=1, is_world_process_zero=True), control, logs=logs)
+    callback.on_log(args, SimpleNamespace(global_step=2, is_world_process_zero=True), control, logs=logs)  # nothing new
+    replay = SimpleNamespace(global_step=3, is_world_process_zero=True, log_history=[{**logs, "step": 3}])
+    reward(["p"], ["late"], scenario=["s"], vignette_id=["v9"], prompt_id=["p9"])
+    callback.on_train_begin(args, replay, control)
+    client = mlflow.MlflowClient(tracking_uri)
+    assert [a.path for a in client.list_artifacts(run.info.run_id, "completions")] == ["completions/step_00001.json"]
+    table = mlflow.load_table("completions/step_00001.json", run_ids=[run.info.run_id])
+    assert table["answer"].tolist() == ["a calm answer", ""] and table["step"].tolist() == [1, 1]
+    assert table["vignette_id"].tolist() == ["v1", "v2"] and table["reward"].tolist() == scored[:2]
+    assert table["format_gate_hit"].tolist() == [False, True]

@@ -252,6 +252,23 @@ def test_register_records_provenance_card_and_candidate_alias(repo):
     assert aliases(client, POLICY) == {"candidate": str(mv.version)}
     receipt = json.loads((repo / "reports/registry/registration.json").read_text())
     assert {r["name"]: r["created"] for r in receipt["registered"]} == {RM: True, POLICY: True}
+    # The receipt says where every alias points and whether `registry verify` passes, from the same audit.
+    state = receipt["verify"]
+    assert {(a["name"], a["alias"], a["version"]) for a in state["aliases"]} == {(RM, "candidate", "1"),
+                                                                                (POLICY, "candidate", str(mv.version))}
+    assert state["verify_passes"] is True and state["violations"] == 0 and all(a["verified"] for a in state["aliases"])
+
+
+def test_the_receipt_says_verify_fails_when_the_alias_state_was_tampered_with(repo):
+    register_ok()
+    client = client_for(repo)
+    client.delete_registered_model_alias(POLICY, "candidate")  # an MLflow writer, no signing key
+    register_ok()                                              # unchanged artifacts: nothing new registered
+    state = json.loads((repo / "reports/registry/registration.json").read_text())["verify"]
+    assert state["verify_passes"] is False and state["violations"] == 1
+    (missing,) = [a for a in state["aliases"] if not a["verified"]]
+    assert (missing["name"], missing["alias"], missing["version"]) == (POLICY, "candidate", None)
+    assert "alias missing; signed history #1" in missing["detail"]
 
 
 def test_reregistering_unchanged_artifacts_creates_no_version(repo):

@@ -35,7 +35,8 @@ def sources_in(root: Path) -> ReportSources:
         rm_metrics=root / "metrics/rm", policy_metrics=root / "metrics/policy",
         calibration=root / "metrics/judge_calibration.json", eval_metrics=root / "metrics/eval.json",
         forest=root / "plots/eval/forest.csv", claims=root / "reports/claims.json",
-        registration=root / "reports/registry/registration.json", leakscan=root / "reports/leakscan.json")
+        registration=root / "reports/registry/registration.json", leakscan=root / "reports/leakscan.json",
+        samples=root / "reports/samples.json")
 
 
 FOREST = """condition,opponent,row,row_kind,label,n,n_unparseable,win_rate,iid_low,iid_high,cluster_low,cluster_high,n_clusters,n_eff
@@ -45,6 +46,10 @@ policy,gpt-4-0314,pooled,pooled,x,10,7,0.7,0.397,0.892,0.412,0.911,4,8.5
 """
 
 
+HELDOUT = ["It may be that your friend was overwhelmed by the evening and meant to thank you in person later on.",
+           "Perhaps the silence says more about the pressure your friend is under at work than about how much they value you."]
+
+
 def plant(root: Path) -> ReportSources:
     """One small file per source, with numbers that appear nowhere else."""
     s = sources_in(root)
@@ -52,39 +57,75 @@ def plant(root: Path) -> ReportSources:
     _jsonl(s.canonical / "vignettes.jsonl", [{"vignette_id": "v1"}, {"vignette_id": "v2"}])
     _jsonl(s.train / "reappraisals.jsonl", [{"source": "human"}] * 3)
     _jsonl(s.train / "ratings.jsonl", [{"rating": 1}] * 7)
-    _jsonl(s.heldout, [{"source": "gpt-4-0314"}] * 2)
+    _jsonl(s.heldout, [{"answer_id": f"g-v1-0{i}", "source": "gpt-4-0314", "vignette_id": "v1", "text": text} for i, text in
+                       enumerate(HELDOUT, 1)])
     _json(s.validation, {"success": False, "n_expectations": 23, "n_failed": 1, "source": "sample",
                          "tables": {"reappraisals": 5},
                          "failed": [{"table": "ratings", "expectation": "expect_column_values_to_be_between",
                                      "kwargs": {"column": "effectiveness"}, "unexpected_count": 4, "element_count": 7,
                                      "example_ids": ["r9"]}]})
     _json(s.certificate, {"schema": "reappreg.guard.certificate/v1", "result": "pass", "policy": "block",
-                          "counts": {"hits": 0, "texts_checked": 618, "removed_records": 0},
+                          "counts": {"hits": 0, "texts_checked": 618, "removed_records": 0, "records_checked": 611,
+                                     "sources": 3, "hits_ngram": 0, "hits_minhash": 0},
+                          "detectors": {"ngram": {"n": 5, "min_run": 20, "containment": 0.5},
+                                        "minhash": {"threshold": 0.3, "num_perm": 64}, "normalisation": "norm/v3"},
+                          "heldout": {"answers": 177, "answer_variants": 199}, "tokenizers": [{"name": "rm-encoder"}],
                           "training": [{"path": "data/train/reappraisals.jsonl", "records": 3, "flagged_records": 0,
                                         "guarded_path": "data/guarded/reappraisals.jsonl"}]})
-    _json(s.rm_metrics / "bt_seed_0.json", {"objective": "bt", "holdout": {"pairwise_accuracy": 0.8123,
-                                            "spearman_within_vignette": 0.6351, "n_pairs": 830},
-                                            "lovo": {"pairwise_accuracy": 0.7891},
+
+    def rm_split(acc, length, regression, difference, low, high):
+        return {"pairwise_accuracy": acc, "spearman_within_vignette": 0.6351, "n_pairs": 830,
+                "trivial_baselines": {"rankers": {"length_chars": {"accuracy": length}, "length_regression": {"accuracy": regression}},
+                                      "vs_length": {"ranker": "length_chars", "difference": difference, "cluster_low": low,
+                                                    "cluster_high": high}}}
+
+    _json(s.rm_metrics / "bt_seed_0.json", {"objective": "bt", "holdout": rm_split(0.8123, 0.5512, 0.6613, 0.2611, 0.1212, 0.3313),
+                                            "lovo": rm_split(0.7891, 0.5414, 0.6515, 0.2477, -0.0123, 0.3991),
                                             "baselines": {"length_only": {"pairwise_accuracy": 0.5512}}})
     _json(s.rm_metrics / "ensemble.json", {"objective": "multidim", "holdout": {"reward": {
-        "pairwise_accuracy": 0.8456, "pairwise_accuracy_low": 0.8111, "pairwise_accuracy_high": 0.8777}}})
+        **rm_split(0.8456, 0.5512, 0.6613, 0.2944, 0.2011, 0.3877), "pairwise_accuracy_low": 0.8111, "pairwise_accuracy_high": 0.8777}},
+        "lovo": {"reward": rm_split(0.8234, 0.5414, 0.6515, 0.2820, 0.1919, 0.3721)},
+        "beats_length_baseline": {"passed": True, "cluster_low": 0.1919}})
     _json(s.policy_metrics / "train.json", {"healthy": True, "steps_run": 3, "unhealthy_reason": None,
                                             "final": {"health/format_gate_hit_rate": 0.2468, "health/kl": 0.0135},
                                             "history": [{"step": 1, "health/kl": 0.01, "health/reward_std": 0.5},
                                                         {"step": 2, "health/kl": 0.012, "health/reward_std": 0.4},
                                                         {"step": 3, "health/kl": 0.0135, "health/reward_std": 0.3}]})
     _json(s.calibration, {"trusted": True, "judge_model": "judge-x", "agreement": 0.7321, "agreement_low": 0.6543,
-                          "agreement_high": 0.8012, "kappa_new_key": 0.4242})
+                          "agreement_high": 0.8012, "kappa_new_key": 0.4242, "n_pairs": 41, "min_agreement": 0.65,
+                          "min_pairs": 16, "position_bias_A": 0.0513, "position_bias_B": 0.0244, "unparseable_rate": 0.0})
     _json(s.eval_metrics, {"policy/gpt-4-0314/win_rate": 0.7, "policy/gpt-4-0314/cluster_low": 0.412,
                            "policy/gpt-4-0314/n": 10, "policy/gpt-4-0314/vignette/v1/n": 10, "judge/trusted": 1})
     s.forest.parent.mkdir(parents=True, exist_ok=True)
     s.forest.write_text(FOREST, encoding="utf-8")
-    _json(s.claims, [{"claim_id": "bar/policy/gpt-4-0314", "status": "not_tested", "supported": False,
-                      "statement": "The policy wins.", "reason": "n = 10 < 240", "flags": ["below_min_n"]}])
+    _json(s.claims, [{"claim_id": "bar/policy/gpt-4-0314", "kind": "bar", "status": "not_tested", "supported": False,
+                      "statement": "The policy wins.", "reason": "n = 10 < 240", "flags": ["below_min_n"],
+                      "blocking_flags": ["below_min_n"], "threshold": 0.608,
+                      "evidence": {"win_rate": 0.7, "n": 10, "cluster_low": 0.412, "cluster_high": 0.911,
+                                   "binding_interval": "vignette_t"}}])
     _json(s.registration, {"registered": [{"name": "reappraisal-policy-grpo", "version": "3",
                                            "aliases": ["candidate"], "gates": {"min_n": {"passed": False, "value": 10}},
-                                           "gate_results": [{"gate": "guard_pass", "passed": True, "evidence": "pass"}]}]})
+                                           "gate_results": [{"gate": "guard_pass", "passed": True, "evidence": "pass"}]}],
+                           "verify": {"verify_passes": True, "verified": 2, "violations": 0, "history_problems": [],
+                                      "checked": "signature, bytes", "aliases": [
+                                          {"name": "reappraisal-policy-grpo", "alias": "candidate", "version": "3", "verified": True,
+                                           "detail": "passes its signed gates"},
+                                          {"name": "reappraisal-policy-grpo", "alias": "champion", "version": "2", "verified": True,
+                                           "detail": "passes its signed gates"}]}})
     _json(s.leakscan, {"passed": True, "n_hits": 0, "n_probes": 1264, "mlflow_runs_scanned": 32, "hits": []})
+    verdicts = [{"opponent_source": "gpt-4-0314", "opponent_answer_id": "g-v1-01", "order": "policy_first", "verdict": "A",
+                 "policy_score": 1.0, "outcome": "win"},
+                {"opponent_source": "gpt-4-0314", "opponent_answer_id": "g-v1-01", "order": "policy_second", "verdict": "A",
+                 "policy_score": 0.0, "outcome": "loss"}]
+    _json(s.samples, {"schema": "reappreg.report.samples/v1", "per_vignette": 1, "rule": "first 1 per vignette",
+                      "reward": "the GRPO reward", "conditions": {"policy": {}, "base": {}},
+                      "samples": [{"condition": "policy", "vignette_id": "v1", "scenario": "Your friend did not reply.",
+                                   "answer": "You can read the silence as a busy week | not a verdict on you.",
+                                   "rm_reward": 0.4321, "format_gate_hit": False, "missing_close_tag": False,
+                                   "hit_max_new_tokens": False, "verdicts": verdicts},
+                                  {"condition": "base", "vignette_id": "v1", "scenario": "Your friend did not reply.",
+                                   "answer": "Sure! Here is a reappraisal.", "rm_reward": -1.0, "format_gate_hit": True,
+                                   "missing_close_tag": False, "hit_max_new_tokens": True, "verdicts": []}]})
     return s
 
 
@@ -98,18 +139,30 @@ def test_every_section_shows_the_planted_values(tmp_path):
         "| human | 3 | 3 | 0 |", "| gpt-4-0314 | 2 | 0 | 2 |", "| total | 5 | 3 | 2 |",      # data per source
         "| data/train/ratings.jsonl | 7 |",
         "**FAILED**: 1 of 23", "| ratings | expect_column_values_to_be_between | effectiveness | 4 | 7 | r9 |",
+        "| ngram | exact word n-grams | n=5, min_run=20, containment=0.500 | 0 |",         # detectors x (setting, hits)
+        "| held-out answers (variants) | 177 (199) |", "| records | 611 |",
         "| counts.texts_checked | 618 |", "| data/train/reappraisals.jsonl | 3 | 0 | data/guarded/reappraisals.jsonl |",
-        "| bt_seed_0 | bt | 0.812 | 0.635 | 830 | 0.789 |", "| ensemble | multidim | 0.846 |",
-        "| bt_seed_0 | length_only.pairwise_accuracy | 0.551 |",                                # baselines by key
+        # one row per RM, one column per comparison, intervals in the cell
+        "| bt_seed_0 | bt | 0.812 (no interval) | 0.789 (no interval) | 0.551 / 0.541 (length_chars) | 0.661 / 0.651 | "
+        "0.248 [-0.012, 0.399] | NO |",
+        "| ensemble | multidim | 0.846 [0.811, 0.878] | 0.823 (no interval) | 0.551 / 0.541 (length_chars) | 0.661 / 0.651 | "
+        "0.282 [0.192, 0.372] | yes (registry gate: pass) |",
+        "| bt_seed_0 | length_only.pairwise_accuracy | 0.551 |",                                # baselines by key (raw)
         "Training monitor verdict: **healthy** after 3 steps",
         "| Format-gate hit rate (last logged step) | 0.247 | final.health/format_gate_hit_rate |",
         "| Agreement with human preference pairs | 0.732 | 0.654 | 0.801 | agreement |",      # intervals joined
         "| Kappa new key | 0.424 | — | — | kappa_new_key |",                                   # an unknown key is kept
         "| policy | gpt-4-0314 | v1 | 10 | 0.700 | [0.397, 0.892] | [0.412, 0.911] |",
         "| bar/policy/gpt-4-0314 | not_tested | no | The policy wins. | n = 10 < 240 | below_min_n |",
-        "| reappraisal-policy-grpo | 3 | candidate | no | 10 |",                                # aliases and gate results
+        "| reappraisal-policy-grpo | 3 | — | — | — |",                                          # registered versions
+        "| reappraisal-policy-grpo | champion | 2 | yes | passes its signed gates |",            # where aliases point
+        "`reappreg registry verify` right after registration: **passes** (2 alias(es) verified, 0 violation(s)",
         "| guard_pass | yes | pass |", "`gate_results` of reappraisal-policy-grpo 3",           # a list of records: its own table
         "Leak scan: **passed**: 0 hit(s) in 1264 probes",
+        "**v1**: Your friend did not reply.",                                                   # the policy's own words
+        "| policy | You can read the silence as a busy week \\| not a verdict on you. | 0.432 | passed | "
+        "win (A) vs gpt-4-0314 g-v1-01 | loss (A) vs gpt-4-0314 g-v1-01 |",
+        "| base | Sure! Here is a reappraisal. | -1.000 | HIT: format penalty; cut at the token limit | not judged | not judged |",
     ]
     missing = [e for e in expected if e not in md]
     assert missing == [], md
@@ -125,9 +178,11 @@ def test_a_row_without_a_value_says_why(tmp_path):
 
 def test_missing_inputs_are_named_with_their_stage_and_nothing_is_invented(tmp_path):
     sources = sources_in(tmp_path)
-    sections = collect(sources, tmp_path)
+    summary, *sections = collect(sources, tmp_path)
     assert all(s.missing for s in sections), [s.title for s in sections if not s.missing]
     assert all(not [b for b in s.blocks if isinstance(b, (Table, Figure))] for s in sections)
+    lines = summary.blocks[0].lines
+    assert {line.verdict for line in lines} == {"missing"} and not [f for line in lines for f in line.facts]
     md = render_markdown(sections, "report", "subtitle")
     for path, stage in [("data/validation/report.json", "validate"), ("data/guard/certificate.json", "guard"),
                         ("metrics/rm", "rm_train"), ("metrics/policy", "policy_train"), ("reports/claims.json", "stats"),
@@ -147,7 +202,7 @@ def test_an_unreadable_or_wrong_shaped_file_is_a_missing_section_with_the_reason
     assert "`data/validation/report.json`: unreadable (" in md and "invalid JSON at line 1" in md
     assert "`reports/claims.json`: expected a JSON list, found dict" in md
     assert "`metrics/rm/regression_seed_0.json`: unreadable (" in md
-    assert "| bt_seed_0 | bt | 0.812 |" in md  # the readable files are still shown
+    assert "| bt_seed_0 | bt | 0.812 (no interval) |" in md  # the readable files are still shown
 
 
 def test_policy_section_applies_the_cards_health_gates(tmp_path):
@@ -223,7 +278,7 @@ def test_report_command_writes_the_page_and_logs_it_to_mlflow(tmp_path, monkeypa
     assert info.value.code == 0
     page = (tmp_path / "reports/report.html").read_text(encoding="utf-8")
     assert "Win-rates against held-out answers" in page
-    assert "| bt_seed_0 | bt | 0.812 |" in (tmp_path / "reports/report.md").read_text(encoding="utf-8")
+    assert "| bt_seed_0 | bt | 0.812 (no interval) |" in (tmp_path / "reports/report.md").read_text(encoding="utf-8")
     assert json.loads((tmp_path / "metrics/headline.json").read_text())["rm"]["bt_seed_0"] == 0.8123
     client = MlflowClient(tracking_uri=tracking_uri)
     runs = client.search_runs([e.experiment_id for e in client.search_experiments()], "tags.stage = 'report'")
@@ -231,6 +286,8 @@ def test_report_command_writes_the_page_and_logs_it_to_mlflow(tmp_path, monkeypa
     logged = {a.path for a in client.list_artifacts(runs[0].info.run_id, "report")}
     assert logged == {"report/report.html", "report/report.md", "report/headline.json"}
     assert runs[0].data.metrics["rm/bt_seed_0"] == 0.8123
+    assert "checked against the 2 held-out answers with the guard's detectors: no overlap" in \
+        (tmp_path / "reports/report.md").read_text(encoding="utf-8")
 
 
 @pytest.mark.slow
@@ -258,13 +315,28 @@ def test_the_page_reads_in_headless_chromium(tmp_path):
         assert "no scored judgment: all 7 judgment(s) unparseable" in text
         widths = driver.execute_script("return Array.from(document.images).map(i => i.complete ? i.naturalWidth : 0)")
         assert len(widths) == 3 and all(w > 300 for w in widths), widths
+        # The summary is the first thing on the page, above the first section, and its links land on sections.
+        summary = driver.find_element("id", "summary")
+        assert summary.location["y"] < driver.find_element("id", "data").location["y"]
+        assert "1 of 2 beat length" in summary.text and "verify passes" in summary.text
+        hrefs = [a.get_attribute("href").rsplit("#", 1)[1] for a in summary.find_elements("css selector", "table.summary a")]
+        assert hrefs and all(driver.find_elements("id", h) for h in hrefs), hrefs
+        # Raw dumps are folded: their rows are not visible until opened.
+        raw = driver.find_element("xpath", "//details//td[text()='counts.texts_checked']")
+        assert not raw.is_displayed()
         shot = tmp_path / "report.png"
         driver.save_screenshot(str(shot))
         assert shot.stat().st_size > 20_000
+        shots = {"": shot}
+        for name in ("summary", "the-policy-s-own-words"):
+            shots[f"_{name}"] = tmp_path / f"{name}.png"
+            driver.find_element("id", name).screenshot(str(shots[f"_{name}"]))
+            assert shots[f"_{name}"].stat().st_size > 5_000
         target = os.environ.get("REAPPREG_REPORT_SCREENSHOT")
         if target:
             Path(target).parent.mkdir(parents=True, exist_ok=True)
-            shutil.copy(shot, target)
+            for suffix, path in shots.items():
+                shutil.copy(path, Path(target).with_stem(Path(target).stem + suffix))
     finally:
         driver.quit()
 
@@ -305,3 +377,105 @@ def test_validation_section_says_whether_the_report_still_matches_the_data(tmp_p
     table = sources.canonical / "reappraisals.jsonl"
     table.write_text(table.read_text().replace("You", "Yuo", 1))
     assert "**NO**" in binding() and "reappraisals.jsonl" in binding()
+
+
+# ------------------------------------------------------------------------ the summary
+
+
+def _summary(sources: ReportSources, root: Path, **kwargs):
+    sections = collect(sources, root, **kwargs)
+    assert sections[0].title == "Summary"
+    return sections, sections[0].blocks[0].lines
+
+
+def _trust_policy():
+    from reappreg.stats.trust import TrustPolicy
+
+    return TrustPolicy(max_position_bias=0.2, max_unparseable_rate=0.05, min_agreement_floor=0.6, min_pairs_floor=16)
+
+
+def test_every_number_in_the_summary_is_read_from_the_file_it_names(tmp_path):
+    """Each fact is re-read from its file (or params), and the summary shows no number that is not a fact."""
+    from reappreg.card.build import fmt
+    from reappreg.report.summary import walk
+    from reappreg.settings import Params
+    from reappreg.settings.card import CardHealthSettings
+
+    sources = plant(tmp_path)
+    params = Params().model_dump(by_alias=True)
+    _, lines = _summary(sources, tmp_path, health=CardHealthSettings(max_format_gate_hit_rate=0.2),
+                        max_completion_length=48, trust_policy=_trust_policy(), settings_dump=params)
+    facts = [f for line in lines for f in line.facts]
+    assert len(facts) >= 30
+    for fact in facts:
+        if fact.source == "params.yaml":
+            assert walk(params, fact.path) == fact.value, fact
+            continue
+        path = tmp_path / fact.source
+        if fact.count:
+            records = (read_jsonl(path) if path.suffix == ".jsonl" else walk(json.loads(path.read_text()), fact.path))
+            assert len(records) == fact.value, fact
+        else:
+            assert walk(json.loads(path.read_text()), fact.path) == fact.value, fact
+    for line in lines:
+        shown = {fmt(f.value) for f in line.facts}
+        text = re.sub(r"`[^`]*`", "", " ".join(line.sentences))  # names in code spans (bt_seed_0, v1) are not numbers
+        numbers = re.findall(r"(?<![\w.])-?\d+(?:\.\d+)?(?![\w])", text)
+        assert [n for n in numbers if n not in shown] == [], (line.title, text)
+    by_title = {line.title: line for line in lines}
+    assert by_title["Reward models vs length"].verdict == "1 of 2 beat length"   # bt's LOVO interval crosses 0
+    assert by_title["Policy training"].verdict == "unhealthy"                     # the cards' gate: 0.247 > 0.2
+    assert by_title["Registry aliases"].sentences[0] == "`champion` → reappraisal-policy-grpo v2."
+
+
+def read_jsonl(path: Path) -> list[dict]:
+    return [json.loads(line) for line in path.read_text(encoding="utf-8").splitlines() if line.strip()]
+
+
+def test_the_summary_derives_its_verdicts_rather_than_copying_the_files_labels(tmp_path):
+    sources = plant(tmp_path)
+    calib = json.loads(sources.calibration.read_text())
+    _json(sources.calibration, {**calib, "agreement_low": 0.5012, "trusted": True})  # the cache says trusted; the numbers do not
+    _, lines = _summary(sources, tmp_path, trust_policy=_trust_policy())
+    judge = next(line for line in lines if line.title == "Judge")
+    assert judge.verdict == "NOT trusted" and judge.ok is False
+    assert "agreement with people, lower bound 0.501, needs >= 0.650" in judge.sentences[-1]
+    # The gate's own flag says pass; the RM line applies the test to the interval itself.
+    ens = json.loads((sources.rm_metrics / "ensemble.json").read_text())
+    ens["lovo"]["reward"]["trivial_baselines"]["vs_length"]["cluster_low"] = -0.0101
+    _json(sources.rm_metrics / "ensemble.json", ens)
+    rm = next(line for line in _summary(sources, tmp_path)[1] if line.title.startswith("Reward"))
+    assert rm.verdict == "0 of 2 beat length"
+    assert "[-0.010, 0.372]: does NOT beat length (registry gate `beats_length_baseline`: pass)" in " ".join(rm.sentences)
+
+
+def test_every_summary_line_links_to_a_section_and_raw_dumps_are_folded_away(tmp_path):
+    sections, lines = _summary(plant(tmp_path), tmp_path)
+    page = render_html(sections, "r", "s")
+    ids = set(re.findall(r'<section id="([^"]+)">', page))
+    assert {line.anchor for line in lines} <= ids and len(lines) >= 9
+    assert page.index('<table class="summary">') < page.index('<section id="data">')
+    # A raw key/value dump is only ever inside a collapsed <details> block.
+    folded = "".join(re.findall(r"<details>.*?</details>", page, flags=re.S))
+    for raw in ("<td>counts.texts_checked</td>", "<td>length_only.pairwise_accuracy</td>", "<td>n_probes</td>",
+                "<td>kappa_new_key</td>"):
+        assert raw in folded and page.count(raw) == folded.count(raw), raw
+    md = render_markdown(sections, "r", "s")
+    assert all(f'<a id="{line.anchor}"></a>' in md for line in lines)
+
+
+def test_the_report_refuses_to_write_a_page_that_carries_a_heldout_answer(tmp_path, monkeypatch, tracking_uri, capsys):
+    from reappreg import cli
+
+    sources = plant(tmp_path)
+    samples = json.loads(sources.samples.read_text())
+    samples["samples"][0]["answer"] = "Well. " + HELDOUT[1].upper().replace(" ", "  ")  # case and spacing do not hide it
+    _json(sources.samples, samples)
+    (tmp_path / "params.yaml").write_text("profile: cpu\n", encoding="utf-8")
+    monkeypatch.chdir(tmp_path)
+    with pytest.raises(SystemExit) as info:
+        cli.main(["report"])
+    assert info.value.code == 2
+    err = capsys.readouterr().err
+    assert "reports/report.md would show held-out text: it overlaps g-v1-02" in err and "nothing was written" in err
+    assert not (tmp_path / "reports/report.html").exists() and not (tmp_path / "reports/report.md").exists()

@@ -46,7 +46,7 @@ SUBCOMMANDS = ("data", "validate", "guard", "rm", "policy", "stats", "generate",
                "leakscan")
 # (module under reappreg.commands, function, command name): commands directly under the root.
 # reappreg.dvcdeps reads both literals to find the code a DVC stage's command runs.
-COMMANDS = [("report", "report", "report")]
+COMMANDS = [("report", "report", "report"), ("samples", "samples", "samples")]
 
 
 def _plain(command: Command) -> Command:

@@ -159,6 +159,7 @@ def register(
     from reappreg.hashing import dvc_md5
     from reappreg.io import write_json
     from reappreg.registry import (
+        audit,
         bounded_http,
         evaluate_gates,
         evidence_of,
@@ -174,6 +175,7 @@ def register(
     from reappreg.card.build import results_rows_of
     from reappreg.registry.declarations import gate_table
     from reappreg.registry.provenance import material, params_md5
+    from reappreg.registry.audit import alias_rows
     from reappreg.registry.registration import checkpoint_evidence, version_tags
     from reappreg.registry.verification import registration_squat
     from reappreg.settings import load_params
@@ -274,7 +276,10 @@ def register(
                     mlflow.log_metric(f"registry/{name}/created", int(result.created))
                     colour = "green" if result.created else "yellow"
                     console.print(f"[{colour}]{name}[/] version {result.version}: {result.note}", highlight=False, soft_wrap=True)
-            write_json(receipt, {"registered": results, "signing_keyid": key.keyid})
+            # What a reader of the receipt (and the report) needs next: where every alias points
+            # now and whether `registry verify` passes, derived by the same audit it runs.
+            state = audit(client, decl, keyring, tracking_uri=tracking_uri)
+            write_json(receipt, {"registered": results, "signing_keyid": key.keyid, "verify": alias_rows(state)})
 
 
 @app.command()

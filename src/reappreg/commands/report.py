@@ -22,6 +22,7 @@ def report(
     claims: Path = typer.Option("reports/claims.json", "--claims", help="Claims and their status (JSON)"),
     registration: Path = typer.Option("reports/registry/registration.json", "--registration", help="Registration receipt JSON"),
     leakscan: Path = typer.Option("reports/leakscan.json", "--leakscan", help="Leak scan report JSON"),
+    samples: Path = typer.Option("reports/samples.json", "--samples", help="The policy's sampled answers (JSON)"),
     html_out: Path = typer.Option("reports/report.html", "--html", help="HTML page to write"),
     markdown_out: Path = typer.Option("reports/report.md", "--markdown", help="Markdown twin to write"),
     headline_out: Path = typer.Option("metrics/headline.json", "--headline",
@@ -38,24 +39,36 @@ def report(
         render_html,
         render_markdown,
     )
+    from reappreg.report.leak import scan_for_heldout
     from reappreg.settings import load_params
     from reappreg.card.build import source_revision
+    from reappreg.stats.trust import TrustPolicy
     from reappreg.tracking import stage_run
 
     settings = load_params(params)
     sources = ReportSources(canonical=canonical, train=train, heldout=heldout, validation=validation,
                             certificate=certificate, rm_metrics=rm_metrics, policy_metrics=policy_metrics,
                             calibration=calibration, eval_metrics=eval_metrics, forest=forest, claims=claims,
-                            registration=registration, leakscan=leakscan)
+                            registration=registration, leakscan=leakscan, samples=samples)
     revision = source_revision()
     changed = revision["dirty_paths"]
     named = ", ".join(f"`{p}`" for p in changed[:5]) + (f" and {len(changed) - 5} more" if len(changed) > 5 else "")
     dirty = f" with uncommitted changes to {named}" if revision["dirty"] == "true" else ""
     subtitle = (f"Built by `reappreg report` at commit `{revision['commit']}`{dirty}, profile `{settings.profile}`, "
                 "from the pipeline's tracked files. Every number is read from the file named under its section.")
+    trust_policy = TrustPolicy(max_position_bias=settings.stats.max_position_bias,
+                               max_unparseable_rate=settings.stats.max_unparseable_rate,
+                               min_agreement_floor=settings.judge.min_agreement,
+                               min_pairs_floor=settings.judge.calibration_min_pairs)
     sections = collect(sources, health=settings.card.health,
                        max_completion_length=settings.policy.train.max_completion_length,
-                       validate_rules=settings.validate_)
+                       validate_rules=settings.validate_, trust_policy=trust_policy,
+                       settings_dump=settings.model_dump(by_alias=True))
+    markdown = render_markdown(sections, "reappreg pipeline report", subtitle)
+    # Nothing the report shows may carry held-out text (it is training-side: logged to MLflow, kept in git):
+    # the page is checked with the guard's own detectors before it is written.
+    scanned = scan_for_heldout(heldout, settings.guard.detectors(), markdown, str(markdown_out))
+    subtitle += f" {scanned}"
     numbers = headline(sources)
     with stage_run("report", tracking=settings.tracking):
         write_text(html_out, render_html(sections, "reappreg pipeline report", subtitle))
@@ -67,3 +80,4 @@ def report(
     missing = sum(len(s.missing) for s in sections)
     typer.echo(f"report: {html_out} and {markdown_out} ({len(sections)} sections, {missing} missing input(s)); "
                f"headline {headline_out}")
+

@@ -59,6 +59,12 @@ class EnsembleReward:
         self.missing_close_reward = (
             self.format_penalty if shaping.missing_close_tag_reward is None else float(shaping.missing_close_tag_reward)
         )
+        self.completions: list[dict[str, Any]] = []
+
+    def drain(self, limit: int) -> list[dict[str, Any]]:
+        """The first ``limit`` completions scored since the last drain (in scoring order), forgetting the rest."""
+        rows, self.completions = self.completions[:limit], []
+        return rows
 
     def score(self, scenarios: Sequence[str], completions: Sequence[Any]) -> RewardBatch:
         if len(scenarios) != len(completions):
@@ -95,10 +101,19 @@ class EnsembleReward:
                 rewards[scored] = values
         return RewardBatch(rewards=rewards, answers=answers, missing_close_tag=missing, format_gate_hit=gate_hit)
 
-    def __call__(self, prompts, completions, scenario=None, log_metric=None, **_: Any) -> list[float]:
+    def __call__(self, prompts, completions, scenario=None, log_metric=None, vignette_id=None, prompt_id=None,
+                 **_: Any) -> list[float]:
         if scenario is None:
             raise InputError("reward: the training dataset has no 'scenario' column")
         batch = self.score(list(scenario), list(completions))
+        # Kept for the training run's MLflow table of what the policy wrote (drained each logging step).
+        for i, answer in enumerate(batch.answers):
+            self.completions.append({
+                "vignette_id": None if vignette_id is None else str(vignette_id[i]),
+                "prompt_id": None if prompt_id is None else str(prompt_id[i]),
+                "answer": answer, "reward": float(batch.rewards[i]),
+                "format_gate_hit": bool(batch.format_gate_hit[i]), "missing_close_tag": bool(batch.missing_close_tag[i]),
+            })
         if log_metric is not None:
             log_metric("format_gate/hit_rate", float(batch.format_gate_hit.mean()))
             log_metric("think/missing_close_rate", float(batch.missing_close_tag.mean()))

@@ -30,7 +30,7 @@ import math
 import os
 import shutil
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field, fields
 from pathlib import Path
 from typing import Any
@@ -221,9 +221,12 @@ def _mlflow_callback_class():
         """Logs every TRL log line to MLflow (``trl/<key>``), the health metrics, seconds per
         step, and the detector's verdict (metric ``healthy`` + run tags); stops by param."""
 
-        def __init__(self, monitor: HealthMonitor, tracking_uri: str | None, run_id: str | None):
+        def __init__(self, monitor: HealthMonitor, tracking_uri: str | None, run_id: str | None,
+                     completions: Callable[[], list[dict[str, Any]]] | None = None):
             self.monitor = monitor
             self.run_id = run_id
+            # What the policy wrote since the last log line (EnsembleReward.drain): an MLflow table per step.
+            self.completions = completions
             self.client = None
             if run_id is not None:
                 from mlflow import MlflowClient
@@ -290,7 +293,17 @@ def _mlflow_callback_class():
             self.logged.append({**entry, "replayed": True} if replayed else entry)
             if state.is_world_process_zero:
                 self._log(step, metrics, tags)
+                if not replayed:
+                    self._log_completions(step)
             return verdict
+
+        def _log_completions(self, step: int) -> None:
+            rows = self.completions() if self.completions is not None else []
+            if self.client is None or not rows:
+                return
+            columns = {key: [row.get(key) for row in rows] for key in rows[0]}
+            self.client.log_table(self.run_id, data={"step": [step] * len(rows), **columns},
+                                  artifact_file=f"completions/step_{step:05d}.json")
 
         def on_train_end(self, args, state, control, **kwargs):
             if state.is_world_process_zero and not self.monitor.ever_unhealthy:
@@ -399,7 +412,8 @@ def train_grpo(spec: GrpoSpec, *, ensemble: Any = None, extra_callbacks: Sequenc
                                                  dtype=torch_dtype(t.precision, "policy.train.precision"))
     args = grpo_config(spec)
     monitor = HealthMonitor(spec.health)
-    health_cb = _mlflow_callback_class()(monitor, spec.tracking_uri, spec.run_id)
+    health_cb = _mlflow_callback_class()(monitor, spec.tracking_uri, spec.run_id,
+                                         completions=lambda: reward.drain(t.completions_logged_per_step))
     callbacks = [health_cb, export_callback_class()(spec), *extra_callbacks]
     if spec.show_progress:
         callbacks.append(RichProgressCallback())

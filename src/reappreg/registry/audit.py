@@ -82,6 +82,19 @@ class Audit:
         return [f for f in self.findings if f.violation]
 
 
+def alias_rows(result: Audit) -> dict[str, Any]:
+    """The audit as plain data (the registration receipt, the report): one row per alias, and the verdict
+    `registry verify` would print (it exits 1 on any violation or history problem, or when nothing verified)."""
+    rows = [{"name": f.name, "alias": f.alias, "version": f.version or None, "declared": f.declared,
+             "verified": f.declared and not f.violation, "signed_state": f.signed,
+             "failed_gates": [c.gate for c in f.failed_gates], "detail": f.describe()} for f in result.findings]
+    passes = bool(result.verified) and not result.violations and not result.history_problems
+    return {"aliases": rows, "verify_passes": passes, "verified": len(result.verified),
+            "violations": len(result.violations), "history_problems": list(result.history_problems),
+            "undeclared_models": list(result.undeclared), "checked": "signature, bytes, tags against the signed copy, "
+            "gates from the signed evidence, alias against the replayed signed history (as `reappreg registry verify`)"}
+
+
 def history_note(history: History, alias: str, version: str) -> tuple[str, bool]:
     last = history.last_for(alias)
     if last is None:

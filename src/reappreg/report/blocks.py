@@ -26,12 +26,58 @@ class Figure:
 
 
 @dataclass
+class Details:
+    """Raw numbers folded away: a collapsed ``<details>`` block (HTML and GitHub markdown)."""
+
+    summary: str
+    blocks: list[Table | str] = field(default_factory=list)
+
+
+@dataclass(frozen=True)
+class Fact:
+    """One number (or word) the summary shows, and where it was read: ``path`` walks the JSON
+    file ``source`` (dict keys and list indices); ``count`` means the number of records at
+    ``path`` (a JSONL file's lines when ``path`` is empty). Tests re-read every fact."""
+
+    value: Any
+    source: str
+    path: tuple = ()
+    count: bool = False
+
+
+@dataclass
+class SummaryLine:
+    title: str
+    anchor: str
+    verdict: str            # the answer in a word or two: PASS, FAIL, healthy, NOT trusted, ...
+    sentences: list[str]
+    facts: list[Fact] = field(default_factory=list)
+    ok: bool | None = None  # colours the verdict; None: neither good nor bad (not checked, missing)
+
+
+@dataclass
+class Summary:
+    lines: list[SummaryLine]
+
+
+@dataclass
 class Section:
     title: str
     sources: list[str]
-    blocks: list[Table | Figure | str] = field(default_factory=list)
+    blocks: list[Table | Figure | Details | Summary | str] = field(default_factory=list)
     # Why evidence is missing: "<file>: not found (written by `dvc repro <stage>`)", ...
     missing: list[str] = field(default_factory=list)
+    anchor: str = ""
+
+    def __post_init__(self):
+        if not self.anchor:
+            self.anchor = slug(self.title)
+
+
+def slug(title: str) -> str:
+    import re
+
+    return re.sub(r"[^a-z0-9]+", "-", title.lower()).strip("-")
 
 
 

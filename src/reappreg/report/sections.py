@@ -13,8 +13,8 @@ from typing import Any
 from reappreg.card.build import calibration_rows, flatten, fmt, metric_label, training_health
 from reappreg.errors import InputError
 from reappreg.io import read_json, read_jsonl
-from reappreg.report.blocks import (Section, Table, count, curves_figure, dot_figure, empty_reason, forest_figure,
-                                    is_number, num)
+from reappreg.report.blocks import (Details, Section, Table, count, curves_figure, dot_figure, empty_reason,
+                                    forest_figure, is_number, num)
 
 
 @dataclass(frozen=True)
@@ -34,6 +34,7 @@ class ReportSources:
     claims: Path
     registration: Path
     leakscan: Path
+    samples: Path | None = None
 
 
 # Which stage writes each source: named in a missing section's reason.
@@ -41,6 +42,7 @@ STAGE_OF = {
     "canonical": "ingest", "train": "split", "heldout": "split", "validation": "validate", "certificate": "guard",
     "rm_metrics": "rm_train", "policy_metrics": "policy_train", "calibration": "judge_calibrate",
     "eval_metrics": "stats", "forest": "stats", "claims": "stats", "registration": "register", "leakscan": "leakscan",
+    "samples": "samples",
 }
 
 
@@ -52,12 +54,17 @@ class _Reader:
         self.health: Any = None
         self.max_completion_length: int | None = None
         self.validate_rules: Any = None
+        self.trust_policy: Any = None
+        self.settings_dump: dict[str, Any] = {}
 
     def path(self, name: str) -> Path:
         return getattr(self.sources, name)
 
     def shown(self, name: str) -> str:
         return display(self.path(name), self.root)
+
+    def display(self, path: Path) -> str:
+        return display(path, self.root)
 
     def absent(self, name: str, section: Section, sub: str | None = None) -> bool:
         path = self.path(name) / sub if sub else self.path(name)
@@ -179,6 +186,14 @@ def _validation_binding(r: _Reader, report: Mapping[str, Any]) -> str:
             "match what the report validated.")
 
 
+DETECTOR_SETTINGS = {
+    "ngram": ("exact word n-grams", ("n", "min_run", "containment"), "hits_ngram"),
+    "minhash": ("MinHash-LSH (datasketch)", ("threshold", "num_perm", "bands", "rows", "shingle_words"), "hits_minhash"),
+    "chars": ("character n-grams", ("n", "min_run", "containment"), "hits_chars"),
+    "fragments": ("fragments spread over records", ("min_piece", "coverage", "group_fields"), "hits_fragments"),
+}
+
+
 def guard_section(r: _Reader) -> Section:
     section = Section("Separation guard certificate", [r.shown("certificate")])
     cert = r.json("certificate", section, dict)
@@ -186,27 +201,91 @@ def guard_section(r: _Reader) -> Section:
         return section
     section.blocks.append(f"Result: **{cert.get('result', 'not recorded')}** (policy `{cert.get('policy')}`, "
                           f"schema `{cert.get('schema')}`). The certificate covers only the sources listed here.")
-    summary = _scalars({k: cert[k] for k in ("counts", "detectors", "heldout") if isinstance(cert.get(k), Mapping)})
-    if summary:
-        section.blocks.append(Table(["key", "value"], summary, "Counts and detector settings, as recorded."))
+    detectors = cert.get("detectors") if isinstance(cert.get("detectors"), Mapping) else {}
+    counts = cert.get("counts") if isinstance(cert.get("counts"), Mapping) else {}
+    rows = []
+    for name, (label, keys, hits_key) in DETECTOR_SETTINGS.items():
+        settings = detectors.get(name)
+        if isinstance(settings, Mapping):
+            setting = ", ".join(f"{k}={_cell(settings[k]) if isinstance(settings[k], list) else fmt(settings[k])}"
+                                for k in keys if k in settings)
+            rows.append([name, label, setting, counts.get(hits_key)])
+    tokenizers = [t.get("name") for t in cert.get("tokenizers") or [] if isinstance(t, Mapping)]
+    if tokenizers or "hits_in_tokenizer_views" in counts:
+        rows.append(["tokenizer views", "every detector again on the text as each tokenizer sees it",
+                     ", ".join(map(str, tokenizers)) or "none", counts.get("hits_in_tokenizer_views")])
+    semantic = cert.get("semantic") if isinstance(cert.get("semantic"), Mapping) else None
+    if semantic is not None and semantic.get("enabled"):
+        rows.append(["semantic", f"embedding cosine ({'blocking' if semantic.get('blocking') else 'reported, not blocking'})",
+                     f"threshold={fmt(semantic.get('threshold'))}", semantic.get("pairs_above_threshold")])
+    if rows:
+        section.blocks.append(Table(["detector", "what it matches", "setting", "hits"], rows,
+                                    f"Normalisation `{str(detectors.get('normalisation', cert.get('normalisation')))[:60]}…` "
+                                    "before every detector (full string in the raw certificate below)."))
+    heldout = cert.get("heldout") if isinstance(cert.get("heldout"), Mapping) else {}
+    section.blocks.append(Table(["checked", "count"], [
+        ["training sources", counts.get("sources")], ["records", counts.get("records_checked")],
+        ["texts", counts.get("texts_checked")], ["held-out answers (variants)",
+                                                  f"{fmt(heldout.get('answers'))} ({fmt(heldout.get('answer_variants'))})"],
+        ["hits", counts.get("hits")], ["records flagged", counts.get("flagged_records")],
+        ["records removed", counts.get("removed_records")]]))
     training = [t for t in cert.get("training") or [] if isinstance(t, Mapping)]
     if training:
         section.blocks.append(Table(["checked source", "records", "flagged", "guarded copy (trained on)"],
                                     [[t.get("path"), t.get("records"), t.get("flagged_records"), t.get("guarded_path")]
                                      for t in training]))
+    summary = _scalars({k: cert[k] for k in ("counts", "detectors", "heldout") if isinstance(cert.get(k), Mapping)})
+    if summary:
+        section.blocks.append(Details("The certificate's counts and detector settings (raw)",
+                                      [Table(["key", "value"], summary, "As recorded.")]))
     return section
 
 
-def rm_section(r: _Reader) -> Section:
-    section = Section("Reward models against their baselines", [r.shown("rm_metrics")])
-    if r.absent("rm_metrics", section):
-        return section
-    files = sorted(r.path("rm_metrics").glob("*.json"))
-    if not files:
-        section.missing.append(f"`{r.shown('rm_metrics')}`: no metrics files (written by `dvc repro rm_train`)")
-        return section
-    rows, baselines = [], []
-    for file in files:
+def rm_scores(obj: Mapping[str, Any]) -> dict[str, Any]:
+    """A reward model's comparisons, from one metrics file: each path is where the value was read."""
+    def at(*path: str) -> tuple[Any, tuple]:
+        value: Any = obj
+        for key in path:
+            value = value.get(key) if isinstance(value, Mapping) else None
+        return value, path
+
+    # The ensemble's own score is `reward` (its members' are under `members`); a member's is the split itself.
+    inner = ("reward",) if isinstance((obj.get("holdout") or {}).get("reward"), Mapping) else ()
+    out: dict[str, Any] = {}
+    for split in ("holdout", "lovo"):
+        base = (split, *inner)
+        out[f"{split}.acc"] = at(*base, "pairwise_accuracy")
+        out[f"{split}.low"] = at(*base, "pairwise_accuracy_low")
+        out[f"{split}.high"] = at(*base, "pairwise_accuracy_high")
+        ranker = at(*base, "trivial_baselines", "vs_length", "ranker")
+        out[f"{split}.ranker"] = ranker
+        out[f"{split}.length"] = at(*base, "trivial_baselines", "rankers", str(ranker[0]), "accuracy")
+        out[f"{split}.regression"] = at(*base, "trivial_baselines", "rankers", "length_regression", "accuracy")
+        for key in ("difference", "cluster_low", "cluster_high", "too_few_pairs"):
+            out[f"{split}.vs_length.{key}"] = at(*base, "trivial_baselines", "vs_length", key)
+    out["objective"] = at("objective")
+    out["pairs"] = at("holdout", *inner, "n_pairs")
+    out["gate"] = at("beats_length_baseline", "passed")
+    return out
+
+
+def beats_length(scores: Mapping[str, Any]) -> bool | None:
+    """The gate's test on any RM: the LOVO vignette-cluster interval of (model - stronger length ranker) above 0."""
+    low = num(scores["lovo.vs_length.cluster_low"][0])
+    return None if low is None else low > 0
+
+
+def _ci(value: Any, low: Any, high: Any) -> str | None:
+    if num(value) is None:
+        return None
+    if num(low) is None or num(high) is None:
+        return f"{fmt(value)} (no interval)"
+    return f"{fmt(value)} [{fmt(low)}, {fmt(high)}]"
+
+
+def rm_files(r: _Reader, section: Section) -> list[tuple[Path, dict]]:
+    out = []
+    for file in sorted(r.path("rm_metrics").glob("*.json")):
         try:
             obj = read_json(file)
         except InputError as exc:
@@ -215,28 +294,50 @@ def rm_section(r: _Reader) -> Section:
         if not isinstance(obj, dict):
             section.missing.append(f"`{display(file, r.root)}`: expected a JSON object")
             continue
-        # The ensemble's own score is `reward`; a single model's is the split itself.
-        holdout = obj.get("holdout", {}).get("reward", obj.get("holdout", {})) if isinstance(obj.get("holdout"), dict) else {}
-        lovo = obj.get("lovo", {}).get("reward", obj.get("lovo", {})) if isinstance(obj.get("lovo"), dict) else {}
-        rows.append({"model": file.stem, "objective": obj.get("objective"),
-                     "acc": holdout.get("pairwise_accuracy"), "acc_low": holdout.get("pairwise_accuracy_low"),
-                     "acc_high": holdout.get("pairwise_accuracy_high"), "rho": holdout.get("spearman_within_vignette"),
-                     "pairs": holdout.get("n_pairs"), "lovo": lovo.get("pairwise_accuracy")})
+        out.append((file, obj))
+    return out
+
+
+def rm_section(r: _Reader) -> Section:
+    section = Section("Reward models against their baselines", [r.shown("rm_metrics")])
+    if r.absent("rm_metrics", section):
+        return section
+    files = rm_files(r, section)
+    if not files and not section.missing:
+        section.missing.append(f"`{r.shown('rm_metrics')}`: no metrics files (written by `dvc repro rm_train`)")
+    if not files:
+        return section
+    rows, raw, plot = [], [], []
+    for file, obj in files:
+        sc = {k: v[0] for k, v in rm_scores(obj).items()}
+        verdict = beats_length(rm_scores(obj))
+        gate = "" if sc["gate"] is None else f" (registry gate: {'pass' if sc['gate'] else 'FAIL'})"
+        rows.append([file.stem, sc["objective"],
+                     _ci(sc["holdout.acc"], sc["holdout.low"], sc["holdout.high"]),
+                     _ci(sc["lovo.acc"], sc["lovo.low"], sc["lovo.high"]),
+                     f"{fmt(sc['holdout.length'])} / {fmt(sc['lovo.length'])}" + (f" ({sc['lovo.ranker']})" if sc["lovo.ranker"] else ""),
+                     f"{fmt(sc['holdout.regression'])} / {fmt(sc['lovo.regression'])}",
+                     _ci(sc["lovo.vs_length.difference"], sc["lovo.vs_length.cluster_low"], sc["lovo.vs_length.cluster_high"]),
+                     {True: "yes", False: "NO", None: "not measured"}[verdict] + gate])
+        plot.append({"model": file.stem, "acc": sc["holdout.acc"], "low": sc["holdout.low"], "high": sc["holdout.high"],
+                     "lovo": sc["lovo.acc"]})
         if isinstance(obj.get("baselines"), Mapping):
-            baselines += [[file.stem, k, v] for k, v in _scalars(obj["baselines"])]
-    if rows:
-        section.blocks.append(Table(
-            ["model", "objective", "held-out pairwise accuracy", "within-vignette Spearman", "held-out pairs",
-             "leave-one-vignette-out accuracy"],
-            [[x["model"], x["objective"], x["acc"], x["rho"], x["pairs"], x["lovo"]] for x in rows],
-            "Held-out human ratings; pairwise accuracy is the share of rated pairs ordered like the people ordered them."))
-        section.blocks.append(dot_figure(
-            "Reward models: held-out pairwise accuracy", [x["model"] for x in rows],
-            [x["acc"] for x in rows], [(x["acc_low"], x["acc_high"]) for x in rows],
-            xlabel="pairwise accuracy on held-out human ratings", second=[x["lovo"] for x in rows],
-            labels=("held-out", "leave-one-vignette-out")))
-    if baselines:
-        section.blocks.append(Table(["model", "baseline", "value"], baselines, "Baselines recorded with each model."))
+            raw += [[file.stem, k, v] for k, v in _scalars(obj["baselines"])]
+    section.blocks.append(Table(
+        ["model", "objective", "held-out accuracy [95% CI]", "leave-one-vignette-out accuracy [95% CI]",
+         "length ranker (held-out / LOVO)", "length regression (held-out / LOVO)",
+         "model minus length, LOVO [vignette-cluster 95% CI]", "beats length?"],
+        rows, "Pairwise accuracy: the share of human-rated pairs ordered like the people ordered them. 'Beats length' is the "
+              "ensemble's registry gate, applied to every model: the vignette-cluster interval of the model's accuracy minus the "
+              "stronger length ranker's, on leave-one-vignette-out pairs, lies above 0."))
+    section.blocks.append(dot_figure(
+        "Reward models: held-out pairwise accuracy", [x["model"] for x in plot],
+        [x["acc"] for x in plot], [(x["low"], x["high"]) for x in plot],
+        xlabel="pairwise accuracy on held-out human ratings", second=[x["lovo"] for x in plot],
+        labels=("held-out", "leave-one-vignette-out")))
+    if raw:
+        section.blocks.append(Details("Every baseline recorded with each model (raw)",
+                                      [Table(["model", "baseline", "value"], raw)]))
     return section
 
 
@@ -287,9 +388,42 @@ def policy_section(r: _Reader) -> Section:
         section.missing.append(f"`{display(train_path, r.root)}`: no per-step history (a list of records with a `step` key), "
                                "so no curves; final values below")
     rows = _scalars(train, skip=[k for k, v in train.items() if isinstance(v, list)])
-    section.blocks.append(Table(["metric", "value", "recorded as"], [[metric_label(f"train.{k}"), v, k] for k, v in rows],
-                                "Recorded in train.json."))
+    section.blocks.append(Details("Everything train.json records (raw)", [
+        Table(["metric", "value", "recorded as"], [[metric_label(f"train.{k}"), v, k] for k, v in rows])]))
     return section
+
+
+def judge_criteria(calib: Mapping[str, Any], policy: Any) -> list[tuple[str, Any, str, Any, bool | None, tuple]]:
+    """The trust criteria (reappreg.stats.trust) as rows: (measure, value, op, threshold, met, path in the file)."""
+    from reappreg.stats.trust import _max
+
+    min_agreement = _max(calib.get("min_agreement"), getattr(policy, "min_agreement_floor", None))
+    min_pairs = _max(calib.get("min_pairs"), getattr(policy, "min_pairs_floor", None))
+
+    def test(value: Any, op: str, bar: Any) -> bool | None:
+        if num(value) is None or num(bar) is None:
+            return None
+        return value >= bar if op == ">=" else value <= bar
+
+    rows = [("agreement with people, lower bound", calib.get("agreement_low"), ">=", min_agreement, ("agreement_low",)),
+            ("human preference pairs", calib.get("n_pairs"), ">=", min_pairs, ("n_pairs",))]
+    if policy is not None:
+        rows += [(f"position bias {side}", calib.get(f"position_bias_{side}"), "<=", policy.max_position_bias,
+                  (f"position_bias_{side}",)) for side in ("A", "B")]
+        rows.append(("unparseable verdicts", calib.get("unparseable_rate"), "<=", policy.max_unparseable_rate,
+                     ("unparseable_rate",)))
+    return [(name, value, op, bar, test(value, op, bar), path) for name, value, op, bar, path in rows]
+
+
+def judge_trust(calib: Mapping[str, Any], policy: Any) -> tuple[bool | None, str]:
+    """Trust recomputed from the calibration's numbers (its `trusted` field is only a cache)."""
+    if policy is None:
+        cached = calib.get("trusted")
+        return (cached if isinstance(cached, bool) else None), "as the calibration file records it (not recomputed)"
+    from reappreg.stats.trust import recompute_trust
+
+    trust = recompute_trust(calib, policy, judge_model=None, judge_fingerprint=None)
+    return trust.trusted, "recomputed from the calibration's numbers"
 
 
 def calibration_section(r: _Reader) -> Section:
@@ -297,11 +431,17 @@ def calibration_section(r: _Reader) -> Section:
     calib = r.json("calibration", section, dict)
     if calib is None:
         return section
-    trusted = {True: "trusted", False: "NOT trusted: no win-rate claim can be supported"}.get(calib.get("trusted"), "not recorded")
-    section.blocks.append(f"Judge `{calib.get('judge_model', calib.get('model'))}`: **{trusted}**.")
+    trusted, how = judge_trust(calib, r.trust_policy)
+    word = {True: "trusted", False: "NOT trusted: no win-rate claim can be supported", None: "not recorded"}[trusted]
+    section.blocks.append(f"Judge `{calib.get('judge_model', calib.get('model'))}`: **{word}** ({how}).")
+    section.blocks.append(Table(["criterion", "value", "needs", "met"],
+                                [[name, value, f"{op} {fmt(bar)}", {True: "yes", False: "NO", None: "not measured"}[met]]
+                                 for name, value, op, bar, met, _ in judge_criteria(calib, r.trust_policy)],
+                                "A judge is trusted only when every criterion is met (reappreg.stats.trust)."))
     rows = calibration_rows(flatten(calib))  # the cards' rows: x_low / x_high joined to x, readable names
-    section.blocks.append(Table(["measure", "value", "interval low", "interval high", "recorded as"],
-                                [[row["label"], row["value"], row["low"], row["high"], row["key"]] for row in rows]))
+    section.blocks.append(Details("Every calibration measure (raw)", [
+        Table(["measure", "value", "interval low", "interval high", "recorded as"],
+              [[row["label"], row["value"], row["low"], row["high"], row["key"]] for row in rows])]))
     return section
 
 
@@ -368,22 +508,83 @@ def claims_section(r: _Reader) -> Section:
     return section
 
 
+def _orders(verdicts: list[Mapping[str, Any]], order: str) -> str:
+    rows = [v for v in verdicts if v.get("order") == order]
+    if not rows:
+        return "not judged"
+    return "\n".join(f"{v.get('outcome')} ({v.get('verdict')}) vs {v.get('opponent_source')} {v.get('opponent_answer_id') or ''}".rstrip()
+                     for v in rows)
+
+
+def _gate(sample: Mapping[str, Any]) -> str:
+    words = ["HIT: format penalty" if sample.get("format_gate_hit") else "passed"]
+    if sample.get("missing_close_tag"):
+        words.append("no </think>")
+    if sample.get("hit_max_new_tokens"):
+        words.append("cut at the token limit")
+    return "; ".join(words)
+
+
+def samples_section(r: _Reader) -> Section:
+    section = Section("The policy's own words", [r.shown("samples")] if r.sources.samples else [])
+    if r.sources.samples is None:
+        section.missing.append("no samples file was given to the report (written by `dvc repro samples`)")
+        return section
+    obj = r.json("samples", section, dict)
+    if obj is None:
+        return section
+    samples = [x for x in obj.get("samples") or [] if isinstance(x, Mapping)]
+    conditions = obj.get("conditions") if isinstance(obj.get("conditions"), Mapping) else {}
+    section.blocks.append(
+        f"Shown: the {obj.get('rule')}, of {', '.join(f'`{c}`' for c in conditions) or 'no condition'}. RM reward: "
+        f"{obj.get('reward')}. The judge saw each answer against a held-out answer in both orders; the held-out "
+        "answers themselves are never shown here (their source and id are). This file is leak-scanned.")
+    if not samples:
+        section.missing.append(f"`{r.shown('samples')}`: no samples")
+        return section
+    for vignette in sorted({str(x.get("vignette_id")) for x in samples}):
+        group = [x for x in samples if str(x.get("vignette_id")) == vignette]
+        section.blocks.append(f"**{vignette}**: {group[0].get('scenario', '(scenario not recorded)')}")
+        section.blocks.append(Table(
+            ["condition", "answer", "RM reward", "format gate", "judge, policy first", "judge, policy second"],
+            [[x.get("condition"), x.get("answer"), x.get("rm_reward"), _gate(x),
+              _orders(x.get("verdicts") or [], "policy_first"), _orders(x.get("verdicts") or [], "policy_second")]
+             for x in group]))
+    return section
+
+
 def registry_section(r: _Reader) -> Section:
     section = Section("Registry: versions, aliases and gates", [r.shown("registration"), r.shown("leakscan")])
     receipt = r.json("registration", section, dict)
     if receipt is not None:
-        for key, entries in receipt.items():
-            if _records(entries):
-                section.blocks += _record_tables(entries, f"`{key}` in the receipt")
-        rest = _scalars({k: v for k, v in receipt.items() if not isinstance(v, list)})
-        if rest:
-            section.blocks.append(Table(["key", "value"], rest))
+        registered = [e for e in receipt.get("registered") or [] if isinstance(e, Mapping)]
+        if registered:
+            section.blocks.append(Table(["model", "version", "new?", "note", "content md5"],
+                                        [[e.get("name"), e.get("version"), e.get("created"), e.get("note"), e.get("content_md5")]
+                                         for e in registered], "Versions the last `dvc repro register` registered or found."))
+        state = receipt.get("verify")
+        if isinstance(state, Mapping):
+            verdict = {True: "passes", False: "FAILS"}.get(state.get("verify_passes"), "not recorded")
+            section.blocks.append(f"`reappreg registry verify` right after registration: **{verdict}** "
+                                  f"({fmt(state.get('verified'))} alias(es) verified, {fmt(state.get('violations'))} violation(s), "
+                                  f"{len(state.get('history_problems') or [])} history problem(s)); checked: {state.get('checked')}. "
+                                  "Run it again for the registry's state now.")
+            rows = [[a.get("name"), a.get("alias"), a.get("version"), a.get("verified"), a.get("detail")]
+                    for a in state.get("aliases") or [] if isinstance(a, Mapping)]
+            if rows:
+                section.blocks.append(Table(["model", "alias", "version", "verified", "what verify says"], rows))
+        else:
+            section.missing.append(f"`{r.shown('registration')}`: no `verify` block (an older receipt); "
+                                   "re-run `dvc repro register` or `reappreg registry verify`")
+        raw = [t for key, entries in receipt.items() if _records(entries) for t in _record_tables(entries, f"`{key}` in the receipt")]
+        rest = _scalars({k: v for k, v in receipt.items() if not isinstance(v, (list, dict))})
+        section.blocks.append(Details("The receipt (raw)", [*raw, *([Table(["key", "value"], rest)] if rest else [])]))
     scan = r.json("leakscan", section, dict)
     if scan is not None:
         verdict = {True: "passed", False: "FAILED"}.get(scan.get("passed"), "not recorded")
         section.blocks.append(f"Leak scan: **{verdict}**: {fmt(scan.get('n_hits'))} hit(s) in {fmt(scan.get('n_probes'))} "
                               f"probes of {fmt(scan.get('mlflow_runs_scanned'))} MLflow runs and the listed folders.")
-        section.blocks.append(Table(["key", "value"], _scalars(scan, skip=["hits"])))
+        section.blocks.append(Details("The leak scan's counts (raw)", [Table(["key", "value"], _scalars(scan, skip=["hits"]))]))
     return section
 
 
@@ -412,11 +613,17 @@ def _cell(value: Any) -> Any:
 
 
 def collect(sources: ReportSources, root: str | os.PathLike = ".", *, health: Any = None,
-            max_completion_length: int | None = None, validate_rules: Any = None) -> list[Section]:
-    """Every section; with ``health`` (CardHealthSettings) the policy section also applies the cards' health gates;
-    with ``validate_rules`` (ValidateSettings) the validation section re-checks that its report is bound to the
-    canonical data now on disk."""
+            max_completion_length: int | None = None, validate_rules: Any = None, trust_policy: Any = None,
+            settings_dump: Mapping[str, Any] | None = None) -> list[Section]:
+    """The summary, then every section. With ``health`` (CardHealthSettings) the policy section also applies the cards'
+    health gates; with ``validate_rules`` (ValidateSettings) the validation section re-checks that its report is bound
+    to the canonical data now on disk; with ``trust_policy`` (reappreg.stats.trust.TrustPolicy) the judge's trust is
+    recomputed rather than read; ``settings_dump`` (the params as a dict) is where the summary reads thresholds."""
+    from reappreg.report.summary import summary_section
+
     r = _Reader(sources, Path(root))
     r.health, r.max_completion_length, r.validate_rules = health, max_completion_length, validate_rules
-    return [f(r) for f in (data_section, validation_section, guard_section, rm_section, policy_section,
-                           calibration_section, winrate_section, claims_section, registry_section)]
+    r.trust_policy, r.settings_dump = trust_policy, dict(settings_dump or {})
+    sections = [f(r) for f in (data_section, validation_section, guard_section, rm_section, policy_section,
+                               calibration_section, winrate_section, claims_section, samples_section, registry_section)]
+    return [summary_section(r, sections), *sections]

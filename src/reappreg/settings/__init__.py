@@ -25,6 +25,7 @@ from reappreg.settings.judge import JudgeSettings
 from reappreg.settings.leakscan import LeakscanSettings
 from reappreg.settings.policy import PolicySettings
 from reappreg.settings.registry import RegistrySettings
+from reappreg.settings.report import ReportSettings
 from reappreg.settings.rm import RmSettings
 from reappreg.settings.split import SplitSettings
 from reappreg.settings.stats import StatsSettings
@@ -47,6 +48,7 @@ class Params(Section):
     registry: RegistrySettings = RegistrySettings()
     card: CardSettings = CardSettings()
     leakscan: LeakscanSettings = LeakscanSettings()
+    report: ReportSettings = ReportSettings()
     tracking: TrackingSettings = TrackingSettings()
 
     model_config = Section.model_config | {"populate_by_name": True}

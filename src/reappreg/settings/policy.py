@@ -102,6 +102,9 @@ class PolicyTrainSettings(Section):
     # something with its save_steps and max_steps: change them together ([] keeps none).
     checkpoint_steps: list[int] = [3]
     gradient_checkpointing: bool = False
+    # Completions of each logging step (the first ones scored, with reward and format-gate result)
+    # logged to the training run as an MLflow table completions/step_<n>.json; 0: none.
+    completions_logged_per_step: int = Field(8, ge=0)
     # torch intra-op threads per training process. A fixed count makes CPU runs repeatable
     # bit for bit whatever the machine's load or core count; null: torch's default.
     cpu_threads: int | None = Field(2, ge=1)
