@@ -158,6 +158,26 @@ def test_training_chain_is_guarded_and_registered(repo_copy):
     policy = sorted(client.search_model_versions("name='reappraisal-policy-grpo'"), key=lambda v: int(v.version))
     assert [v.tags["reappreg.checkpoint_step"] for v in policy] == [*map(str, steps), str(train["global_step"])]
     assert {v.tags["reappreg.training_run_id"] for v in policy} == {train["training_run_id"]}
+    # The receipt's audit: where each alias points, and `registry verify` passing right after registration.
+    state = read_json(root / "reports/registry/registration.json")["verify"]
+    assert state["verify_passes"] is True
+    assert {(a["name"], a["alias"], a["version"]) for a in state["aliases"]} == {
+        ("reappraisal-rm-ensemble", "candidate", "1"), ("reappraisal-policy-grpo", "candidate", policy[-1].version)}
+
+    # The policy's own words: every model condition, the configured number per vignette, judged in both orders,
+    # and the report opens with a summary whose every line links to a section.
+    samples = read_json(root / "reports/samples.json")
+    expected = ["policy", *settings.stats.model_conditions, *(f"policy-step-{n}" for n in steps)]
+    assert sorted(samples["conditions"]) == sorted(expected)
+    vignettes = {row["vignette_id"] for row in read_jsonl(root / "data/train/vignettes.jsonl")}
+    for condition in expected:
+        shown = [x for x in samples["samples"] if x["condition"] == condition]
+        assert {x["vignette_id"] for x in shown} == vignettes, condition
+        assert len(shown) == settings.report.samples_per_vignette * len(vignettes), condition
+        assert all({v["order"] for v in x["verdicts"]} == {"policy_first", "policy_second"} for x in shown), condition
+    report = (root / "reports/report.md").read_text(encoding="utf-8")
+    assert report.index("## Summary") < report.index("## Data") and "no overlap" in report
+    assert "The policy's own words" in report and "**missing**" not in report.split("## Data")[0]
 
 
 def test_grpo_stage_trained_logged_and_kept_its_checkpoint(repo_copy):
@@ -205,6 +225,15 @@ def test_grpo_stage_trained_logged_and_kept_its_checkpoint(repo_copy):
         history = client.get_metric_history(run.info.run_id, name)
         assert [m.step for m in history] == list(range(1, summary["global_step"] + 1)), name
         assert all(math.isfinite(m.value) for m in history), name
+    # What the policy wrote, as MLflow tables: one per logged step, with the reward each completion got.
+    # (TRL generates once per gradient_accumulation_steps steps: one accumulation step means every step has its own.)
+    assert params.policy.train.gradient_accumulation_steps == 1
+    tables = sorted(a.path for a in client.list_artifacts(run.info.run_id, "completions"))
+    assert tables == [f"completions/step_{n:05d}.json" for n in range(1, summary["global_step"] + 1)]
+    table = mlflow.load_table(tables[-1], run_ids=[run.info.run_id])
+    assert 0 < len(table) <= params.policy.train.completions_logged_per_step
+    assert set(table["step"]) == {summary["global_step"]} and table["reward"].notna().all()
+    assert set(table["vignette_id"]) <= {row["vignette_id"] for row in read_jsonl(root / "data/guarded/vignettes.jsonl")}
     tags = run.data.tags
     assert tags["rm_ensemble.md5"] == dvc_md5(root / "models/rm/ensemble")
     assert tags["guard_certificate.md5"] == dvc_md5(root / "data/guard/certificate.json")
