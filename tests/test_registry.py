@@ -733,6 +733,79 @@ def test_eight_concurrent_promotions_exactly_one_wins(repo):
     assert [m.name for m in client.search_registered_models()] == sorted([POLICY, RM])  # no lock left behind
 
 
+def _set_lock_params(repo: Path, **values) -> None:
+    import yaml
+
+    params = yaml.safe_load((repo / "params.yaml").read_text())
+    params.setdefault("registry", {}).update(values)
+    (repo / "params.yaml").write_text(yaml.safe_dump(params, sort_keys=False))
+
+
+def test_a_lock_claiming_a_far_future_time_is_broken_after_its_lease_by_the_stores_clock(repo):
+    """A writer without a key creates the lock with a time a century ahead: the lease runs on the store's
+    creation time, so the next promotion breaks it once the lease is over instead of waiting forever."""
+    register_ok()
+    client = client_for(repo)
+    _set_lock_params(repo, promotion_lock_stale_s=2, promotion_lock_timeout_s=60)
+    client.create_registered_model(f"{POLICY}.reappreg-lock", tags={"reappreg.kind": "promotion-lock"},
+                                   description=json.dumps({"holder": "mallory", "pid": 1, "at": time.time() + 100 * 365 * 86400}))
+    started = time.monotonic()
+    code, out, err = run_cli("registry", "promote", POLICY, "1", "--alias", "champion", "--reason", "after a squat")
+    assert code == 0, out + err
+    assert time.monotonic() - started < 45
+    assert aliases(client, POLICY)["champion"] == "1"
+
+
+def test_four_promoters_with_the_lock_deleted_under_them_fork_nothing(repo):
+    """The lock is deleted again and again while four `promote --expect none` run: the signed chain decides.
+    Exactly one promoter succeeds, the others exit 1 with one line each, the alias equals the one entry."""
+    register_ok()
+    client = client_for(repo)
+    env = {**os.environ, "PYTHONPATH": str(REPO / "src")}
+    stop = threading.Event()
+    deleted = []
+
+    def delete_locks():
+        from mlflow.exceptions import MlflowException
+
+        while not stop.is_set():
+            try:
+                client.delete_registered_model(f"{POLICY}.reappreg-lock")
+                deleted.append(1)
+            except MlflowException:
+                pass
+            time.sleep(0.005)
+
+    deleter = threading.Thread(target=delete_locks, daemon=True)
+    deleter.start()
+    try:
+        procs = [subprocess.Popen([sys.executable, "-m", "reappreg", "registry", "promote", POLICY, "1", "--alias",
+                                   "production", "--expect", "none", "--reason", f"race {i}", "--actor", f"p{i}"],
+                                  cwd=repo, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+                 for i in range(4)]
+        outputs = [p.communicate(timeout=600)[0] for p in procs]
+    finally:
+        stop.set()
+        deleter.join()
+    assert deleted, "the attack never deleted a lock"
+    codes = [p.returncode for p in procs]
+    assert sorted(codes) == [0, 1, 1, 1], list(zip(codes, outputs))
+    for code, out in zip(codes, outputs):
+        assert "Traceback" not in out, out
+        if code:
+            assert "alias moved under you" in out or "extended the signed history" in out or "claimed history entry" in out, out
+    from reappreg.registry import read_history
+
+    history = read_history(client, POLICY, keyring_of(repo))
+    assert history.problems == []
+    moves = [e for e in history.entries if e.body.get("alias") == "production"]
+    assert len(moves) == 1 and moves[0].body["from"] is None and moves[0].body["to"] == "1"
+    winner = outputs[codes.index(0)]
+    assert moves[0].body["by"] in winner
+    assert aliases(client, POLICY)["production"] == "1"
+    assert [m.name for m in client.search_registered_models()] == sorted([POLICY, RM])  # no lock or claim left
+
+
 def test_watch_enforce_moves_a_ui_alias_back_to_the_last_passing_version(tmp_path, monkeypatch, templates):
     root = make_repo(tmp_path, monkeypatch, templates)
     register_ok()

@@ -53,7 +53,27 @@ def lock_name(name: str) -> str:
 
 
 def is_lock_model(name: str) -> bool:
-    return name.endswith(LOCK_SUFFIX)
+    # The promotion lock and the per-entry claims (``<name>.reappreg-lock.entry-<seq>``): bookkeeping, not models.
+    return name.endswith(LOCK_SUFFIX) or f"{LOCK_SUFFIX}.entry-" in name
+
+
+def claim_name(name: str, seq: int) -> str:
+    return f"{name}{LOCK_SUFFIX}.entry-{seq:06d}"
+
+
+class ChainRace(ReappregError):
+    """Another writer extended the signed history first: this entry would fork the chain."""
+
+    exit_code = 1
+
+
+def _age_s(model: Any) -> float:
+    """Seconds since the store created ``model`` (its own clock, not a time the creator wrote: a lock
+    whose description claims a far-future time is as old as the store says it is)."""
+    created = getattr(model, "creation_timestamp", None)
+    if not isinstance(created, (int, float)) or created <= 0:
+        return float("inf")  # no store time at all: nothing says it is fresh
+    return time.time() - created / 1000.0
 
 
 def _now() -> dt.datetime:
@@ -81,11 +101,11 @@ def acquire_lock(client: Any, name: str, alias: str, *, holder: str, timeout_s: 
                 raise ReappregError(f"{name}@{alias}: cannot take the promotion lock ({exc.error_code}: {exc.message}); "
                                     "nothing was changed") from exc
         try:
-            held = json.loads(client.get_registered_model(lock).description or "{}")
-            if time.time() - float(held.get("at", time.time())) > stale_after_s:
+            # The lease runs on the store's creation time: the holder's own "at" is for people only.
+            if _age_s(client.get_registered_model(lock)) > stale_after_s:
                 client.delete_registered_model(lock)
                 continue
-        except (MlflowException, ValueError):
+        except MlflowException:
             pass  # released (or being replaced) meanwhile: try again
         if time.monotonic() > deadline:
             raise ReappregError(f"{name}@{alias}: another promotion has held the lock for more than {timeout_s:g}s; nothing was changed")
@@ -94,7 +114,15 @@ def acquire_lock(client: Any, name: str, alias: str, *, holder: str, timeout_s: 
 
 
 def release_lock(client: Any, lock: str) -> None:
-    client.delete_registered_model(lock)
+    from mlflow.exceptions import MlflowException
+
+    try:
+        client.delete_registered_model(lock)
+    except MlflowException as exc:
+        # Someone deleted our lock under us: the signed chain (entry claims) still decided the outcome,
+        # so there is nothing left to release.
+        if exc.error_code != "RESOURCE_DOES_NOT_EXIST":
+            raise
 
 
 # --------------------------------------------------------------------------- history
@@ -165,22 +193,96 @@ def read_history(client: Any, name: str, keyring: Keyring) -> History:
     return history
 
 
+def retract_entry(client: Any, name: str, tag: str) -> None:
+    """Remove the entry just written (its alias move failed): no signed record of a move that did not happen."""
+    client.delete_registered_model_tag(name, tag)
+
+
 def append_entry(client: Any, name: str, body: dict[str, Any], key: SigningKey) -> str:
     """Sign and store the next history entry (callers hold the model's lock or, for a
     registration, own the version they create)."""
     return _append(client, name, body, key)
 
 
-def _append(client: Any, name: str, body: dict[str, Any], key: SigningKey) -> str:
-    """Sign and store the next entry (call holding the alias lock)."""
+def _aliases_moved_since(tags: dict[str, str], after_seq: int) -> dict[int, str]:
+    """``{seq: alias}`` of every history entry numbered above ``after_seq`` (read without verifying: any entry,
+    signed or not, that names the alias means someone else acted on it)."""
+    from securesystemslib.dsse import Envelope
+
+    moved = {}
+    for key, value in tags.items():
+        number = key.removeprefix(HISTORY_PREFIX)
+        if key.startswith(HISTORY_PREFIX) and number.isdigit() and int(number) > after_seq:
+            try:
+                moved[int(number)] = str(json.loads(Envelope.from_dict(json.loads(value)).payload).get("alias"))
+            except (ValueError, KeyError, TypeError, AttributeError):
+                moved[int(number)] = "(unreadable entry)"
+    return moved
+
+
+def _append(client: Any, name: str, body: dict[str, Any], key: SigningKey, *, stale_after_s: float = 300.0,
+            unmoved_since: int | None = None) -> str:
+    """Sign and store the next entry.
+
+    The lock serialises promoters, but a lock can be deleted under them, and a registration
+    appends without it. So the entry that extends the head is decided by the store itself:
+    claiming entry ``seq`` creates the registered model ``<name>.reappreg-lock.entry-<seq>``,
+    which succeeds for one writer at a time; holding it, the writer checks the number is
+    still free, writes its entry, then lets the claim go. Whoever loses gets
+    :class:`ChainRace` (exit 1) and writes nothing; the chain cannot fork.
+    """
+    from mlflow.exceptions import MlflowException
+
     seq = _next_seq(client, name)
     model = client.get_registered_model(name)
     prev_value = (model.tags or {}).get(f"{HISTORY_PREFIX}{seq - 1:06d}", "") if seq > 1 else ""
     body = {"_type": HISTORY_TYPE, "seq": seq, "name": name, "prev": hashlib.sha256(prev_value.encode()).hexdigest() if prev_value else "",
             **body}
+    envelope = sign_statement(body, key).decode("utf-8")
+    claim = claim_name(name, seq)
+    try:
+        client.create_registered_model(claim, description=hashlib.sha256(envelope.encode()).hexdigest(),
+                                       tags={"reappreg.kind": "history-claim"})
+    except MlflowException as exc:
+        if exc.error_code not in ("RESOURCE_ALREADY_EXISTS", "RESOURCE_DOES_NOT_EXIST") and "database is locked" not in str(exc):
+            raise ReappregError(f"{name}: cannot claim history entry #{seq} ({exc.error_code}: {exc.message}); "
+                                "nothing was recorded") from exc
+        _break_orphan_claim(client, name, seq, claim, stale_after_s)
+        raise ChainRace(f"{name}: another writer claimed history entry #{seq} first; nothing was recorded "
+                        "(the alias is as that entry left it; re-run to act on the new state)") from None
     tag = f"{HISTORY_PREFIX}{seq:06d}"
-    client.set_registered_model_tag(name, tag, sign_statement(body, key).decode("utf-8"))
+    try:
+        # Holding the claim, the number must still be free: a writer that claimed it before us wrote its
+        # entry before it let the claim go, so a stale read of the head cannot overwrite that entry.
+        tags = client.get_registered_model(name).tags or {}
+        if tag in tags:
+            raise ChainRace(f"{name}: another writer extended the signed history with entry #{seq} first; nothing was "
+                            "recorded (re-run to act on the new state)")
+        if unmoved_since is not None:
+            # Compare-and-set on the signed state, not only on the alias (which its mover sets after its entry).
+            moved = sorted(n for n, alias in _aliases_moved_since(tags, unmoved_since).items()
+                           if alias in (body.get("alias"), "(unreadable entry)"))
+            if moved:
+                raise AliasMoved(f"alias moved under you: history entry #{moved[-1]} acted on {name}@{body.get('alias')} "
+                                 "after this promotion read it; nothing was recorded. Re-run to act on the new state.")
+        client.set_registered_model_tag(name, tag, envelope)
+    finally:
+        release_lock(client, claim)
     return tag
+
+
+def _break_orphan_claim(client: Any, name: str, seq: int, claim: str, stale_after_s: float) -> None:
+    """A claim whose entry never appeared (a writer killed between claim and tag, or a squatter) blocks the
+    chain: once older than the lease by the store's clock, a key holder (we are about to sign) removes it."""
+    from mlflow.exceptions import MlflowException
+
+    try:
+        tags = client.get_registered_model(name).tags or {}
+        written = f"{HISTORY_PREFIX}{seq:06d}" in tags  # its writer died before letting the claim go
+        if written or _age_s(client.get_registered_model(claim)) > stale_after_s:
+            client.delete_registered_model(claim)
+    except MlflowException:
+        pass  # taken or removed meanwhile: the caller re-runs either way
 
 
 def _next_seq(client: Any, name: str) -> int:
@@ -237,6 +339,7 @@ def promote(
     if not reason.strip():
         raise InputError("promote: --reason must say why (it is recorded in the signed history)")
     mv = get_version(client, name, version=version)
+    head = _next_seq(client, name) - 1  # the chain as this promotion saw it
     seen = current_target(client, name, alias) if expected is ... else expected
     check = verify_version(mv, gates_for(decl, name, alias), keyring, tracking_uri=tracking_uri,
                            gated=is_gated(decl, name, alias))
@@ -254,11 +357,11 @@ def promote(
                  "at": _now().isoformat(timespec="seconds"), "reason": reason, "forced": forced,
                  "gates": [c.as_dict() for c in check.gates], "tampering": check.tampering,
                  "signed_by_registration": check.signer.keyid if check.signer else None}
-        tag = _append(client, name, entry, key)
+        tag = _append(client, name, entry, key, stale_after_s=lock_stale_s, unmoved_since=head)
         try:
             client.set_registered_model_alias(name, alias, str(version))
         except BaseException:
-            client.delete_registered_model_tag(name, tag)
+            retract_entry(client, name, tag)
             raise
     finally:
         release_lock(client, lock)
@@ -287,7 +390,7 @@ def record_enforcement(client: Any, name: str, key: SigningKey, *, alias: str, f
         at = _now().isoformat(timespec="seconds")
         entry = {"kind": "enforce", "alias": alias, "from": from_version, "to": to_version, "by": actor, "at": at,
                  "reason": why, "forced": False, "gates": [], "tampering": [], "signed_by_registration": None}
-        tag = _append(client, name, entry, key)
+        tag = _append(client, name, entry, key, stale_after_s=lock_stale_s)
         if to_version is None:
             if from_version is not None:
                 client.delete_registered_model_alias(name, alias)

@@ -354,18 +354,29 @@ def register_version(
         client.set_model_version_tag(name, version, ENVELOPE_TAG, hashlib.sha256(envelope).hexdigest())
         # The alias state is the signed history (registry.audit): a registration's alias
         # move is an entry like any promotion's.
-        from reappreg.registry.promotion import append_entry, current_target
+        from reappreg.registry.promotion import ChainRace, append_entry, current_target
 
-        previous = current_target(client, name, candidate_alias)
-        history_tag = append_entry(client, name, {"kind": "register", "alias": candidate_alias, "from": previous, "to": version,
-                                    "by": key.keyid[:16], "at": dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds"),
-                                    "reason": f"registered with key {reg_key[:16]}", "forced": False, "gates": [],
-                                    "tampering": [], "signed_by_registration": key.keyid}, key)
+        for attempt in range(5):
+            # A promotion may take the next entry number first: read the alias again and take the one after.
+            previous = current_target(client, name, candidate_alias)
+            try:
+                history_tag = append_entry(client, name, {
+                    "kind": "register", "alias": candidate_alias, "from": previous, "to": version, "by": key.keyid[:16],
+                    "at": dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds"),
+                    "reason": f"registered with key {reg_key[:16]}", "forced": False, "gates": [], "tampering": [],
+                    "signed_by_registration": key.keyid}, key)
+                break
+            except ChainRace:
+                if attempt == 4:
+                    raise
+                time.sleep(0.2 * (attempt + 1))
         client.set_registered_model_alias(name, candidate_alias, version)
         client.set_model_version_tag(name, version, STATUS_TAG, "complete")
     except BaseException as exc:
         if history_tag is not None:  # no signed record of an alias move that did not happen
-            client.delete_registered_model_tag(name, history_tag)
+            from reappreg.registry.promotion import retract_entry
+
+            retract_entry(client, name, history_tag)
         _rollback(client, name, version, exc)
         raise
     return Registration(name, version, True, content_md5, reg_key, f"new version, signed by key {key.keyid[:16]}; alias '{candidate_alias}'",
