@@ -318,6 +318,21 @@ def test_supported_claims_are_printed_and_unsupported_ones_explained(pipeline):
             assert f"`{claim['claim_id']}` ({claim['status']}): {claim['reason']}" in body
 
 
+def test_a_supported_claim_drawn_after_earlier_looks_says_so_on_the_card(tmp_path):
+    """A claim's looks (earlier stats runs over the same generations) are printed beside it, not only in claims.json."""
+    root = write_pipeline(tmp_path / "p")
+    path = root / "reports/claims.json"
+    claims = json.loads(path.read_text())
+    first, *others = [c for c in claims if c["supported"]]
+    first["looks"] = {"earlier_stats_runs_same_generations": 3, "earlier_run_ids": ["a", "b", "c"]}
+    path.write_text(json.dumps(claims))
+    lines = parse_card(build_card(root, "reappraisal-policy-grpo"))[1].splitlines()
+    assert (f"- {first['statement']} **Drawn after 3 earlier stats run(s) over the same generations**: its interval "
+            "certifies one look, not the search.") in lines
+    for claim in others:  # a first look prints the statement alone
+        assert f"- {claim['statement']}" in lines
+
+
 def test_rm_card_shows_rm_metrics_not_policy_eval(pipeline):
     meta, body = parse_card(build_card(pipeline, "reappraisal-rm-ensemble"))
     assert meta["base_model"] == "sentence-transformers/all-MiniLM-L6-v2"  # via known_models
