@@ -751,7 +751,7 @@ def test_a_lock_claiming_a_far_future_time_is_broken_after_its_lease_by_the_stor
                                    description=json.dumps({"holder": "mallory", "pid": 1, "at": time.time() + 100 * 365 * 86400}))
     started = time.monotonic()
     code, out, err = run_cli("registry", "promote", POLICY, "1", "--alias", "champion", "--reason", "after a squat")
-    assert code == 0, out + err
+    assert code == 0, (out, err)
     assert time.monotonic() - started < 45
     assert aliases(client, POLICY)["champion"] == "1"
 
