@@ -69,3 +69,49 @@ def test_bad_inputs_are_refused():
         corrected_win_rate(1.2, 0.01, 5, JudgeError.exchangeable(0.8, 50))
     with pytest.raises(ValueError, match="at least one calibration pair"):
         JudgeError.exchangeable(0.8, 0)
+
+
+# ------------------------------------------------------------------------ the bar test uses the corrected interval
+
+
+def _bar_claim(agreement: float, n_pairs: int, summary: dict):
+    from reappreg.stats.claims import ClaimContext, build_claim
+    from reappreg.stats.trust import Trust
+    from stats_fixtures import FAST, REFERENCE
+
+    ctx = ClaimContext(settings=FAST, reference=REFERENCE, trust=Trust(trusted=True), judge_model="j",
+                       position_bias_reason=None, judge_error=JudgeError.exchangeable(agreement, n_pairs))
+    return build_claim(kind="bar", condition="policy", opponent="gpt-4-0314", threshold=REFERENCE.bar,
+                       summary=summary, ctx=ctx, pools={})
+
+
+SUMMARY = {"win_rate": 0.66, "cluster_low": 0.62, "cluster_high": 0.70, "n_clusters": 6, "n": 300, "n_generations": 60,
+           "min_generations_per_vignette": 10, "unparseable_rate": 0.0,
+           "lc_win_rate": 0.66, "lc_low": 0.62, "lc_high": 0.70}
+
+
+def test_a_bar_claim_must_also_clear_the_bar_once_corrected_for_the_judges_error():
+    """Raw 0.66 [0.62, 0.70] clears 0.608. A judge agreeing with people 80% of the time over 200 pairs: corrected,
+    the estimate rises (the raw one is pulled towards 0.5) and its interval still clears: supported. The same
+    agreement measured over 16 pairs says too little about the judge: corrected, the interval reaches below the
+    bar, and the claim is not supported, naming why."""
+    well_measured = _bar_claim(0.8, 200, SUMMARY)
+    assert well_measured["supported"] and "judge_error_sensitive" not in well_measured["flags"]
+    corrected = well_measured["evidence"]["judge_corrected"]
+    assert corrected["corrected"] == pytest.approx((0.66 + 0.8 - 1) / 0.6) and corrected["low"] > 0.608
+    barely_measured = _bar_claim(0.8, 16, SUMMARY)
+    assert not barely_measured["supported"] and "judge_error_sensitive" in barely_measured["blocking_flags"]
+    low = barely_measured["evidence"]["judge_corrected"]["low"]
+    assert low < 0.608 and f"the interval is [{low:.3f}," in barely_measured["reason"]
+
+
+def test_a_judge_too_close_to_chance_supports_no_bar_claim_however_high_the_raw_rate():
+    claim = _bar_claim(0.56, 40, {**SUMMARY, "win_rate": 0.9, "cluster_low": 0.85, "cluster_high": 0.95,
+                                  "lc_low": 0.85, "lc_high": 0.95})
+    assert not claim["supported"] and "judge_error_sensitive" in claim["flags"]
+    assert claim["evidence"]["judge_corrected"]["informative"] is False and "too close to chance" in claim["reason"]
+
+
+def test_a_perfect_judge_changes_nothing():
+    claim = _bar_claim(1.0, 240, SUMMARY)
+    assert claim["supported"] and claim["evidence"]["judge_corrected"]["low"] == pytest.approx(0.62, abs=1e-9)

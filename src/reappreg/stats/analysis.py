@@ -140,6 +140,17 @@ def _check_pools(contests: pd.DataFrame) -> None:
                          "same vignettes, opponents, answer lengths and verdicts): a relabelled pool")
 
 
+def judge_error_of(calibration: Mapping[str, Any]):
+    """The judge's error from its calibration (agreement with people over pairs judged in both orders: the
+    two sides exchangeable); None when the calibration does not record both numbers."""
+    from reappreg.stats.correction import JudgeError
+
+    agreement, pairs = calibration.get("agreement"), calibration.get("n_pairs")
+    if not isinstance(agreement, (int, float)) or isinstance(agreement, bool) or not isinstance(pairs, int) or pairs < 1:
+        return None
+    return JudgeError.exchangeable(float(agreement), pairs)
+
+
 def analyze(judgments: pd.DataFrame, calibration: Mapping[str, Any], *, settings: StatsSettings,
             reference: ReferenceBar, trust_policy: TrustPolicy, design: Mapping[str, Any] | None = None
             ) -> dict[str, Any]:
@@ -221,7 +232,7 @@ def analyze(judgments: pd.DataFrame, calibration: Mapping[str, Any], *, settings
         metrics.update({f"best_of_n/{opponent}/{k}": v for k, v in pools[opponent].items()})
 
     ctx = ClaimContext(settings=settings, reference=reference, trust=trust, judge_model=judge_model,
-                       position_bias_reason=bias_reason if biased else None)
+                       position_bias_reason=bias_reason if biased else None, judge_error=judge_error_of(calibration))
     custom = (settings.bar if settings.bar is not None else reference.bar,
               settings.bar_opponent if settings.bar_opponent is not None else reference.opponent)
     has_custom = custom != (reference.bar, reference.opponent)

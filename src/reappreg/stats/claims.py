@@ -46,6 +46,9 @@ FLAGS = {
     # A length-only win is not a win: the length-controlled rate must clear the bar as well.
     "length_sensitive": True,         # confirmed on the raw rate, not on the length-controlled one
     "length_unchecked": True,         # the length-controlled win-rate could not be computed
+    # An imperfect judge pulls win-rates towards 0.5 and its error is only estimated: the bar test must also
+    # hold once the win-rate is corrected for the judge's calibrated error (stats.correction).
+    "judge_error_sensitive": True,    # confirmed on the raw rate, not on the judge-error-corrected one
 }
 BLOCKING_FLAGS = tuple(f for f, blocking in FLAGS.items() if blocking)
 ESTIMAND = ("equal-weight mean over vignettes of contest scores (a contest = one policy answer vs one "
@@ -65,6 +68,7 @@ class ClaimContext:
     trust: Trust
     judge_model: str | None
     position_bias_reason: str | None   # None = the judgments show no position bias
+    judge_error: Any = None            # stats.correction.JudgeError from the calibration; None: not estimable
 
 
 def _fmt(value: Any, digits: int = 3) -> str:
@@ -163,6 +167,11 @@ def build_claim(*, kind: str, condition: str, opponent: str, threshold: float, s
             flags.append("length_sensitive")
             reason += (f"; length-sensitive: the length-controlled win-rate {_fmt(summary.get('lc_win_rate'))} "
                        f"has lower bound {lc_low:.3f} <= {threshold:.3f}")
+    corrected = _judge_corrected(summary, ctx)
+    if status == "confirmed" and corrected is not None and not corrected.low > threshold:
+        flags.append("judge_error_sensitive")
+        reason += (f"; judge-error-sensitive: corrected for the judge's calibrated error ({corrected.reason}) the "
+                   f"interval is [{corrected.low:.3f}, {corrected.high:.3f}], not above {threshold:.3f}")
     if not ctx.trust.trusted:
         flags.append("untrusted_judge")
         reason += f"; judge untrusted on recomputation: {ctx.trust.reason}"
@@ -219,5 +228,16 @@ def build_claim(*, kind: str, condition: str, opponent: str, threshold: float, s
             "selection_pool_win_rate": pools.get("selection_pool_win_rate"),
             "fresh_pool_win_rate": pools.get("fresh_pool_win_rate"),
             "selection_minus_fresh": pools.get("selection_minus_fresh"),
+            "judge_corrected": corrected.as_dict() if corrected is not None else None,
         },
     }
+
+
+def _judge_corrected(summary: Mapping[str, Any], ctx: ClaimContext):
+    """The Rogan-Gladen correction of the claim's estimate (None when the judge's error or the interval is unknown)."""
+    from reappreg.stats.correction import correct_summary
+
+    values = [summary.get(k) for k in ("win_rate", "cluster_low", "cluster_high", "n_clusters")]
+    if ctx.judge_error is None or any(v is None for v in values) or values[3] < 2:
+        return None
+    return correct_summary(*values, ctx.judge_error, ctx.settings.confidence)

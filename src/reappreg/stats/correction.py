@@ -98,3 +98,18 @@ def corrected_win_rate(p: float, var_p: float, df: float, judge: JudgeError, con
     clipped = min(max(theta, 0.0), 1.0)
     return Corrected(p, clipped, max(0.0, theta - half), min(1.0, theta + half), True,
                      f"Rogan-Gladen with q0={judge.q0:.3f}, q1={judge.q1:.3f}; delta-method interval, t({df:g})")
+
+
+def correct_summary(win_rate: float, low: float, high: float, n_clusters: int, judge: JudgeError,
+                    confidence: float = 0.95) -> Corrected:
+    """The bar test's correction of one claim's raw estimate: its variance is read back from its binding
+    interval (the wider side, as a t(G-1) half-width over G vignettes), so the correction carries the raw
+    estimate's own clustering and adds the calibration's uncertainty on top."""
+    from scipy.stats import t
+
+    if n_clusters < 2:
+        raise ValueError("a corrected interval needs at least two vignettes")
+    df = n_clusters - 1
+    half = max(win_rate - low, high - win_rate, 0.0)
+    var_p = (half / float(t.ppf(0.5 + confidence / 2, df))) ** 2
+    return corrected_win_rate(win_rate, var_p, df, judge, confidence)
