@@ -593,10 +593,10 @@ def test_the_training_run_logs_what_the_policy_wrote_as_an_mlflow_table_per_step
     from reappreg.policy.train import _mlflow_callback_class
 
     mlflow.set_tracking_uri(tracking_uri)
-    reward = EnsembleReward(StandinEnsemble(), RewardShaping(thinking=False))
+    reward = EnsembleReward(StandinEnsemble(), RewardShaping(thinking=False), keep_completions=2)
     run = mlflow.MlflowClient(tracking_uri).create_run(mlflow.set_experiment("t").experiment_id)
     monitor = HealthMonitor(HealthThresholds())
-    callback = _mlflow_callback_class()(monitor, tracking_uri, run.info.run_id, completions=lambda: reward.drain(2))
+    callback = _mlflow_callback_class()(monitor, tracking_uri, run.info.run_id, completions=reward.drain)
     control, args = TrainerControl(), SimpleNamespace()
     logs = {"reward": 0.4, "reward_std": 0.2, "kl": 0.01}
     scored = reward(["p"] * 3, ["a calm answer", "", "another answer"], scenario=["s"] * 3,
@@ -612,3 +612,10 @@ def test_the_training_run_logs_what_the_policy_wrote_as_an_mlflow_table_per_step
     assert table["answer"].tolist() == ["a calm answer", ""] and table["step"].tolist() == [1, 1]
     assert table["vignette_id"].tolist() == ["v1", "v2"] and table["reward"].tolist() == scored[:2]
     assert table["format_gate_hit"].tolist() == [False, True]
+    # A process that never logs (rank > 0) still drains, and its reward never holds more than it keeps.
+    other = _mlflow_callback_class()(monitor, None, None, completions=reward.drain)
+    for step in (4, 5):
+        reward(["p"] * 5, ["a b c"] * 5, scenario=["s"] * 5)
+        assert len(reward.completions) == 2
+        other.on_log(args, SimpleNamespace(global_step=step, is_world_process_zero=False), control, logs=logs)
+        assert reward.completions == []

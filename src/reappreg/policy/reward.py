@@ -47,7 +47,7 @@ class EnsembleReward:
 
     __name__ = "rm_ensemble"  # TRL names the reward's metrics after this
 
-    def __init__(self, ensemble: Any, shaping: PolicyRewardSettings):
+    def __init__(self, ensemble: Any, shaping: PolicyRewardSettings, *, keep_completions: int = 0):
         for attribute in ("score", "gate"):
             if not callable(getattr(ensemble, attribute, None)):
                 raise InputError(f"reward: the ensemble object has no {attribute}(...) method")
@@ -59,11 +59,14 @@ class EnsembleReward:
         self.missing_close_reward = (
             self.format_penalty if shaping.missing_close_tag_reward is None else float(shaping.missing_close_tag_reward)
         )
+        # The first `keep_completions` completions scored since the last drain, for the training run's MLflow
+        # table; bounded, so a process that never logs (rank > 0) holds no more than that.
+        self.keep_completions = keep_completions
         self.completions: list[dict[str, Any]] = []
 
-    def drain(self, limit: int) -> list[dict[str, Any]]:
-        """The first ``limit`` completions scored since the last drain (in scoring order), forgetting the rest."""
-        rows, self.completions = self.completions[:limit], []
+    def drain(self) -> list[dict[str, Any]]:
+        """The completions kept since the last drain (in scoring order), forgotten here."""
+        rows, self.completions = self.completions, []
         return rows
 
     def score(self, scenarios: Sequence[str], completions: Sequence[Any]) -> RewardBatch:
@@ -107,7 +110,7 @@ class EnsembleReward:
             raise InputError("reward: the training dataset has no 'scenario' column")
         batch = self.score(list(scenario), list(completions))
         # Kept for the training run's MLflow table of what the policy wrote (drained each logging step).
-        for i, answer in enumerate(batch.answers):
+        for i, answer in enumerate(batch.answers[:max(self.keep_completions - len(self.completions), 0)]):
             self.completions.append({
                 "vignette_id": None if vignette_id is None else str(vignette_id[i]),
                 "prompt_id": None if prompt_id is None else str(prompt_id[i]),

@@ -291,14 +291,14 @@ def _mlflow_callback_class():
                 tags = {"health": "unhealthy", "health.reason": "; ".join(verdict.reasons), "health.first_unhealthy_step": str(step)}
             entry = {"step": step, **{k: v for k, v in metrics.items() if not k.startswith("trl/")}}
             self.logged.append({**entry, "replayed": True} if replayed else entry)
+            # Every process drains what its reward kept (so none accumulates); only rank 0 logs it.
+            rows = self.completions() if self.completions is not None and not replayed else []
             if state.is_world_process_zero:
                 self._log(step, metrics, tags)
-                if not replayed:
-                    self._log_completions(step)
+                self._log_completions(step, rows)
             return verdict
 
-        def _log_completions(self, step: int) -> None:
-            rows = self.completions() if self.completions is not None else []
+        def _log_completions(self, step: int, rows: list[dict[str, Any]]) -> None:
             if self.client is None or not rows:
                 return
             columns = {key: [row.get(key) for row in rows] for key in rows[0]}
@@ -403,7 +403,7 @@ def train_grpo(spec: GrpoSpec, *, ensemble: Any = None, extra_callbacks: Sequenc
         # Each training process scores its own completions, on its own GPU when it has one.
         rm_device = f"cuda:{os.environ.get('LOCAL_RANK', '0')}" if torch.cuda.is_available() else "cpu"
         ensemble = load_ensemble(spec.ensemble_path, device=rm_device)
-    reward = EnsembleReward(ensemble, spec.reward)
+    reward = EnsembleReward(ensemble, spec.reward, keep_completions=t.completions_logged_per_step)
 
     tokenizer = AutoTokenizer.from_pretrained(base, local_files_only=True)
     if tokenizer.pad_token is None:
@@ -413,7 +413,7 @@ def train_grpo(spec: GrpoSpec, *, ensemble: Any = None, extra_callbacks: Sequenc
     args = grpo_config(spec)
     monitor = HealthMonitor(spec.health)
     health_cb = _mlflow_callback_class()(monitor, spec.tracking_uri, spec.run_id,
-                                         completions=lambda: reward.drain(t.completions_logged_per_step))
+                                         completions=reward.drain)
     callbacks = [health_cb, export_callback_class()(spec), *extra_callbacks]
     if spec.show_progress:
         callbacks.append(RichProgressCallback())
