@@ -584,7 +584,7 @@ def test_unhealthy_run_stops_by_param(tiny_random_policy, tmp_path):
     assert not spec.final_dir.exists()
 
 
-def test_the_training_run_logs_what_the_policy_wrote_as_an_mlflow_table_per_step(tracking_uri):
+def test_the_training_run_logs_what_the_policy_wrote_as_an_mlflow_table_per_step(tracking_uri, tmp_path):
     """Each logging step's completions (the first N scored, with the reward they got) become an MLflow table;
     a step replayed from a checkpoint logs none (its completions are not known again)."""
     import mlflow
@@ -594,7 +594,10 @@ def test_the_training_run_logs_what_the_policy_wrote_as_an_mlflow_table_per_step
 
     mlflow.set_tracking_uri(tracking_uri)
     reward = EnsembleReward(StandinEnsemble(), RewardShaping(thinking=False), keep_completions=2)
-    run = mlflow.MlflowClient(tracking_uri).create_run(mlflow.set_experiment("t").experiment_id)
+    # (an explicit artifact location: the sqlite store's default is ./mlruns in the working directory)
+    experiment = mlflow.create_experiment("t", artifact_location=(tmp_path / "artifacts").as_uri())
+    mlflow.set_experiment(experiment_id=experiment)
+    run = mlflow.MlflowClient(tracking_uri).create_run(experiment)
     monitor = HealthMonitor(HealthThresholds())
     callback = _mlflow_callback_class()(monitor, tracking_uri, run.info.run_id, completions=reward.drain)
     control, args = TrainerControl(), SimpleNamespace()
