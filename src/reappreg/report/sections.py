@@ -309,8 +309,9 @@ def rm_section(r: _Reader) -> Section:
         return section
     rows, raw, plot = [], [], []
     for file, obj in files:
-        sc = {k: v[0] for k, v in rm_scores(obj).items()}
-        verdict = beats_length(rm_scores(obj))
+        scores = rm_scores(obj)
+        sc = {k: v[0] for k, v in scores.items()}
+        verdict = beats_length(scores)
         gate = "" if sc["gate"] is None else f" (registry gate: {'pass' if sc['gate'] else 'FAIL'})"
         rows.append([file.stem, sc["objective"],
                      _ci(sc["holdout.acc"], sc["holdout.low"], sc["holdout.high"]),
