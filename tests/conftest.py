@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import tempfile
 from pathlib import Path
 
 import pytest
@@ -56,6 +57,25 @@ def pytest_xdist_make_scheduler(config, log):
 
 
 SHARMA_DIR = REPO_ROOT.parent / "shared" / "data" / "sharma2023"
+SYSTEM_TMP = tempfile.gettempdir()  # before the fixture below moves TMPDIR
+
+
+@pytest.fixture(scope="session", autouse=True)
+def _temporaries_inside_basetemp(tmp_path_factory):
+    """Every temporary file a library or subprocess makes (MLflow's artifact downloads,
+    torch.distributed's rendezvous) goes under pytest's own
+    folder, which `tmp_path_retention_policy` removes after a green run: repeated runs on
+    one machine must not fill its disk."""
+    folder = tmp_path_factory.mktemp("tmp")
+    before = os.environ.get("TMPDIR")
+    os.environ["TMPDIR"] = str(folder)
+    tempfile.tempdir = None  # gettempdir() caches; re-read TMPDIR
+    yield folder
+    if before is None:
+        os.environ.pop("TMPDIR", None)
+    else:
+        os.environ["TMPDIR"] = before
+    tempfile.tempdir = None
 
 
 @pytest.fixture
@@ -123,9 +143,8 @@ def postgres_server(tmp_path_factory):
     Yields a URI prefix; each user creates its own database."""
     if not list(Path("/usr/lib/postgresql").glob("*/bin/initdb")):
         pytest.skip("PostgreSQL server binaries not installed (apt-get install postgresql)")
-    import tempfile
-
-    data = Path(tempfile.mkdtemp(prefix="reappreg-pg-"))
+    # Outside pytest's folder (0700, root's): the server runs as the postgres user. Removed below.
+    data = Path(tempfile.mkdtemp(prefix="reappreg-pg-", dir=SYSTEM_TMP))
     data.chmod(0o755)
     port = free_port()
     uri = _subprocess.run(["bash", str(POSTGRES_SCRIPT), "start", str(data / "db"), str(port)],
