@@ -56,10 +56,7 @@ def report(
     dirty = f" with uncommitted changes to {named}" if revision["dirty"] == "true" else ""
     subtitle = (f"Built by `reappreg report` at commit `{revision['commit']}`{dirty}, profile `{settings.profile}`, "
                 "from the pipeline's tracked files. Every number is read from the file named under its section.")
-    trust_policy = TrustPolicy(max_position_bias=settings.stats.max_position_bias,
-                               max_unparseable_rate=settings.stats.max_unparseable_rate,
-                               min_agreement_floor=settings.judge.min_agreement,
-                               min_pairs_floor=settings.judge.calibration_min_pairs)
+    trust_policy = TrustPolicy.from_settings(settings.stats, settings.judge)
     sections = collect(sources, health=settings.card.health,
                        max_completion_length=settings.policy.train.max_completion_length,
                        validate_rules=settings.validate_, trust_policy=trust_policy,

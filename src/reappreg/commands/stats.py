@@ -44,10 +44,7 @@ def run(
     p = load_params(params)
     reference = load_reference_bar(models)
     decided = check_decision_settings(reference, decision_values(p.stats, p.judge), str(models))
-    trust_policy = TrustPolicy(max_position_bias=p.stats.max_position_bias,
-                               max_unparseable_rate=p.stats.max_unparseable_rate,
-                               min_agreement_floor=p.judge.min_agreement,
-                               min_pairs_floor=p.judge.calibration_min_pairs)
+    trust_policy = TrustPolicy.from_settings(p.stats, p.judge)
     console = Console()
     inputs = {"judgments": judgments, "calibration": calibration, "models": models, "generations": generations,
               "answers": answers, "vignettes": vignettes}
@@ -131,10 +128,7 @@ def results_cmd(
     fresh = {f.condition: conditions_dir / f"fresh-{f.condition}" / "judgments.jsonl" for f in s.fresh_pools}
     inputs = ResultsInputs(
         conditions=conditions, calibration=load_calibration(calibration), reference=reference,
-        settings=s, trust_policy=TrustPolicy(max_position_bias=s.max_position_bias,
-                                             max_unparseable_rate=s.max_unparseable_rate,
-                                             min_agreement_floor=p.judge.min_agreement,
-                                             min_pairs_floor=p.judge.calibration_min_pairs),
+        settings=s, trust_policy=TrustPolicy.from_settings(s, p.judge),
         selection_candidates=s.selection_candidates, fresh_pools=fresh,
         declared_strengths={k: DeclaredStrength(v.win_rate, v.source) for k, v in s.opponent_strength.items()},
         optimism_iterations=s.optimism_bootstrap_iterations)

@@ -28,6 +28,13 @@ class TrustPolicy:
     min_agreement_floor: float | None
     min_pairs_floor: int | None
 
+    @classmethod
+    def from_settings(cls, stats: Any, judge: Any) -> TrustPolicy:
+        """The one reading of the thresholds from settings (StatsSettings, JudgeSettings), so the
+        stats stage and the report cannot judge trust by different rules."""
+        return cls(max_position_bias=stats.max_position_bias, max_unparseable_rate=stats.max_unparseable_rate,
+                   min_agreement_floor=judge.min_agreement, min_pairs_floor=judge.calibration_min_pairs)
+
 
 @dataclass
 class Trust:
