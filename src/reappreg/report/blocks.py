@@ -6,9 +6,35 @@ import io
 import math
 from collections.abc import Mapping
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 from reappreg.card.build import fmt
+from reappreg.errors import InputError
+from reappreg.io import read_json
+
+
+def walk(obj: Any, path: tuple) -> Any:
+    """The value at ``path`` (dict keys, list indices) in ``obj``; None where the path breaks."""
+    for key in path:
+        if isinstance(obj, Mapping):
+            obj = obj.get(key)
+        elif isinstance(obj, list) and isinstance(key, int) and -len(obj) <= key < len(obj):
+            obj = obj[key]
+        else:
+            return None
+    return obj
+
+
+def read_if_present(path: Path | None) -> Any:
+    """A pipeline file's JSON, or None when it is absent or unreadable: the report describes what
+    is there, and its sections name what is missing."""
+    if path is None or not path.is_file():
+        return None
+    try:
+        return read_json(path)
+    except InputError:
+        return None
 
 
 @dataclass

@@ -14,7 +14,7 @@ from reappreg.card.build import calibration_rows, flatten, fmt, metric_label, tr
 from reappreg.errors import InputError
 from reappreg.io import read_json, read_jsonl
 from reappreg.report.blocks import (Details, Section, Table, count, curves_figure, dot_figure, empty_reason,
-                                    forest_figure, is_number, num)
+                                    forest_figure, is_number, num, walk)
 
 
 @dataclass(frozen=True)
@@ -244,10 +244,7 @@ def guard_section(r: _Reader) -> Section:
 def rm_scores(obj: Mapping[str, Any]) -> dict[str, Any]:
     """A reward model's comparisons, from one metrics file: each path is where the value was read."""
     def at(*path: str) -> tuple[Any, tuple]:
-        value: Any = obj
-        for key in path:
-            value = value.get(key) if isinstance(value, Mapping) else None
-        return value, path
+        return walk(obj, path), path
 
     # The ensemble's own score is `reward` (its members' are under `members`); a member's is the split itself.
     inner = ("reward",) if isinstance((obj.get("holdout") or {}).get("reward"), Mapping) else ()

@@ -11,27 +11,14 @@ verdict applies the cards' health gates.
 from __future__ import annotations
 
 from collections.abc import Mapping
-from pathlib import Path
 from typing import Any
 
 from reappreg.card.build import fmt
 from reappreg.errors import InputError
-from reappreg.io import read_json, read_jsonl
-from reappreg.report.blocks import Fact, Section, Summary, SummaryLine, slug
+from reappreg.io import read_jsonl
+from reappreg.report.blocks import Fact, Section, Summary, SummaryLine, read_if_present, slug, walk
 
 PARAMS = "params.yaml"
-
-
-def walk(obj: Any, path: tuple) -> Any:
-    """The value at ``path`` (dict keys, list indices) in ``obj``; None where the path breaks."""
-    for key in path:
-        if isinstance(obj, Mapping):
-            obj = obj.get(key)
-        elif isinstance(obj, list) and isinstance(key, int) and -len(obj) <= key < len(obj):
-            obj = obj[key]
-        else:
-            return None
-    return obj
 
 
 class _Line:
@@ -53,15 +40,6 @@ class _Line:
 
     def done(self, verdict: str, ok: bool | None) -> SummaryLine:
         return SummaryLine(self.title, self.anchor, verdict, self.sentences, self.facts, ok)
-
-
-def _load(path: Path | None) -> Any:
-    if path is None or not path.is_file():
-        return None
-    try:
-        return read_json(path)
-    except InputError:
-        return None
 
 
 def _missing(title: str, anchor: str, what: str) -> SummaryLine:
@@ -93,7 +71,7 @@ def data_line(r: Any, anchor: str) -> SummaryLine:
     line.sentences.append(f"{line.n(r.shown('canonical') + '/reappraisals.jsonl', canonical)} reappraisals: "
                           f"{line.n(r.shown('train') + '/reappraisals.jsonl', train)} in the training pool, "
                           f"{line.n(r.shown('heldout'), heldout)} held out.")
-    report = _load(r.path("validation"))
+    report = read_if_present(r.path("validation"))
     if not isinstance(report, dict):
         line.sentences.append("No readable validation report.")
         return line.done("not validated", None)
@@ -106,7 +84,7 @@ def data_line(r: Any, anchor: str) -> SummaryLine:
 
 def guard_line(r: Any, anchor: str) -> SummaryLine:
     line = _Line("Separation guard", anchor)
-    cert, src = _load(r.path("certificate")), r.shown("certificate")
+    cert, src = read_if_present(r.path("certificate")), r.shown("certificate")
     if not isinstance(cert, dict):
         return _missing(line.title, anchor, "no readable guard certificate")
     detectors = [name for name, value in (cert.get("detectors") or {}).items() if isinstance(value, Mapping)]
@@ -130,7 +108,7 @@ def rm_line(r: Any, anchor: str) -> list[SummaryLine]:
     files = sorted(folder.glob("*.json")) if folder.is_dir() else []
     verdicts, gate = [], None
     for file in files:
-        obj = _load(file)
+        obj = read_if_present(file)
         if not isinstance(obj, dict):
             continue
         src, scores = r.display(file), rm_scores(obj)
@@ -167,7 +145,7 @@ def policy_line(r: Any, anchor: str) -> SummaryLine:
 
     line = _Line("Policy training", anchor)
     path = r.path("policy_metrics") / "train.json"
-    train, src = _load(path), r.display(path)
+    train, src = read_if_present(path), r.display(path)
     if not isinstance(train, dict):
         return _missing(line.title, anchor, "no readable train.json")
     monitor = train.get("healthy")
@@ -198,7 +176,7 @@ def judge_line(r: Any, anchor: str) -> SummaryLine:
     from reappreg.report.sections import judge_criteria, judge_trust
 
     line = _Line("Judge", anchor)
-    calib, src = _load(r.path("calibration")), r.shown("calibration")
+    calib, src = read_if_present(r.path("calibration")), r.shown("calibration")
     if not isinstance(calib, dict):
         return _missing(line.title, anchor, "no readable judge calibration")
     trusted, how = judge_trust(calib, r.trust_policy)
@@ -231,7 +209,7 @@ def _bar_source(calib: Mapping[str, Any], r: Any, key: str, bar: Any) -> tuple[s
 
 def claim_line(r: Any, anchor: str) -> SummaryLine:
     line = _Line("Bar claim", anchor)
-    claims, src = _load(r.path("claims")), r.shown("claims")
+    claims, src = read_if_present(r.path("claims")), r.shown("claims")
     if not isinstance(claims, list):
         return _missing(line.title, anchor, "no readable claims")
     bars = [(i, c) for i, c in enumerate(claims) if isinstance(c, Mapping) and c.get("kind") == "bar"]
@@ -252,7 +230,7 @@ def claim_line(r: Any, anchor: str) -> SummaryLine:
 
 def registry_line(r: Any, anchor: str) -> SummaryLine:
     line = _Line("Registry aliases", anchor)
-    receipt, src = _load(r.path("registration")), r.shown("registration")
+    receipt, src = read_if_present(r.path("registration")), r.shown("registration")
     state = receipt.get("verify") if isinstance(receipt, dict) else None
     if not isinstance(state, Mapping):
         return _missing(line.title, anchor, "no registration receipt with a verify block")
@@ -274,7 +252,7 @@ def registry_line(r: Any, anchor: str) -> SummaryLine:
 
 def leakscan_line(r: Any, anchor: str) -> SummaryLine:
     line = _Line("Leak scan", anchor)
-    scan, src = _load(r.path("leakscan")), r.shown("leakscan")
+    scan, src = read_if_present(r.path("leakscan")), r.shown("leakscan")
     if not isinstance(scan, dict):
         return _missing(line.title, anchor, "no readable leak scan")
     line.sentences.append(f"{line.f(src, scan, 'n_hits')} hit(s) in {line.f(src, scan, 'n_probes')} probes of MLflow records "
@@ -284,7 +262,7 @@ def leakscan_line(r: Any, anchor: str) -> SummaryLine:
 
 def samples_line(r: Any, anchor: str) -> SummaryLine:
     line = _Line("The policy's own words", anchor)
-    obj = _load(r.sources.samples) if r.sources.samples is not None else None
+    obj = read_if_present(r.sources.samples) if r.sources.samples is not None else None
     if not isinstance(obj, dict):
         return _missing(line.title, anchor, "no samples file")
     src = r.shown("samples")
