@@ -8,11 +8,11 @@ from reappreg.settings.stats import StatsSettings
 from reappreg.stats import ReferenceBar, TrustPolicy
 from reappreg.stats.reference import DecisionFloors
 
-REFERENCE = ReferenceBar(bar=0.608, opponent="gpt-4-0314", source="reference model card",
+JUDGE, FINGERPRINT = "fake-judge", "sha256:judge-files"
+REFERENCE = ReferenceBar(bar=0.608, opponent="gpt-4-0314", judge=JUDGE, source="reference model card",
                          decision=DecisionFloors(confidence=0.95, min_n_confirm=240, min_agreement=0.65,
                                                  calibration_min_pairs=16, max_position_bias=0.2,
                                                  max_unparseable_rate=0.05))
-JUDGE, FINGERPRINT = "fake-judge", "sha256:judge-files"
 TRUSTED = {
     "judge_model": JUDGE, "judge_fingerprint": FINGERPRINT, "n_pairs": 240, "agreement": 0.9,
     "agreement_low": 0.87, "agreement_high": 0.93, "position_bias_A": 0.04, "position_bias_B": 0.03,

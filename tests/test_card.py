@@ -36,11 +36,15 @@ from reappreg.hashing import dvc_md5
 from reappreg.io import read_json, write_json, write_jsonl
 from reappreg.registry import load_declarations
 from reappreg.settings import load_params
+from reappreg.stats.claims import BLOCKING_FLAGS
 
 REPO = Path(__file__).resolve().parents[1]
 VIGNETTES = [f"v{i}" for i in range(1, 7)]
 OPPONENTS = ["gpt-4-0314", "claude-3-opus"]
-JUDGE, JUDGE_FINGERPRINT = "judge-test-model", "fingerprint-of-the-test-judge"
+# The planted run is judged by the judge the reference bar was measured with (as the full profile
+# is): only then can its bar claim be supported.
+JUDGE = stats.load_reference_bar(REPO / "registry/models.yaml").judge
+JUDGE_FINGERPRINT = "fingerprint-of-the-test-judge"
 
 # --------------------------------------------------------------------------- fixture builder
 
@@ -153,10 +157,7 @@ def write_pipeline(root: Path, *, win_prob: float = 0.9, trusted: bool = True, h
                    "min_pairs": settings.judge.calibration_min_pairs, "trusted": trusted}
     write_json(root / "metrics/judge_calibration.json", calibration)
     # As the stats stage runs it (reappreg.commands.stats).
-    trust_policy = stats.TrustPolicy(max_position_bias=settings.stats.max_position_bias,
-                                     max_unparseable_rate=settings.stats.max_unparseable_rate,
-                                     min_agreement_floor=settings.judge.min_agreement,
-                                     min_pairs_floor=settings.judge.calibration_min_pairs)
+    trust_policy = stats.TrustPolicy.from_settings(settings.stats, settings.judge)
     frame = stats.validate_judgments(synthetic_judgments(win_prob))
     report = stats.analyze(frame, calibration, settings=settings.stats,
                            reference=stats.load_reference_bar(root / "registry/models.yaml"), trust_policy=trust_policy)
@@ -372,7 +373,8 @@ def test_linter_refuses_above_bar_from_an_iid_bound(pipeline):
     # The cluster bound does not clear the bar; only the iid (Wilson) one does.
     metrics["policy/gpt-4-0314/cluster_low"] = claim["threshold"] - 0.05
     metrics["policy/gpt-4-0314/iid_low"] = claim["threshold"] + 0.05
-    claim.update(supported=True, status="confirmed")
+    claim.update(supported=True, status="confirmed", blocking_flags=[])
+    claim["flags"] = [f for f in claim["flags"] if f not in BLOCKING_FLAGS]  # the iid bound is the only fault
     claim["evidence"]["cluster_low"] = metrics["policy/gpt-4-0314/cluster_low"]
     problems = lint_claims([claim], metrics, evidence.calibration, min_n_confirm=240)
     assert [p.rule for p in problems] == ["above the bar only by an iid bound"]
@@ -392,6 +394,20 @@ def test_linter_refuses_an_untrusted_judge_presented_as_trusted(pipeline):
     untrusted = {**evidence.calibration, "trusted": False}
     rules = {p.rule for p in lint_claims([claim], evidence.eval_metrics, untrusted, min_n_confirm=240)}
     assert "untrusted judge presented as trusted" in rules
+
+
+def test_linter_refuses_a_supported_bar_claim_judged_by_another_judge(pipeline):
+    """Whoever edits claims.json to drop the `judge_mismatch` flag still has to make three names agree:
+    the bar's judge, the claim's and the calibration's."""
+    evidence = evidence_of(pipeline)
+    bar = evidence.bar_claim("policy")
+    assert bar["supported"] and _lint(evidence, [bar]) == []
+    for edit in ({"judge_model": "SmolLM2-135M-Instruct"}, {"reference_bar": {**bar["reference_bar"], "judge": None}}):
+        problems = _lint(evidence, [{**copy.deepcopy(bar), **edit}])
+        assert [p.rule for p in problems] == ["bar claim under another judge"], problems
+    other = {**evidence.calibration, "judge_model": "SmolLM2-135M-Instruct"}
+    assert "bar claim under another judge" in {p.rule for p in lint_claims([bar], evidence.eval_metrics, other,
+                                                                          min_n_confirm=240)}
 
 
 def test_linter_refuses_claims_that_disagree_with_eval_json(pipeline):

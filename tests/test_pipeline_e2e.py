@@ -134,8 +134,10 @@ def test_training_chain_is_guarded_and_registered(repo_copy):
     assert len(orders) == len(judgments) and {o for _, o in orders} == {"policy_first", "policy_second"}
     claims = read_json(root / "reports/claims.json")
     assert isinstance(claims, list) and claims
-    # small n: nothing may be claimed confirmed
+    # small n: nothing may be claimed confirmed; and the CPU judge is not the one the bar was measured with
     assert not any(c["supported"] for c in claims)
+    bar_claims = [c for c in claims if c["kind"] == "bar"]
+    assert bar_claims and all("judge_mismatch" in c["blocking_flags"] for c in bar_claims), bar_claims
     assert read_json(root / "reports/leakscan.json")["passed"] is True
 
     # Kept checkpoints (policy.train.checkpoint_steps, [1] in the shrunk copy): a folder each, a

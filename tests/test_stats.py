@@ -61,8 +61,12 @@ def test_reference_bar_is_read_from_the_registry_declarations(tmp_path):
 
     path = tmp_path / "models.yaml"
     path.write_text(yaml.safe_dump({"models": {}, "reference_bar": {"bar": 0.608, "opponent": "gpt-4-0314",
-                                                                    "source": "card"}}))
+                                                                    "judge": "some-judge", "source": "card"}}))
     assert load_reference_bar(path).bar == 0.608
+    # A bar is on its judge's scale: one that does not say which judge measured it is refused.
+    path.write_text(yaml.safe_dump({"reference_bar": {"bar": 0.608, "opponent": "gpt-4-0314", "source": "card"}}))
+    with pytest.raises(InputError, match="invalid reference_bar: judge: Field required"):
+        load_reference_bar(path)
     path.write_text(yaml.safe_dump({"models": {}}))
     with pytest.raises(InputError, match="no 'reference_bar:' entry"):
         load_reference_bar(path)
@@ -76,6 +80,18 @@ def test_the_repository_pins_the_reference_bar():
 
     ref = load_reference_bar(Path(__file__).resolve().parents[1] / "registry" / "models.yaml")
     assert (ref.bar, ref.opponent) == (0.608, "gpt-4-0314") and "0.608" in ref.source
+    # The bar's judge is the one its source names, and the full profile (which reproduces the
+    # reference) judges with it, so only that profile's bar claims can be supported.
+    import yaml
+
+    from reappreg.settings import parse_params
+    from reappreg.stats.reference import judge_key
+
+    assert ref.judge in ref.source
+    raw = yaml.safe_load((Path(__file__).resolve().parents[1] / "params.yaml").read_text())
+    judges = {profile: parse_params({**raw, "profile": profile}, "params.yaml").judge.model for profile in ("cpu", "full")}
+    assert judge_key(judges["full"]) == judge_key(ref.judge), judges
+    assert judge_key(judges["cpu"]) != judge_key(ref.judge), judges
     assert ref.decision is not None
 
 

@@ -77,9 +77,9 @@ def test_bad_inputs_are_refused():
 def _bar_claim(agreement: float, n_pairs: int, summary: dict):
     from reappreg.stats.claims import ClaimContext, build_claim
     from reappreg.stats.trust import Trust
-    from stats_fixtures import FAST, REFERENCE
+    from stats_fixtures import FAST, JUDGE, REFERENCE
 
-    ctx = ClaimContext(settings=FAST, reference=REFERENCE, trust=Trust(trusted=True), judge_model="j",
+    ctx = ClaimContext(settings=FAST, reference=REFERENCE, trust=Trust(trusted=True), judge_model=JUDGE,
                        position_bias_reason=None, judge_error=JudgeError.exchangeable(agreement, n_pairs))
     return build_claim(kind="bar", condition="policy", opponent="gpt-4-0314", threshold=REFERENCE.bar,
                        summary=summary, ctx=ctx, pools={})
@@ -115,3 +115,44 @@ def test_a_judge_too_close_to_chance_supports_no_bar_claim_however_high_the_raw_
 def test_a_perfect_judge_changes_nothing():
     claim = _bar_claim(1.0, 240, SUMMARY)
     assert claim["supported"] and claim["evidence"]["judge_corrected"]["low"] == pytest.approx(0.62, abs=1e-9)
+
+
+# ------------------------------------------------------------------------ the bar is on its judge's scale
+
+
+@pytest.mark.parametrize("judge", ["another-judge", "fake-judge-v2", None])
+def test_a_bar_claim_decided_by_another_judge_is_judge_mismatch_and_never_supported(judge):
+    """The same numbers that support the claim under the bar's own judge (the control below) support
+    nothing when the verdicts come from another judge, or from a judge the records do not name."""
+    from reappreg.stats.claims import ClaimContext, build_claim
+    from reappreg.stats.trust import Trust
+    from stats_fixtures import FAST, REFERENCE
+
+    assert _claim_by(REFERENCE.judge)["supported"]  # the control
+    bar = _claim_by(judge)
+    ctx = ClaimContext(settings=FAST, reference=REFERENCE, trust=Trust(trusted=True), judge_model=judge,
+                       position_bias_reason=None, judge_error=JudgeError.exchangeable(1.0, 240))
+    assert not bar["supported"] and bar["blocking_flags"] == ["judge_mismatch"], bar["flags"]
+    assert f"measured with judge {REFERENCE.judge!r}, these verdicts come from {judge!r}" in bar["reason"]
+    assert bar["reference_bar"]["judge"] == REFERENCE.judge
+    # Beating an opponent is not a statement about the bar: another judge may decide it.
+    beats = build_claim(kind="beats_opponent", condition="policy", opponent="gpt-4-0314", threshold=0.5,
+                        summary=SUMMARY, ctx=ctx, pools={})
+    assert beats["supported"] and "judge_mismatch" not in beats["flags"]
+
+
+@pytest.mark.parametrize("spelling", ["fake-judge", "FAKE-JUDGE", "org/fake-judge", "/srv/models/fake-judge/",
+                                      "ｆａｋｅ-judge"])
+def test_the_bar_judge_under_another_spelling_of_its_name_is_the_same_judge(spelling):
+    assert "judge_mismatch" not in _claim_by(spelling)["flags"]
+
+
+def _claim_by(judge: str) -> dict:
+    from reappreg.stats.claims import ClaimContext, build_claim
+    from reappreg.stats.trust import Trust
+    from stats_fixtures import FAST, REFERENCE
+
+    ctx = ClaimContext(settings=FAST, reference=REFERENCE, trust=Trust(trusted=True), judge_model=judge,
+                       position_bias_reason=None, judge_error=JudgeError.exchangeable(1.0, 240))
+    return build_claim(kind="bar", condition="policy", opponent="gpt-4-0314", threshold=REFERENCE.bar, summary=SUMMARY,
+                       ctx=ctx, pools={})

@@ -109,6 +109,15 @@ def lint_claims(claims: Sequence[Mapping[str, Any]], eval_metrics: Mapping[str, 
                 f"claim is marked supported but calibration trusted={trusted}, eval judge/trusted={eval_metrics.get('judge/trusted')}")
         if claim.get("status") != "confirmed":
             add("supported without confirmation", f"status is {claim.get('status')!r}")
+        if claim.get("kind") == "bar":
+            from reappreg.stats.reference import judge_key
+
+            bar_judge = (claim.get("reference_bar") or {}).get("judge")
+            judges = {"the claim's": claim.get("judge_model"), "the calibration's": calibration.get("judge_model")}
+            if not isinstance(bar_judge, str) or any(not isinstance(j, str) or judge_key(j) != judge_key(bar_judge)
+                                                     for j in judges.values()):
+                add("bar claim under another judge", f"the bar was measured with judge {bar_judge!r}; "
+                    + ", ".join(f"{who} judge is {j!r}" for who, j in judges.items()))
         blocking = [f for f in claim.get("flags", []) if f in BLOCKING_FLAGS]
         if blocking:
             add("blocking flags", ", ".join(blocking))

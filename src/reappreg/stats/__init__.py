@@ -25,8 +25,9 @@ generations, one dominant vignette, a moved bar, relabelled pools. Each is close
 * **Trust is recomputed** (``trust``) from the calibration's numbers; the calibration must name
   the judgments' judge model and fingerprint; ``trusted`` is a cache that must agree.
   Position bias is also measured on the judgments themselves (``position_biased`` blocks).
-* **Reference bar** (``reference``): pinned in registry/models.yaml with its source; another
-  bar or opponent (``stats.bar`` / ``stats.bar_opponent``) gives ``custom_bar`` claims.
+* **Reference bar** (``reference``): pinned in registry/models.yaml with its source and the
+  judge it was measured with; another bar or opponent (``stats.bar`` / ``stats.bar_opponent``)
+  gives ``custom_bar`` claims, and a bar claim decided by another judge is ``judge_mismatch``.
 * **Pools**: fresh and selection pools may not share generations or seeds, identical pools
   are an error, a fresh-pool claim needs its selection pool and reports ``selection_minus_fresh``.
 * **Length** (``length``): an AlpacaEval-style length-controlled win-rate (GLM read at zero
@@ -76,7 +77,7 @@ length-controlled figures; ``n`` now counts contests)::
       "opponent":    str,
       "statement":   str,   # the sentence a card may print if supported ("[custom_bar: ...]" prefix)
       "threshold":   float,
-      "reference_bar": {"bar", "opponent", "source"},
+      "reference_bar": {"bar", "opponent", "judge", "source"},
       "metric_refs": [str], # keys of metrics/eval.json backing the claim
       "supported":   bool,  # status == "confirmed" and no blocking flag
       "status":      "confirmed" | "inconclusive" | "refuted" | "not_tested",

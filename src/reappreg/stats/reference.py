@@ -50,8 +50,21 @@ class ReferenceBar(BaseModel):
 
     bar: float = Field(gt=0.0, lt=1.0)
     opponent: str = Field(min_length=1)
+    # The judge the bar was measured with: a win-rate is on one judge's scale (a weak judge pulls
+    # it towards 0.5), so a claim decided by another judge is `judge_mismatch` and never supported.
+    judge: str = Field(min_length=1)
     source: str = Field(min_length=1)
     decision: DecisionFloors | None = None
+
+
+def judge_key(model: str) -> str:
+    """A judge model's name for comparison: its last path component (a served model id, a hub id
+    ``org/name`` or a local folder all end in the model's name), NFKC-normalised and case-folded.
+    Names are what a judge's records carry; a different model served under the bar judge's name
+    is not detected here (README, statistics)."""
+    import unicodedata
+
+    return unicodedata.normalize("NFKC", model).strip().rstrip("/").rsplit("/", 1)[-1].casefold()
 
 
 def decision_values(stats, judge) -> dict[str, float]:
