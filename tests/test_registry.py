@@ -1491,3 +1491,51 @@ def test_an_undeclared_look_alike_is_listed_and_never_counted_as_verified(repo):
     assert f"undeclared {POLICY}-v2" in flat
     verified = int(flat.split(" alias(es) of ")[0].split()[-1])
     assert verified == 2  # the two declared models' candidates; the look-alike is not counted
+
+
+# --------------------------------------------------------------------------- bare MLflow loads and the verified loader
+
+
+def test_an_honest_bare_mlflow_load_does_not_break_verify_but_a_forged_marker_does(repo, tmp_path):
+    """A bare ``models:/`` load on a local store writes MLflow's `registered_model_meta` into the version's
+    stored folder. That one file, with exactly MLflow's content for this version, is not tampering;
+    the same name holding anything else is an unexpected file."""
+    import mlflow
+    import yaml
+
+    register_ok()
+    client = client_for(repo)
+    loaded = Path(mlflow.artifacts.download_artifacts(f"models:/{POLICY}/1"))  # what pyfunc.load_model does first
+    marker = stored(client, POLICY, "1", "registered_model_meta")
+    assert loaded == marker.parent and marker.is_file(), "MLflow no longer writes its marker into a local store"
+    code, out = _verify()
+    assert code == 0, out
+    code, out, exc = run_cli("registry", "pull", f"{POLICY}@candidate", "--to", str(tmp_path / "pulled"))
+    assert code == 0, (out, exc)
+    assert not (tmp_path / "pulled" / "registered_model_meta").exists() and marker.is_file()
+    for forged in ({"model_name": POLICY, "model_version": "2"}, {"model_name": RM, "model_version": "1"},
+                   {"model_name": POLICY, "model_version": "1", "loader_module": "evil"}):
+        marker.write_text(yaml.safe_dump(forged))
+        code, out = _verify()
+        flat = " ".join(out.split())
+        assert code == 1 and "unexpected file registered_model_meta (registered_model_meta holds" in flat, out
+
+
+def test_the_verified_loader_hands_mlflow_only_a_verified_copy(repo, tmp_path, monkeypatch):
+    import mlflow.pyfunc
+
+    from reappreg.registry.loader import load_model
+
+    register_ok()
+    handed: list[Path] = []
+    monkeypatch.setattr(mlflow.pyfunc, "load_model", lambda path: handed.append(Path(path)) or "loaded")
+    assert load_model(f"models:/{POLICY}@candidate", repo=repo, dst=tmp_path / "verified") == "loaded"
+    assert handed == [tmp_path / "verified"]
+    assert dvc_md5(tmp_path / "verified" / "artifacts/grpo") == dvc_md5(repo / "models/policy/grpo")
+    # One stored byte changed: nothing reaches MLflow, nothing is left behind.
+    client = client_for(repo)
+    weights = stored(client, POLICY, "1", "artifacts/grpo/model.safetensors")
+    weights.write_bytes(weights.read_bytes() + b"\0")
+    with pytest.raises(IntegrityError, match="model.safetensors: sha256"):
+        load_model(f"models:/{POLICY}/1", repo=repo, dst=tmp_path / "tampered")
+    assert handed == [tmp_path / "verified"] and not (tmp_path / "tampered").exists()

@@ -14,6 +14,12 @@ share. In order:
    or deleted tag is reported as tampering), and the envelope's sha256 tag must match;
 5. only then do the gates read the signed evidence. A version without a valid envelope,
    or whose bytes differ, fails every gate.
+
+One file may be in the store without being signed: ``registered_model_meta``, which MLflow
+writes into a local store's model folder whenever anyone loads ``models:/NAME/...`` (an
+honest bare load must not make a version fail). It is accepted only by content -- exactly
+MLflow's two keys naming this model and this version -- and dropped from the verified copy;
+any other content is an unexpected file like any other.
 """
 
 from __future__ import annotations
@@ -93,6 +99,30 @@ def download_source(mv: Any, dst: Path, tracking_uri: str) -> Path:
     return Path(mlflow.artifacts.download_artifacts(artifact_uri=mv.source, dst_path=str(dst), tracking_uri=tracking_uri))
 
 
+MLFLOW_LOAD_MARKER = "registered_model_meta"  # mlflow.store.artifact.models_artifact_repo writes it on load
+
+
+def drop_mlflow_load_marker(local: Path, mv: Any) -> str | None:
+    """Remove MLflow's load marker from the downloaded copy when its content is exactly what MLflow
+    writes for this version; returns why it was kept (then it counts as an unexpected file), or None."""
+    import yaml
+
+    marker = local / MLFLOW_LOAD_MARKER
+    if not marker.is_file() or marker.is_symlink():
+        return None if not marker.exists() else f"{MLFLOW_LOAD_MARKER} is not a regular file"
+    if marker.stat().st_size > 1024:
+        return f"{MLFLOW_LOAD_MARKER} is {marker.stat().st_size} bytes, not MLflow's two-line marker"
+    try:
+        content = yaml.safe_load(marker.read_text(encoding="utf-8"))
+    except (yaml.YAMLError, UnicodeDecodeError) as exc:
+        return f"{MLFLOW_LOAD_MARKER} is not MLflow's marker ({type(exc).__name__})"
+    want = {"model_name": str(mv.name), "model_version": str(mv.version)}
+    if not isinstance(content, dict) or {k: str(v) for k, v in content.items()} != want or set(content) != set(want):
+        return f"{MLFLOW_LOAD_MARKER} holds {content!r}, not MLflow's marker for this version {want!r}"
+    marker.unlink()
+    return None
+
+
 def _statement_mismatch(stmt: dict[str, Any], mv: Any) -> str | None:
     if stmt.get("_type") != STATEMENT_TYPE or stmt.get("predicateType") != PREDICATE_TYPE:
         return f"statement type {stmt.get('_type')!r}/{stmt.get('predicateType')!r} is not in-toto v1 / SLSA provenance v1"
@@ -143,10 +173,12 @@ def verify_version(
             check.byte_problems.append(f"cannot download the version's files from {mv.source} ({type(exc).__name__}: {exc})")
         if local is not None and stmt is not None:
             want = {s["name"]: s.get("digest", {}).get("sha256") for s in stmt.get("subject", [])}
+            kept_marker = None if MLFLOW_LOAD_MARKER in want else drop_mlflow_load_marker(local, mv)
             have = subject_digests(local)
             check.files = len(have)
             check.byte_problems += [f"missing {rel}" for rel in sorted(set(want) - set(have))]
-            check.byte_problems += [f"unexpected file {rel}" for rel in sorted(set(have) - set(want))]
+            check.byte_problems += [f"unexpected file {rel}" + (f" ({kept_marker})" if rel == MLFLOW_LOAD_MARKER and kept_marker
+                                                                else "") for rel in sorted(set(have) - set(want))]
             check.byte_problems += [f"{rel}: sha256 {have[rel][:16]}… != signed {str(want[rel])[:16]}…"
                                     for rel in sorted(set(want) & set(have)) if have[rel] != want[rel]]
             bundle = _download(mv.run_id, bundle_rel, tmp_path / "bundle", tracking_uri)
