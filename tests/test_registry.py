@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import shlex
 import shutil
 import socket
 import subprocess
@@ -135,7 +136,38 @@ f"{prefix}/n": 300, f"{prefix}/win_rate": 0.9, f"{prefix}/cluster_low": 0.8,
         path.parent.mkdir(parents=True, exist_ok=True)
         path.write_text(f"---\nlicense: apache-2.0\n{CLEAN_REVISION}---\n# {name}\n\nA card.\n\n## Evaluation\n\nNumbers.\n",
                         encoding="utf-8")
+    bind_claims_to_lock(root)
     return root
+
+
+STATS_READS = ("judgments", "calibration", "generations", "answers", "vignettes", "models")
+
+
+def stats_paths() -> dict[str, str]:
+    """Role -> path of what the stats stage reads, from this repo's dvc.yaml."""
+    tokens = shlex.split(yaml.safe_load((REPO / "dvc.yaml").read_text())["stages"]["stats"]["cmd"])
+    return {tok[2:]: tokens[i + 1] for i, tok in enumerate(tokens[:-1]) if tok[2:] in STATS_READS}
+
+
+def bind_claims_to_lock(root: Path, *, judge_wrote: str | None = None) -> None:
+    """What `dvc repro` leaves behind: each claim stamped with the md5 of every file the stats stage read,
+    and a dvc.lock recording the stats stage (its command, those deps, the claims it wrote) and the judge
+    stage that wrote the judgments (``judge_wrote``: another md5, as if the judgments were swapped)."""
+    paths = stats_paths()
+    for role, rel in paths.items():
+        if not (root / rel).exists():
+            _jsonl(root / rel, [{"planted": role}])
+    md5s = {role: dvc_md5(root / rel) for role, rel in paths.items()}
+    claims = json.loads((root / "reports/claims.json").read_text())
+    for claim in claims:
+        claim["inputs"] = dict(md5s)
+    _json(root / "reports/claims.json", claims)
+    stats_cmd = yaml.safe_load((REPO / "dvc.yaml").read_text())["stages"]["stats"]["cmd"]
+    lock = {"schema": "2.0", "stages": {
+        "judge": {"cmd": "reappreg judge run", "outs": [{"path": paths["judgments"], "md5": judge_wrote or md5s["judgments"]}]},
+        "stats": {"cmd": stats_cmd, "deps": [{"path": rel, "md5": md5s[role]} for role, rel in paths.items()],
+                  "outs": [{"path": "reports/claims.json", "md5": dvc_md5(root / "reports/claims.json")}]}}}
+    (root / "dvc.lock").write_text(yaml.safe_dump(lock, sort_keys=False))
 
 
 # What `reappreg card build` records in a card's front matter on a committed tree.
@@ -299,6 +331,56 @@ def test_registration_refuses_an_artifact_its_training_metrics_do_not_describe(r
     code, _, exc = run_cli("registry", "register")
     assert isinstance(exc, GateFailed) and "its training metrics describe" in str(exc)
     assert client_for(repo).search_registered_models() == []
+
+
+def _edit_claims(root: Path, **fields) -> None:
+    claims = json.loads((root / "reports/claims.json").read_text())
+    claims[0].update(fields)
+    _json(root / "reports/claims.json", claims)
+
+
+def _relock_claims(root: Path) -> None:
+    """The attacker also edits dvc.lock so that it records the claims file as it is now."""
+    lock = yaml.safe_load((root / "dvc.lock").read_text())
+    lock["stages"]["stats"]["outs"][0]["md5"] = dvc_md5(root / "reports/claims.json")
+    (root / "dvc.lock").write_text(yaml.safe_dump(lock, sort_keys=False))
+
+
+def _other_judgments(root: Path) -> None:
+    """Judgments relabelled by hand, the claims re-stamped and dvc.lock's stats entry made to agree;
+    only the judge stage's own record of what it wrote is left as it was."""
+    rel = stats_paths()["judgments"]
+    wrote = dvc_md5(root / rel)
+    _jsonl(root / rel, [{"planted": "judgments", "verdict": "policy wins, relabelled"}])
+    bind_claims_to_lock(root, judge_wrote=wrote)
+
+
+@pytest.mark.parametrize("attack, expect", [
+    (lambda root: _edit_claims(root, supported=True, status="confirmed", flags=[]),
+     "reports/claims.json has md5 {claims}, but the 'stats' stage wrote"),
+    (lambda root: (_edit_claims(root, inputs={**json.loads((root / "reports/claims.json").read_text())[0]["inputs"],
+                                             "judgments": "0" * 32}), _relock_claims(root)),
+     "bar/policy/gpt-4-0314: judgments md5 00000000000000000000000000000000 but the 'stats' stage read"),
+    (lambda root: (_edit_claims(root, inputs=None), _relock_claims(root)),
+     "bar/policy/gpt-4-0314: records no inputs"),
+    (_other_judgments, "the 'stats' stage read md5 {judgments}, the 'judge' stage wrote"),
+    (lambda root: (root / "dvc.lock").unlink(), "dvc.lock: not found"),
+], ids=["claims-edited", "claim-names-other-judgments", "claim-without-inputs", "judgments-swapped", "no-lock"])
+def test_registration_refuses_claims_the_pipeline_did_not_draw(repo, attack, expect):
+    attack(repo)
+    code, out, exc = run_cli("registry", "register")
+    message = " ".join(str(exc).split())
+    expect = expect.format(claims=dvc_md5(repo / "reports/claims.json"),
+                           judgments=dvc_md5(repo / stats_paths()["judgments"]))
+    assert code != 0 and expect in message, (out, message)
+    assert client_for(repo).search_registered_models() == [], "something was registered"
+
+
+def test_the_receipt_says_how_the_claims_were_bound_to_the_lock(repo):
+    register_ok()
+    receipt = json.loads((repo / "reports/registry/registration.json").read_text())
+    assert receipt["claims_lineage"].startswith("1 claims: reports/claims.json is the 'stats' stage's output and every "
+                                                "claim read answers, calibration, generations, judgments, models, vignettes")
 
 
 def test_registration_refuses_a_failed_certificate(repo):

@@ -144,6 +144,7 @@ def register(
     local_keys: Path = LOCAL_KEYS,
     lock_file: Path = typer.Option("work/registry/register.lock", "--lock-file", help="Host-wide registration lock"),
     receipt: Path = typer.Option("reports/registry/registration.json", "--receipt", help="What was registered"),
+    lock: Path = typer.Option("dvc.lock", "--lock", help="DVC lock the claims must match (the stats stage's inputs and output)"),
 ) -> None:
     """Register every declared model as a signed MLflow Model version (one per changed artifact; alias `candidate`).
 
@@ -187,6 +188,11 @@ def register(
     bar_opponent = decl.reference_bar.opponent if decl.reference_bar is not None else None
     evidence = evidence_from(certificate, eval_metrics, judge_calibration, claims, rm_metrics, policy_metrics, prompt,
                              results)
+    # Derive, don't accept: the claims must be the ones the stats stage drew from the judge's output.
+    from reappreg.registry.lineage import check_claims_lineage
+
+    claims_key = claims.resolve().relative_to(Path.cwd().resolve()) if claims.is_absolute() else claims
+    lineage = check_claims_lineage(claims_key, evidence.claims, lock, claims_md5=dvc_md5(claims))
     key = signing_key(local_keys, create=True)
     keyring = _keyring(settings, keys, local_keys)
     if reg.trust_local_key is False and key.keyid not in keyring.keys:
@@ -279,7 +285,8 @@ def register(
             # What a reader of the receipt (and the report) needs next: where every alias points
             # now and whether `registry verify` passes, derived by the same audit it runs.
             state = audit(client, decl, keyring, tracking_uri=tracking_uri)
-            write_json(receipt, {"registered": results, "signing_keyid": key.keyid, "verify": alias_rows(state)})
+            write_json(receipt, {"registered": results, "signing_keyid": key.keyid, "claims_lineage": lineage,
+                                 "verify": alias_rows(state)})
 
 
 @app.command()
