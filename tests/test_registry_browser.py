@@ -20,7 +20,8 @@ import pytest
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from test_card import write_pipeline  # noqa: E402
-from test_registry import POLICY, make_unique_policy, mlflow_server, registered_version, run_cli  # noqa: E402,F401
+from test_registry import (POLICY, bind_claims_to_lock, make_unique_policy, mlflow_server,  # noqa: E402,F401
+                           registered_version, run_cli)
 
 CHROMIUM = Path("/usr/bin/chromium")
 CHROMEDRIVER = Path("/usr/bin/chromedriver")
@@ -62,6 +63,7 @@ def test_model_version_page_shows_the_card_and_provenance_tags(tmp_path, monkeyp
 
     url = mlflow_server
     root = write_pipeline(tmp_path / "repo")
+    bind_claims_to_lock(root)
     make_unique_policy(root)
     monkeypatch.chdir(root)
     monkeypatch.setenv("MLFLOW_TRACKING_URI", url)
