@@ -1,6 +1,7 @@
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -90,11 +91,8 @@ def test_split_cli_refuses_a_report_for_other_data(tmp_path, tracking_uri):
     assert not (tmp_path / "train").exists() and not (tmp_path / "heldout").exists()
 
 
-@pytest.mark.parametrize("suffix", [".csv", *(pytest.param(s, marks=pytest.mark.slow) for s in (".tsv", ".jsonl", ".parquet"))])
-def test_expert_fixture_flows_through_ingest_validate_split_by_params_only(tmp_path, tracking_uri, suffix):
-    """The continuous-scale, two-dimension, two-rater export with rated model sources, texts of
-    several paragraphs and a duplicated rating row: only params change."""
-    _params(tmp_path, f"""data:
+def _expert_params(folder: Path, suffix: str) -> None:
+    _params(folder, f"""data:
   source: file
   path: {FIXTURE / ('ratings' + suffix)}
   dimensions: [effectiveness, empathy]
@@ -106,19 +104,56 @@ validate:
 split:
   train_sources: [human, gpt-3.5-turbo, llama-2-70b-chat]
 """)
+
+
+@pytest.fixture(scope="module")
+def expert_csv_run(tmp_path_factory):
+    """The CSV export through ingest, validate and split, as the pipeline's commands run it (once)."""
+    folder = tmp_path_factory.mktemp("expert-csv")
+    _expert_params(folder, ".csv")
+    env_uri = f"sqlite:///{folder / 'mlflow.db'}"
     steps = [("data", "ingest", "--params", "params.yaml", "--out", "canonical"),
              ("validate", "run", "--params", "params.yaml", "--data", "canonical", "--report", "report.json"),
              SPLIT_ARGS]
     for step in steps:
-        proc = _run(*step, cwd=tmp_path)
+        proc = subprocess.run([sys.executable, "-m", "reappreg", *step], capture_output=True, text=True, cwd=folder,
+                              env={**os.environ, "MLFLOW_TRACKING_URI": env_uri})
         assert proc.returncode == 0, (step, proc.stderr)
-    assert "human: 15 reappraisals -> training pool" in proc.stdout
-    assert "gpt-4-0314: 6 reappraisals -> held out" in proc.stdout
-    meta = read_json(tmp_path / "train" / "meta.json")
+    return folder, proc.stdout
+
+
+def test_expert_fixture_flows_through_ingest_validate_split_by_params_only(expert_csv_run):
+    """The continuous-scale, two-dimension, two-rater export with rated model sources, texts of
+    several paragraphs and a duplicated rating row: only params change."""
+    folder, split_out = expert_csv_run
+    assert "human: 15 reappraisals -> training pool" in split_out
+    assert "gpt-4-0314: 6 reappraisals -> held out" in split_out
+    meta = read_json(folder / "train" / "meta.json")
     assert meta["dimensions"] == ["effectiveness", "empathy"]
     assert meta["rating_scale"] == {"min": 1.0, "max": 5.0, "kind": "continuous"}
     assert meta["duplicate_rating_rows_dropped"] == 1
-    ratings = read_jsonl(tmp_path / "train" / "ratings.jsonl")
+    ratings = read_jsonl(folder / "train" / "ratings.jsonl")
     assert len(ratings) == 54 and all(set(r) >= {"effectiveness", "empathy"} and "novelty" not in r for r in ratings)
     assert all(isinstance(r["effectiveness"], float) for r in ratings)
-    assert len(read_jsonl(tmp_path / "heldout" / "answers.jsonl")) == 6
+    assert len(read_jsonl(folder / "heldout" / "answers.jsonl")) == 6
+
+
+@pytest.mark.parametrize("suffix", [".tsv", ".jsonl", ".parquet"])
+def test_every_export_format_ingests_to_the_same_canonical_data(expert_csv_run, tmp_path, tracking_uri, suffix):
+    """The same export as TSV, JSON Lines or Parquet gives byte-identical canonical files, so validation
+    and the split (run once, on the CSV, above) see the same data whatever the format."""
+    from reappreg.hashing import dvc_md5
+
+    folder, _ = expert_csv_run
+    _expert_params(tmp_path, suffix)
+    proc = _run("data", "ingest", "--params", "params.yaml", "--out", "canonical", cwd=tmp_path)
+    assert proc.returncode == 0, proc.stderr
+    files = sorted(p.name for p in (folder / "canonical").iterdir())
+    assert files == sorted(p.name for p in (tmp_path / "canonical").iterdir())
+    for name in files:
+        if name == "meta.json":  # names the file it was read from; everything else equal
+            ours, csv = read_json(tmp_path / "canonical" / name), read_json(folder / "canonical" / name)
+            assert (ours.pop("source"), csv.pop("source")) == (f"file:ratings{suffix}", "file:ratings.csv")
+            assert ours == csv
+        else:
+            assert dvc_md5(tmp_path / "canonical" / name) == dvc_md5(folder / "canonical" / name), name
