@@ -1345,9 +1345,15 @@ def test_team_keys_rotate_and_revoke_and_an_untrusted_key_is_named(tmp_path, mon
     alice = signing_key(tmp_path / "local", create=False)
     monkeypatch.delenv("REAPPREG_SIGNING_KEY")
     envelope = sign_statement({"_type": "x", "n": 1}, alice)
+    from reappreg.registry.keyring_chain import CHAIN_FILE, sign_keyring
+
     for status, ok in (("active", True), ("retired", True), ("revoked", False)):
-        (team / "keyring.yaml").write_text(yaml.safe_dump({"keys": [{"file": "alice.pub.pem", "holder": "alice", "status": status,
-                                                                       "keyid": alice.keyid}]}))
+        # alice starts the keyring, then (signing as the active key she was) changes her own status
+        (team / CHAIN_FILE).unlink(missing_ok=True)
+        for step in dict.fromkeys(("active", status)):
+            (team / "keyring.yaml").write_text(yaml.safe_dump({"keys": [{"file": "alice.pub.pem", "holder": "alice",
+                                                                           "status": step, "keyid": alice.keyid}]}))
+            sign_keyring(team, alice, f"alice {step}")
         ring = load_keyring(team, None)
         if ok:
             assert open_statement(envelope, ring)[1].describe().startswith(f"team key {alice.keyid[:16]} of alice ({status}")

@@ -180,6 +180,10 @@ def _register_rm_on_team_server(root: Path, env: dict, tmp_path: Path) -> None:
     ring["keys"] = [*(ring.get("keys") or []), {"file": "maintainer.pub.pem", "holder": "maintainer", "status": "active",
                                                 "keyid": keyid}]
     ring_path.write_text(yaml.safe_dump(ring, sort_keys=False))
+    # The first team key signs the keyring it starts; every later change needs a key it already trusts.
+    signed = run_checked(["reappreg", "registry", "sign-keyring", "--reason", "team key"], root,
+                         {**env, "REAPPREG_SIGNING_KEY": str(key)})
+    assert "signed keyring entry 1" in signed, signed
     run_checked(["git", "add", "registry/keys"], root, env)
     run_checked(["git", "commit", "-qm", "team signing key"], root, env)
     models = yaml.safe_load((root / "registry/models.yaml").read_text())

@@ -50,7 +50,8 @@ def _client(settings):
 def _keyring(settings, keys: Path, local_keys: Path):
     from reappreg.registry import load_keyring
 
-    return load_keyring(keys, local_keys if settings.registry.trust_local_key else None)
+    # What this clone saw of the keyring chain lives beside its local key (gitignored).
+    return load_keyring(keys, local_keys if settings.registry.trust_local_key else None, remember=local_keys.parent)
 
 
 def _actor(actor: str | None) -> str:
@@ -500,6 +501,24 @@ def pull(
                   highlight=False, soft_wrap=True)
 
 
+@app.command("sign-keyring")
+def sign_keyring_cmd(
+    reason: str = typer.Option(..., "--reason", help="Why the keyring changes (recorded in the signed entry)"),
+    keys: Path = KEYS,
+    local_keys: Path = LOCAL_KEYS,
+) -> None:
+    """Sign keyring.yaml as it is now onto the keyring chain, with $REAPPREG_SIGNING_KEY: a key the last signed
+    keyring lists as active (for the first entry, one of the keys it lists)."""
+    from reappreg.registry.keyring_chain import CHAIN_FILE, sign_keyring
+    from reappreg.registry.keys import signing_key
+
+    key = signing_key(local_keys, create=False)
+    entry = sign_keyring(keys, key, reason)
+    holders = ", ".join(f"{k['holder']} ({k['status']})" for k in entry.keys.values())
+    Console().print(f"signed keyring entry {entry.sequence + 1} with key {key.keyid[:16]}: {holders}. Commit "
+                    f"{keys / 'keyring.yaml'} and {keys / CHAIN_FILE}.", highlight=False, soft_wrap=True)
+
+
 @app.command()
 def keygen(out: Path = typer.Argument(..., help="New private key file (keep it outside the repository)")) -> None:
     """Create an EC P-256 signing key and print the keyring line that makes its public key a team key."""
@@ -510,6 +529,8 @@ def keygen(out: Path = typer.Argument(..., help="New private key file (keep it o
     Console().print(f"private key {out} (mode 600); public key {public}\nkey id {kid}\n"
                     f"To trust it team-wide: copy {public.name} into registry/keys/ and add to registry/keys/keyring.yaml:\n"
                     f"  - {{file: {public.name}, holder: <who>, status: active, keyid: {kid}}}\n"
+                    "then a holder of a key the keyring already trusts (for the first key: this one) signs the change:\n"
+                    "  reappreg registry sign-keyring --reason '<why>'   (commit keyring.yaml and keyring.chain.jsonl)\n"
                     f"Then sign with it: export REAPPREG_SIGNING_KEY={out}", highlight=False, soft_wrap=True)
 
 

@@ -8,8 +8,10 @@ Trust. Two sources of public keys:
 
 * team keys, committed under ``registry/keys/`` and listed in ``registry/keys/keyring.yaml``
   with their holder and status (``active``, ``retired``: still verifies what it signed, or
-  ``revoked``: verifies nothing). Rotation = add the new key as active, mark the old one
-  retired (or revoked if it leaked), commit.
+  ``revoked``: verifies nothing). The list is trusted only as the last entry of the signed
+  keyring chain (:mod:`.keyring_chain`): every change is signed by a key the keyring already
+  trusted. Rotation = add the new key as active, mark the old one retired (or revoked if it
+  leaked), ``reappreg registry sign-keyring`` with a current key, commit.
 * this clone's local key, generated on first use into a gitignored folder (default
   ``work/registry/keys/``) and trusted by this clone only (``registry.trust_local_key``).
   It proves that a version was registered by someone holding this clone's key file; it
@@ -101,6 +103,7 @@ class _Keyring(BaseModel):
 class Keyring:
     keys: dict[str, TrustedKey]
     revoked: dict[str, TrustedKey]
+    head: str | None = None   # sha256 of the signed keyring chain's last entry (None: no team keys)
 
     def lookup(self, keyid: str) -> TrustedKey:
         if keyid in self.revoked:
@@ -111,27 +114,42 @@ class Keyring:
         return self.keys[keyid]
 
 
-def load_keyring(team_dir: str | os.PathLike, local_dir: str | os.PathLike | None) -> Keyring:
-    """Team keys from ``team_dir/keyring.yaml``, plus this clone's local public key if ``local_dir``."""
+def listed_keys(team_dir: str | os.PathLike) -> dict[str, TrustedKey]:
+    """Every key ``team_dir/keyring.yaml`` lists (revoked ones too), its file read and its id checked."""
     team_dir = Path(team_dir)
-    keys: dict[str, TrustedKey] = {}
-    revoked: dict[str, TrustedKey] = {}
     ring_path = team_dir / KEYRING_FILE
-    if ring_path.exists():
-        try:
-            ring = _Keyring.model_validate(yaml.safe_load(ring_path.read_text(encoding="utf-8")) or {})
-        except (yaml.YAMLError, ValidationError) as exc:
-            raise InputError(f"{ring_path}: invalid keyring: {exc}") from exc
-        for entry in ring.keys:
-            path = team_dir / entry.file
-            if not path.exists():
-                raise InputError(f"{ring_path}: key file {entry.file} not found in {team_dir}")
-            public = load_public(path)
-            kid = key_id(public)
-            if entry.keyid is not None and entry.keyid != kid:
-                raise InputError(f"{ring_path}: {entry.file} has key id {kid}, the keyring says {entry.keyid}")
-            key = TrustedKey(kid, public, "team", entry.holder, entry.status, path)
-            (revoked if entry.status == "revoked" else keys)[kid] = key
+    if not ring_path.exists():
+        return {}
+    try:
+        ring = _Keyring.model_validate(yaml.safe_load(ring_path.read_text(encoding="utf-8")) or {})
+    except (yaml.YAMLError, ValidationError) as exc:
+        raise InputError(f"{ring_path}: invalid keyring: {exc}") from exc
+    listed: dict[str, TrustedKey] = {}
+    for entry in ring.keys:
+        path = team_dir / entry.file
+        if not path.exists():
+            raise InputError(f"{ring_path}: key file {entry.file} not found in {team_dir}")
+        public = load_public(path)
+        kid = key_id(public)
+        if entry.keyid is not None and entry.keyid != kid:
+            raise InputError(f"{ring_path}: {entry.file} has key id {kid}, the keyring says {entry.keyid}")
+        listed[kid] = TrustedKey(kid, public, "team", entry.holder, entry.status, path)
+    return listed
+
+
+def load_keyring(team_dir: str | os.PathLike, local_dir: str | os.PathLike | None, *,
+                 remember: str | os.PathLike | None = None) -> Keyring:
+    """Team keys from ``team_dir/keyring.yaml`` -- only when they are exactly the signed keyring chain's last
+    entry (reappreg.registry.keyring_chain) -- plus this clone's local public key if ``local_dir``.
+    ``remember``: this clone's folder for what it saw of the chain (refuses a rewritten or cut-back chain)."""
+    from reappreg.registry.keyring_chain import CHAIN_FILE, check_keyring
+
+    team_dir = Path(team_dir)
+    listed = listed_keys(team_dir)
+    head = check_keyring(team_dir / CHAIN_FILE, {kid: (k.holder, k.status) for kid, k in listed.items()},
+                         remember=Path(remember) if remember is not None else None)
+    keys = {kid: k for kid, k in listed.items() if k.status != "revoked"}
+    revoked = {kid: k for kid, k in listed.items() if k.status == "revoked"}
     if local_dir is not None:
         local_public = Path(local_dir) / LOCAL_PUBLIC_FILE
         if local_public.exists():
@@ -139,7 +157,7 @@ def load_keyring(team_dir: str | os.PathLike, local_dir: str | os.PathLike | Non
             kid = key_id(public)
             if kid not in revoked:
                 keys.setdefault(kid, TrustedKey(kid, public, "local", "this clone", "active", local_public))
-    return Keyring(keys, revoked)
+    return Keyring(keys, revoked, head)
 
 
 @dataclass(frozen=True)

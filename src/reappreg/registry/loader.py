@@ -50,7 +50,8 @@ def load_model(spec: str, *, repo: str | os.PathLike = ".", dst: str | os.PathLi
 
     root = Path(repo)
     settings = load_params(root / "params.yaml")
-    keyring = load_keyring(root / "registry/keys", root / "work/registry/keys" if settings.registry.trust_local_key else None)
+    keyring = load_keyring(root / "registry/keys", root / "work/registry/keys" if settings.registry.trust_local_key else None,
+                           remember=root / "work/registry")
     uri = resolve_tracking_uri(settings.tracking.uri)
     if uri.startswith("sqlite:///") and not uri.startswith("sqlite:////"):  # relative to the repo, not to the cwd
         uri = f"sqlite:///{(root / uri.removeprefix('sqlite:///')).resolve()}"
