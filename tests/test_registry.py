@@ -1372,6 +1372,30 @@ def test_team_keys_rotate_and_revoke_and_an_untrusted_key_is_named(tmp_path, mon
         load_keyring(team, None)
 
 
+def test_a_version_signed_under_a_keyring_no_longer_in_the_chain_is_named(repo, tmp_path, monkeypatch):
+    """Each version's statement records the signed keyring it was registered under: re-rooting the keyring
+    afterwards (even with the same key) is refused by this clone, and named by `verify` on a fresh one."""
+    from reappreg.registry.keys import key_id, load_public
+
+    assert run_cli("registry", "keygen", str(tmp_path / "alice.pem"))[0] == 0
+    shutil.copy(tmp_path / "alice.pub.pem", repo / "registry/keys/alice.pub.pem")
+    ring = {"keys": [{"file": "alice.pub.pem", "holder": "alice", "status": "active",
+                      "keyid": key_id(load_public(tmp_path / "alice.pub.pem"))}]}
+    (repo / "registry/keys/keyring.yaml").write_text(yaml.safe_dump(ring))
+    monkeypatch.setenv("REAPPREG_SIGNING_KEY", str(tmp_path / "alice.pem"))
+    assert run_cli("registry", "sign-keyring", "--reason", "alice starts the team keyring")[0] == 0
+    register_ok()
+    assert _verify()[0] == 0
+    (repo / "registry/keys/keyring.chain.jsonl").unlink()
+    assert run_cli("registry", "sign-keyring", "--reason", "re-rooted")[0] == 0
+    code, out, exc = run_cli("registry", "verify")
+    assert code != 0 and "the keyring was rewritten from a new root" in str(exc), (out, exc)
+    (repo / "work/registry/keyring-seen.json").unlink()  # as a fresh clone sees it
+    code, out = _verify()
+    flat = " ".join(out.split())
+    assert code == 1 and "which today's registry/keys/keyring.chain.jsonl does not hold (1 entries)" in flat, out
+
+
 def test_an_envelope_copied_from_another_version_is_refused(repo, tmp_path):
     import hashlib
 

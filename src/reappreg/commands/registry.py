@@ -267,7 +267,9 @@ def register(
                                           "artifact": _artifact, "artifact_dvc_md5": folder_md5(_manifest),
                                           "params_md5": params_md5(settings.model_dump(by_alias=True)),
                                           "git_commit": git.get("git.commit", "none"), "git_dirty": git.get("git.dirty", "unknown"),
-                                          "gates": gate_table(list(_model.gates))},
+                                          "gates": gate_table(list(_model.gates)),
+                                          # the signed keyring this version was registered under (verify checks it is still in the chain)
+                                          "keyring_head": keyring.head},
                             materials=_materials, flat_evidence=_flat, gate_results=[c.as_dict() for c in _checks],
                             tags=readable, builder=builder, started=started,
                         )

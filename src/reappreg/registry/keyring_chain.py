@@ -16,7 +16,9 @@ a key takes a signature by someone who already holds one (``reappreg registry si
 What it cannot tell: a chain rewritten wholesale from a new first entry by someone who can
 commit, or cut back to before a change (a revocation deleted) -- except by a clone that has
 seen the chain: it remembers the first entry and the newest it saw (``remember``), and refuses
-a chain that starts elsewhere or no longer holds that entry.
+a chain that starts elsewhere or no longer holds that entry. Every version's signed statement
+records the chain head it was signed under (``keyring_head``): ``verify`` names a version whose
+keyring is not in today's chain.
 """
 
 from __future__ import annotations
@@ -99,16 +101,16 @@ def replay(chain_path: Path) -> list[SignedKeyring]:
     return chain
 
 
-def check_keyring(chain_path: Path, listed: dict[str, tuple[str, str]], *, remember: Path | None = None) -> str | None:
+def check_keyring(chain_path: Path, listed: dict[str, tuple[str, str]], *, remember: Path | None = None) -> list[str]:
     """Raise InputError unless ``listed`` (keyring.yaml: keyid -> (holder, status)) is exactly the chain's
-    last signed keyring. Returns the chain head's digest (None: no keys listed, no chain)."""
+    last signed keyring. Returns the digest of every entry, oldest first (empty: no keys listed, no chain)."""
     chain = replay(chain_path)
     if not chain:
         if listed:
             raise InputError(f"{chain_path.parent / 'keyring.yaml'} lists {len(listed)} key(s) but {chain_path} holds no signed "
                              "keyring: a team key is trusted only once a key holder signed the keyring "
                              "(`reappreg registry sign-keyring --reason ...`; the first key signs itself)")
-        return None
+        return []
     signed = {kid: (k["holder"], k["status"]) for kid, k in chain[-1].keys.items()}
     if signed != listed:
         diffs = [f"{kid[:16]} {listed[kid]} is not in the signed keyring (no key it already trusted signed its addition)"
@@ -121,7 +123,7 @@ def check_keyring(chain_path: Path, listed: dict[str, tuple[str, str]], *, remem
                          "a key holder signs the change (`reappreg registry sign-keyring`).")
     if remember is not None:
         _check_seen(chain, chain_path, remember / SEEN_MEMO)
-    return chain[-1].digest
+    return [entry.digest for entry in chain]
 
 
 def _check_seen(chain: list[SignedKeyring], chain_path: Path, memo: Path) -> None:

@@ -103,7 +103,11 @@ class _Keyring(BaseModel):
 class Keyring:
     keys: dict[str, TrustedKey]
     revoked: dict[str, TrustedKey]
-    head: str | None = None   # sha256 of the signed keyring chain's last entry (None: no team keys)
+    chain: tuple[str, ...] = ()   # sha256 of each signed keyring chain entry, oldest first (empty: no team keys)
+
+    @property
+    def head(self) -> str | None:
+        return self.chain[-1] if self.chain else None
 
     def lookup(self, keyid: str) -> TrustedKey:
         if keyid in self.revoked:
@@ -146,8 +150,8 @@ def load_keyring(team_dir: str | os.PathLike, local_dir: str | os.PathLike | Non
 
     team_dir = Path(team_dir)
     listed = listed_keys(team_dir)
-    head = check_keyring(team_dir / CHAIN_FILE, {kid: (k.holder, k.status) for kid, k in listed.items()},
-                         remember=Path(remember) if remember is not None else None)
+    chain = check_keyring(team_dir / CHAIN_FILE, {kid: (k.holder, k.status) for kid, k in listed.items()},
+                          remember=Path(remember) if remember is not None else None)
     keys = {kid: k for kid, k in listed.items() if k.status != "revoked"}
     revoked = {kid: k for kid, k in listed.items() if k.status == "revoked"}
     if local_dir is not None:
@@ -157,7 +161,7 @@ def load_keyring(team_dir: str | os.PathLike, local_dir: str | os.PathLike | Non
             kid = key_id(public)
             if kid not in revoked:
                 keys.setdefault(kid, TrustedKey(kid, public, "local", "this clone", "active", local_public))
-    return Keyring(keys, revoked, head)
+    return Keyring(keys, revoked, tuple(chain))
 
 
 @dataclass(frozen=True)

@@ -123,6 +123,17 @@ def drop_mlflow_load_marker(local: Path, mv: Any) -> str | None:
     return None
 
 
+def _keyring_problems(stmt: dict[str, Any], keyring: Keyring) -> list[str]:
+    """A version registered under a signed keyring must find that keyring in today's chain: a chain rewritten
+    since (a new root, entries removed) is named here, not trusted silently."""
+    params = stmt.get("predicate", {}).get("buildDefinition", {}).get("externalParameters", {})
+    head = params.get("keyring_head")
+    if head is None or head in keyring.chain:
+        return []
+    return [f"signed under keyring chain entry {str(head)[:16]}…, which today's registry/keys/keyring.chain.jsonl does not "
+            f"hold ({len(keyring.chain)} entries): the keyring was rewritten or cut back since"]
+
+
 def _statement_mismatch(stmt: dict[str, Any], mv: Any) -> str | None:
     if stmt.get("_type") != STATEMENT_TYPE or stmt.get("predicateType") != PREDICATE_TYPE:
         return f"statement type {stmt.get('_type')!r}/{stmt.get('predicateType')!r} is not in-toto v1 / SLSA provenance v1"
@@ -162,6 +173,8 @@ def verify_version(
                 mismatch = _statement_mismatch(stmt, mv)
                 if mismatch:
                     check.unsigned_reason, stmt = mismatch, None
+                else:
+                    check.tampering += _keyring_problems(stmt, keyring)
             except SignatureInvalid as exc:
                 check.unsigned_reason = f"provenance envelope rejected: {exc}"
         files_dir = tmp_path / "files"
