@@ -56,6 +56,11 @@ def pytest_xdist_make_scheduler(config, log):
     return SharedRunScheduling(config, log)
 
 
+# Fixtures shared across test modules live in *_fixtures.py modules; importing them here makes
+# them conftest fixtures (one definition, so a session fixture is built once per worker).
+from policy_fixtures import smollm_base, tiny_ensemble, tiny_random_policy  # noqa: E402,F401
+from registry_fixtures import webhook_mlflow_server  # noqa: E402,F401
+
 SHARMA_DIR = REPO_ROOT.parent / "shared" / "data" / "sharma2023"
 SYSTEM_TMP = tempfile.gettempdir()  # before the fixture below moves TMPDIR
 

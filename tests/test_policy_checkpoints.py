@@ -23,7 +23,7 @@ from reappreg.policy.checkpoints import (
 from reappreg.policy.train import GrpoSpec, prepare_work_dir
 from reappreg.settings import parse_params
 from reappreg.settings.policy import PolicyTrainSettings
-from test_policy import StandinEnsemble, _write_training_inputs, smollm_base, tiny_random_policy  # noqa: F401 (fixtures)
+from policy_fixtures import StandinEnsemble, write_training_inputs
 
 REPO = Path(__file__).resolve().parents[1]
 MODEL_FILES = {"model.safetensors": "weights", "config.json": "{}", "generation_config.json": "{}",
@@ -222,7 +222,7 @@ def test_kept_checkpoints_survive_rotation_and_a_kill_before_their_copy(tiny_ran
         def score(self, scenarios, answers):
             return np.array([len(a) / 100 for a in answers])
 
-    prompts, vignettes = _write_training_inputs(tmp_path, tiny_random_policy)
+    prompts, vignettes = write_training_inputs(tmp_path, tiny_random_policy)
     hyper = PolicyTrainSettings(max_steps=4, num_generations=2, per_device_train_batch_size=2, max_completion_length=6,
                                 save_steps=1, save_total_limit=1, learning_rate=1e-3, checkpoint_steps=[1, 2])
 

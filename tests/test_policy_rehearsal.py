@@ -20,7 +20,6 @@ import yaml
 
 from reappreg.hashing import dvc_md5
 from reappreg.settings import parse_params
-from test_policy import tiny_ensemble  # noqa: F401 (a fixture: a real 2-seed RM ensemble)
 
 REPO = Path(__file__).resolve().parents[1]
 
@@ -254,7 +253,7 @@ def test_two_process_grpo_logs_once_resumes_after_kill_9_and_repeats_bit_for_bit
 def test_a_launch_that_starts_fewer_processes_is_refused_inside_the_trainer(rehearsal_base, two_process_inputs, tmp_path):
     """What `accelerate launch --cpu` was seen to do: one process, no RANK. The trainer's own
     world size is compared with the launcher's, so this never trains a different geometry."""
-    from test_policy import StandinEnsemble
+    from policy_fixtures import StandinEnsemble
 
     from reappreg.io import read_json
     from reappreg.policy.train import GrpoSpec, WorldSizeMismatch, train_grpo

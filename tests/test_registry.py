@@ -4,21 +4,17 @@ from __future__ import annotations
 
 import json
 import os
-import shlex
 import shutil
 import socket
 import subprocess
 import sys
 import threading
 import time
-import urllib.request
 from pathlib import Path
 
 import pytest
 import yaml
-from typer.testing import CliRunner
 
-from reappreg.cli import app
 from reappreg.errors import GateFailed
 from reappreg.hashing import dvc_md5
 from reappreg.registry import (
@@ -45,150 +41,25 @@ from reappreg.registry.keys import open_statement, sign_statement
 from reappreg.registry.registration import attestation_paths
 
 
+from registry_fixtures import (
+    CLEAN_REVISION,
+    POLICY,
+    RM,
+    bind_claims_to_lock,
+    fail_guard,
+    json_file,
+    jsonl_file,
+    make_unique_policy,
+    registered_version,
+    retrain_policy,
+    run_cli,
+    start_mlflow_server,
+    stats_paths,
+    stop_server,
+    write_pipeline,
+)
+
 REPO = Path(__file__).resolve().parents[1]
-POLICY = "reappraisal-policy-grpo"
-RM = "reappraisal-rm-ensemble"
-
-
-def run_cli(*args: str):
-    """Invoke the CLI in-process; returns (exit code, output, exception)."""
-    result = CliRunner().invoke(app, list(args))
-    return result.exit_code, result.output, result.exception
-
-
-# --------------------------------------------------------------------------- a fake-but-real pipeline
-# Every input of the register stage, written through the file contracts it reads (certificate,
-# metrics/eval.json, claims, calibration, metrics folders, cards), so these tests do not depend
-# on how the guard, stats or card stages produce them today.
-
-VIGNETTES = ["v1", "v2", "v3", "v4", "v5", "v6"]
-
-
-def _jsonl(path: Path, rows: list[dict]) -> None:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text("".join(json.dumps(r, sort_keys=True) + "\n" for r in rows), encoding="utf-8")
-
-
-def _json(path: Path, obj) -> None:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text(json.dumps(obj, sort_keys=True, indent=1), encoding="utf-8")
-
-
-def write_pipeline(root: Path, *, trusted: bool = True, healthy: bool = True, promotable: bool = True) -> Path:
-    from reappreg.guard.stage import CERTIFICATE_SCHEMA
-
-    root.mkdir(parents=True, exist_ok=True)
-    from reappreg.settings import Params
-
-    # The schema's defaults (the CPU profile): independent of params.yaml edits in flight. No kept
-    # checkpoints here (add_kept_checkpoint adds one, with everything registering it reads).
-    params = Params().model_dump(by_alias=True)
-    params["policy"]["train"]["checkpoint_steps"] = []
-    (root / "params.yaml").write_text(yaml.safe_dump(params, sort_keys=True), encoding="utf-8")
-    shutil.copytree(REPO / "registry", root / "registry", ignore=shutil.ignore_patterns("mlflow.db", "mlartifacts", "mlruns"))
-    (root / "pipelines/prompts").mkdir(parents=True)
-    shutil.copy(REPO / "pipelines/prompts/grpo_prompt.yaml", root / "pipelines/prompts/grpo_prompt.yaml")
-    _jsonl(root / "data/guarded/vignettes.jsonl", [{"vignette_id": v, "scenario": f"Your friend {v} forgot your birthday."} for v in VIGNETTES])
-    _jsonl(root / "data/guarded/reappraisals.jsonl", [{"reappraisal_id": f"r{i}", "vignette_id": "v1", "text": f"Maybe they were busy {i}."} for i in range(3)])
-    _jsonl(root / "data/guarded/prompts.jsonl", [{"prompt_id": f"p{v}", "vignette_id": v, "prompt": f"Reappraise {v}."} for v in VIGNETTES])
-    _jsonl(root / "data/train/ratings.jsonl", [{"rating_id": "x1", "reappraisal_id": "r0", "effectiveness": 5}])
-    _jsonl(root / "data/heldout/answers.jsonl", [{"answer_id": "h0", "vignette_id": "v1", "text": "held out"}])
-    guarded = ["data/guarded/vignettes.jsonl", "data/guarded/reappraisals.jsonl", "data/guarded/prompts.jsonl"]
-    _json(root / "data/guard/certificate.json", {
-        "schema": CERTIFICATE_SCHEMA, "result": "pass",
-        "heldout": {"path": "data/heldout/answers.jsonl", "md5": dvc_md5(root / "data/heldout/answers.jsonl")},
-        "training": [{"path": p.replace("guarded", "train"), "md5": dvc_md5(root / p), "guarded_path": p,
-                      "guarded_md5": dvc_md5(root / p)} for p in guarded],
-    })
-    for folder, files in {
-        "models/rm/ensemble": {"ensemble.json": '{"seeds": [0, 1, 2]}', "head_seed0.safetensors": "w0", "head_seed1.safetensors": "w1"},
-        "models/policy/base": {"config.json": '{"base": true}', "model.safetensors": "base-weights"},
-        "models/policy/grpo": {"config.json": '{"grpo": true}', "model.safetensors": "policy-weights", "tokenizer/tokenizer.json": "{}"},
-    }.items():
-        for rel, text in files.items():
-            (root / folder / rel).parent.mkdir(parents=True, exist_ok=True)
-            (root / folder / rel).write_text(text, encoding="utf-8")
-    _json(root / "metrics/rm/ensemble.json", {"k": 0.5, "holdout": {"reward": {"pairwise_accuracy": 0.67}},
-                                              "beats_length_baseline": {"cluster_low": 0.05}, "a_key_added_later": {"x": 1}})
-    _json(root / "metrics/policy/train.json", {"global_step": 6, "healthy": healthy, "model_md5": dvc_md5(root / "models/policy/grpo"),
-                                               "final": {"format_gate_hit_rate": 0.1, "truncation_rate": 0.05}})
-    agreement = 0.9 if trusted else 0.55
-    _json(root / "metrics/judge_calibration.json", {
-        "judge_model": "judge-test", "judge_fingerprint": "fp-test", "n_pairs": 200, "agreement": agreement,
-        "agreement_low": agreement - 0.05, "agreement_high": agreement + 0.05, "position_bias_A": 0.05, "position_bias_B": 0.05,
-        "order_consistency": 0.9, "unparseable_rate": 0.0, "min_agreement": 0.65, "min_pairs": 20, "trusted": trusted,
-        "new_field": [1, 2]})
-    prefix = "policy/gpt-4-0314"
-    _json(root / "metrics/eval.json", {"judge/max_position_bias": 0.2, "judge/max_unparseable_rate": 0.1,
-                                       "judge/min_agreement_applied": 0.65, "judge/min_pairs_applied": 20,
-                                       "judge/trusted": 1 if trusted else 0,
-f"{prefix}/n": 300, f"{prefix}/win_rate": 0.9, f"{prefix}/cluster_low": 0.8,
-                                       f"{prefix}/iid_low": 0.86, f"{prefix}/n_eff": 250.0, f"{prefix}/n_clusters": 6})
-    _json(root / "reports/claims.json", [{
-        "claim_id": "bar/policy/gpt-4-0314", "kind": "bar", "condition": "policy", "opponent": "gpt-4-0314", "threshold": 0.5,
-        "statement": "beats the bar", "metric_refs": [f"{prefix}/cluster_low"], "supported": True, "status": "supported",
-        "reason": "cluster CI lower bound above the bar", "flags": [], "judge_model": "judge-test", "extra": {"added": True},
-    }])
-    _json(root / "metrics/results.json", {"rows": [], "selection": {"selected": "policy", "promotable": promotable,
-                                                                     "reason": "planted"}})
-    for name in (POLICY, RM):
-        path = root / "reports/cards" / f"{name}.md"
-        path.parent.mkdir(parents=True, exist_ok=True)
-        path.write_text(f"---\nlicense: apache-2.0\n{CLEAN_REVISION}---\n# {name}\n\nA card.\n\n## Evaluation\n\nNumbers.\n",
-                        encoding="utf-8")
-    bind_claims_to_lock(root)
-    return root
-
-
-STATS_READS = ("judgments", "calibration", "generations", "answers", "vignettes", "models")
-
-
-def stats_paths() -> dict[str, str]:
-    """Role -> path of what the stats stage reads, from this repo's dvc.yaml."""
-    tokens = shlex.split(yaml.safe_load((REPO / "dvc.yaml").read_text())["stages"]["stats"]["cmd"])
-    return {tok[2:]: tokens[i + 1] for i, tok in enumerate(tokens[:-1]) if tok[2:] in STATS_READS}
-
-
-def bind_claims_to_lock(root: Path, *, judge_wrote: str | None = None) -> None:
-    """What `dvc repro` leaves behind: each claim stamped with the md5 of every file the stats stage read,
-    and a dvc.lock recording the stats stage (its command, those deps, the claims it wrote) and the judge
-    stage that wrote the judgments (``judge_wrote``: another md5, as if the judgments were swapped)."""
-    paths = stats_paths()
-    for role, rel in paths.items():
-        if not (root / rel).exists():
-            _jsonl(root / rel, [{"planted": role}])
-    md5s = {role: dvc_md5(root / rel) for role, rel in paths.items()}
-    claims = json.loads((root / "reports/claims.json").read_text())
-    for claim in claims:
-        claim["inputs"] = dict(md5s)
-    _json(root / "reports/claims.json", claims)
-    stats_cmd = yaml.safe_load((REPO / "dvc.yaml").read_text())["stages"]["stats"]["cmd"]
-    lock = {"schema": "2.0", "stages": {
-        "judge": {"cmd": "reappreg judge run", "outs": [{"path": paths["judgments"], "md5": judge_wrote or md5s["judgments"]}]},
-        "stats": {"cmd": stats_cmd, "deps": [{"path": rel, "md5": md5s[role]} for role, rel in paths.items()],
-                  "outs": [{"path": "reports/claims.json", "md5": dvc_md5(root / "reports/claims.json")}]}}}
-    (root / "dvc.lock").write_text(yaml.safe_dump(lock, sort_keys=False))
-
-
-# What `reappreg card build` records in a card's front matter on a committed tree.
-CLEAN_REVISION = ("reappreg:\n  revision: {git_commit: 0123abc, git_dirty: 'false', dirty_paths: [], "
-                  "dirty_allowed: false}\n")
-
-
-def retrain_policy(root: Path, weights: str) -> None:
-    """New policy weights, and training metrics that describe them (as the training stage writes)."""
-    (root / "models/policy/grpo/model.safetensors").write_text(weights)
-    metrics = json.loads((root / "metrics/policy/train.json").read_text())
-    metrics["model_md5"] = dvc_md5(root / "models/policy/grpo")
-    _json(root / "metrics/policy/train.json", metrics)
-
-
-def fail_guard(root: Path) -> None:
-    cert = json.loads((root / "data/guard/certificate.json").read_text())
-    cert["result"] = "fail"
-    _json(root / "data/guard/certificate.json", cert)
-
-
 _TEMPLATES: dict[tuple, Path] = {}
 
 
@@ -336,7 +207,7 @@ def test_registration_refuses_an_artifact_its_training_metrics_do_not_describe(r
 def _edit_claims(root: Path, **fields) -> None:
     claims = json.loads((root / "reports/claims.json").read_text())
     claims[0].update(fields)
-    _json(root / "reports/claims.json", claims)
+    json_file(root / "reports/claims.json", claims)
 
 
 def _relock_claims(root: Path) -> None:
@@ -351,7 +222,7 @@ def _other_judgments(root: Path) -> None:
     only the judge stage's own record of what it wrote is left as it was."""
     rel = stats_paths()["judgments"]
     wrote = dvc_md5(root / rel)
-    _jsonl(root / rel, [{"planted": "judgments", "verdict": "policy wins, relabelled"}])
+    jsonl_file(root / rel, [{"planted": "judgments", "verdict": "policy wins, relabelled"}])
     bind_claims_to_lock(root, judge_wrote=wrote)
 
 
@@ -423,11 +294,11 @@ def test_healthy_training_gate_is_the_cards_verdict_not_the_monitor_flag(repo):
     assert _signed_gates(repo, POLICY)["healthy_training"] is True
     metrics = json.loads((repo / "metrics/policy/train.json").read_text())
     metrics["final"]["format_gate_hit_rate"] = 0.75  # the monitor still says healthy
-    _json(repo / "metrics/policy/train.json", metrics)
+    json_file(repo / "metrics/policy/train.json", metrics)
     assert metrics["healthy"] is True and _signed_gates(repo, POLICY)["healthy_training"] is False
     del metrics["final"]["truncation_rate"]
     metrics["final"]["format_gate_hit_rate"] = 0.1
-    _json(repo / "metrics/policy/train.json", metrics)
+    json_file(repo / "metrics/policy/train.json", metrics)
     assert _signed_gates(repo, POLICY)["healthy_training"] is False  # not established is not healthy
 
 
@@ -1055,83 +926,9 @@ def test_dvc_stages_depend_on_every_declared_path():
 # --------------------------------------------------------------------------- remote server
 
 
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
-def start_mlflow_server(tmp: Path, *, webhooks: bool = False, backend: str | None = None) -> tuple[subprocess.Popen, str]:
-    """``mlflow server`` on loopback with a sqlite (or ``backend``) store and proxied artifacts under ``tmp``."""
-    port = free_port()
-    env = {**os.environ}
-    env.pop("MLFLOW_TRACKING_URI", None)
-    if webhooks:
-        # The server's SSRF policy: allow plain http and loopback for a local listener.
-        # The server caches each event's webhook list (60 s by default); keep it short so a
-        # webhook created after an earlier alias event is used at once.
-        env.update(MLFLOW_WEBHOOK_ALLOWED_SCHEMES="http,https", MLFLOW_WEBHOOK_ALLOW_PRIVATE_IPS="true",
-                   MLFLOW_WEBHOOK_CACHE_TTL="1")
-    mlflow_bin = Path(sys.executable).with_name("mlflow")
-    log = open(tmp / "server.log", "w")
-    proc = subprocess.Popen(
-        [str(mlflow_bin), "server", "--host", "127.0.0.1", "--port", str(port), "--workers", "1",
-         "--backend-store-uri", backend or f"sqlite:///{tmp / 'server.db'}", "--artifacts-destination", str(tmp / "server-artifacts")],
-        env=env, stdout=log, stderr=subprocess.STDOUT, start_new_session=True,
-    )
-    url = f"http://127.0.0.1:{port}"
-    deadline = time.monotonic() + 120
-    while time.monotonic() < deadline:
-        if proc.poll() is not None:
-            raise RuntimeError(f"mlflow server exited: {(tmp / 'server.log').read_text()[-2000:]}")
-        try:
-            with urllib.request.urlopen(f"{url}/health", timeout=2) as resp:
-                if resp.status == 200:
-                    return proc, url
-        except OSError:
-            time.sleep(0.5)
-    proc.kill()
-    raise RuntimeError(f"mlflow server did not come up: {(tmp / 'server.log').read_text()[-2000:]}")
-
-
-def stop_server(proc: subprocess.Popen) -> None:
-    os.killpg(proc.pid, 15)
-    try:
-        proc.wait(timeout=3)  # the server holds no state a test needs; do not wait on its shutdown
-    except subprocess.TimeoutExpired:
-        os.killpg(proc.pid, 9)
-        proc.wait()
-
-
-_SERVER: dict = {}
-
-
-@pytest.fixture
-def mlflow_server(request, tmp_path_factory) -> str:
-    """One ``mlflow server`` (webhooks allowed to loopback) per session, shared by the remote and
-    browser tests; a module-level cache rather than a session fixture because tests/conftest.py
-    is not this module's to edit, and a fixture imported into two modules would start two servers."""
-    if "url" not in _SERVER:
-        tmp = tmp_path_factory.mktemp("mlflow-server")
-        connect(f"sqlite:///{tmp / 'server.db'}", attempts=1, backoff_s=0)  # migrate in-process: the server starts faster
-        proc, url = start_mlflow_server(tmp, webhooks=True)
-        _SERVER.update(url=url, proc=proc)
-        request.session.addfinalizer(lambda: stop_server(_SERVER.pop("proc")) if "proc" in _SERVER else None)
-    return _SERVER["url"]
-
-
-def make_unique_policy(root: Path) -> None:
-    """Distinct policy weights, so tests sharing one server register their own version."""
-    retrain_policy(root, f"policy-weights-{os.urandom(8).hex()}")
-
-
-def registered_version(root: Path, name: str, receipt: str = "reports/registry/registration.json") -> str:
-    return next(r["version"] for r in json.loads((root / receipt).read_text())["registered"] if r["name"] == name)
-
-
 @pytest.mark.slow
-def test_remote_server_register_pull_and_webhook_watch(tmp_path, monkeypatch, templates, mlflow_server):
-    url = mlflow_server
+def test_remote_server_register_pull_and_webhook_watch(tmp_path, monkeypatch, templates, webhook_mlflow_server):
+    url = webhook_mlflow_server
     root = make_repo(tmp_path, monkeypatch, templates, healthy=False)
     make_unique_policy(root)
     monkeypatch.setenv("MLFLOW_TRACKING_URI", url)
@@ -1249,7 +1046,7 @@ def test_models_uri_loads_in_a_fresh_process_with_the_ensembles_rewards(tmp_path
     import pandas as pd
 
     sys.path.insert(0, str(Path(__file__).resolve().parent))
-    from test_rm import _certify, _train  # the RM tests' trainers (real members on the sample pool)
+    from rm_fixtures import certify, train_on_pool  # the RM tests' trainers (real members on the sample pool)
 
     from reappreg.rm.ensemble import build_ensemble, load_ensemble
     from reappreg.data.sample import generate_sample
@@ -1263,8 +1060,8 @@ def test_models_uri_loads_in_a_fresh_process_with_the_ensembles_rewards(tmp_path
     write_split(train, answers, pool_root / "train", pool_root / "heldout" / "answers.jsonl")
     pool = {"root": pool_root, "vignettes": pool_root / "train/vignettes.jsonl",
             "reappraisals": pool_root / "train/reappraisals.jsonl", "ratings": pool_root / "train/ratings.jsonl"}
-    pool["certificate"] = _certify(pool_root / "certificate.json", [pool["vignettes"], pool["reappraisals"]])
-    members = [_train(pool, "multidim", seed, Params().rm, f"m{seed}")[1] / "model" for seed in (0, 1)]
+    pool["certificate"] = certify(pool_root / "certificate.json", [pool["vignettes"], pool["reappraisals"]])
+    members = [train_on_pool(pool, "multidim", seed, Params().rm, f"m{seed}")[1] / "model" for seed in (0, 1)]
     ensemble = tmp_path / "ensemble"
     build_ensemble(members, ensemble, k=0.5, max_sentences=2, format_penalty=-1.0)
 
@@ -1432,11 +1229,11 @@ def add_kept_checkpoint(root: Path) -> None:
     folder.mkdir(parents=True)
     (folder / "config.json").write_text('{"grpo": true}')
     (folder / "model.safetensors").write_text("step-3-weights")
-    _json(root / "models/policy/checkpoints/manifest.json",
+    json_file(root / "models/policy/checkpoints/manifest.json",
           {"checkpoints": [{"step": 3, "path": "step_3", "md5": dvc_md5(folder)}], "final_step": 6, "run_fingerprint": "fp"})
     metrics = json.loads((root / "metrics/policy/train.json").read_text())
     metrics.update(training_run_id=TRAINING_RUN, checkpoints={"step_3": {"step": 3, "model_md5": dvc_md5(folder)}})
-    _json(root / "metrics/policy/train.json", metrics)
+    json_file(root / "metrics/policy/train.json", metrics)
     results = json.loads((root / "metrics/results.json").read_text())
     results["rows"] = [
         {"row_id": "policy/gpt-4-0314", "condition": "policy", "opponent": "gpt-4-0314", "pool": "policy",
@@ -1446,7 +1243,7 @@ def add_kept_checkpoint(root: Path) -> None:
          "status": "evaluated", "win_rate": 0.55, "n": 288, "cluster_low": 0.41, "iid_screening_low": 0.49, "n_eff": 37.5,
          "bar": 0.608, "bar_status": "not_confirmed", "bar_supported": False},
     ]
-    _json(root / "metrics/results.json", results)
+    json_file(root / "metrics/results.json", results)
     (root / "reports/cards" / f"{POLICY}.step-3.md").write_text(
         f"---\nlicense: apache-2.0\n{CLEAN_REVISION}---\n# {POLICY}\n\nThe step-3 checkpoint.\n", encoding="utf-8")
 

@@ -19,9 +19,8 @@ from pathlib import Path
 import pytest
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from test_card import write_pipeline  # noqa: E402
-from test_registry import (POLICY, bind_claims_to_lock, make_unique_policy, mlflow_server,  # noqa: E402,F401
-                           registered_version, run_cli)
+from card_fixtures import write_pipeline  # noqa: E402
+from registry_fixtures import POLICY, bind_claims_to_lock, make_unique_policy, registered_version, run_cli  # noqa: E402
 
 CHROMIUM = Path("/usr/bin/chromium")
 CHROMEDRIVER = Path("/usr/bin/chromedriver")
@@ -57,11 +56,11 @@ def keep(shot: Path, suffix: str) -> None:
         shutil.copy(shot, target)
 
 
-def test_model_version_page_shows_the_card_and_provenance_tags(tmp_path, monkeypatch, mlflow_server):
+def test_model_version_page_shows_the_card_and_provenance_tags(tmp_path, monkeypatch, webhook_mlflow_server):
     from mlflow import MlflowClient
     from selenium.webdriver.support.ui import WebDriverWait
 
-    url = mlflow_server
+    url = webhook_mlflow_server
     root = write_pipeline(tmp_path / "repo")
     bind_claims_to_lock(root)
     make_unique_policy(root)

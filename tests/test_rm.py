@@ -14,13 +14,13 @@ import pandas as pd
 import pytest
 
 from reappreg.errors import GuardViolation, InputError
-from reappreg.hashing import dvc_md5
 from reappreg.io import read_json, read_jsonl, write_json, write_jsonl
 from reappreg.rm.ensemble import combine, load_ensemble
 from reappreg.rm.gate import count_sentences, format_gate_ok
 from reappreg.rm.dataset import holdout_split, load_pool, mean_targets, preference_pairs
 from reappreg.rm.trivial import RANKERS
 from reappreg.settings.rm import RmSettings
+from rm_fixtures import certify, train_on_pool
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
 
@@ -231,20 +231,6 @@ def test_interrupted_training_resumes_to_the_same_weights(tmp_path: Path, monkey
 # ----------------------------------------------------------------------------- trained on sample data
 
 
-def _certify(path: Path, files: list[Path], result: str = "pass") -> Path:
-    """A guard certificate (the fields of ``reappreg.guard``'s schema that training reads)."""
-    from reappreg.guard.stage import CERTIFICATE_SCHEMA
-
-    write_json(path, {
-        "schema": CERTIFICATE_SCHEMA,
-        "result": result,
-        "heldout": {"path": "heldout/answers.jsonl", "md5": "0" * 32},
-        "training": [{"path": f"train/{f.name}", "md5": dvc_md5(f), "guarded_path": f"guarded/{f.name}",
-                      "guarded_md5": dvc_md5(f)} for f in files],
-    })
-    return path
-
-
 @pytest.fixture(scope="module")
 def sample_pool(tmp_path_factory) -> dict[str, Path]:
     """The generated sample (6 vignettes x 20 human reappraisals, 3 raters), as the guard leaves it."""
@@ -262,28 +248,16 @@ def sample_pool(tmp_path_factory) -> dict[str, Path]:
         "reappraisals": root / "train" / "reappraisals.jsonl",
         "ratings": root / "train" / "ratings.jsonl",
     }
-    files["certificate"] = _certify(root / "certificate.json", [files["vignettes"], files["reappraisals"]])
+    files["certificate"] = certify(root / "certificate.json", [files["vignettes"], files["reappraisals"]])
     files["root"] = root
     return files
-
-
-def _train(pool: dict[str, Path], objective: str, seed: int, settings: RmSettings, name: str):
-    from reappreg.rm.member import train_member
-
-    root = pool["root"] / name
-    return train_member(
-        objective=objective, seed=seed, settings=settings, vignettes=pool["vignettes"],
-        reappraisals=pool["reappraisals"], ratings=pool["ratings"], certificate=pool["certificate"],
-        out_dir=root / "model", metrics_path=root / "metrics.json", plots_dir=root / "plots", work_dir=root / "work",
-        meta=pool["root"] / "train" / "meta.json",
-    ), root
 
 
 @pytest.fixture(scope="module")
 def members(sample_pool) -> list[Path]:
     """Three multidim seeds trained on the sample pool (the default recipe)."""
     settings = RmSettings()
-    return [_train(sample_pool, "multidim", seed, settings, f"multidim_{seed}")[1] / "model" for seed in (0, 1, 2)]
+    return [train_on_pool(sample_pool, "multidim", seed, settings, f"multidim_{seed}")[1] / "model" for seed in (0, 1, 2)]
 
 
 def test_trained_rm_ranks_held_out_reappraisals_well_above_chance(members) -> None:
@@ -314,13 +288,13 @@ def test_trained_rm_ranks_held_out_reappraisals_well_above_chance(members) -> No
 def test_bt_objective_also_learns_the_ordering(sample_pool) -> None:
     settings = RmSettings(baselines=["bt"])
     settings = settings.model_copy(update={"evaluation": settings.evaluation.model_copy(update={"leave_one_vignette_out": False})})
-    result, _ = _train(sample_pool, "bt", 0, settings, "bt_0")
+    result, _ = train_on_pool(sample_pool, "bt", 0, settings, "bt_0")
     assert result.metrics["holdout"]["pairwise_accuracy"] >= 0.8
     assert "lovo" not in result.metrics
 
 
 def test_same_seed_gives_the_same_model(sample_pool, members) -> None:
-    again, root = _train(sample_pool, "multidim", 0, RmSettings(), "multidim_0_again")
+    again, root = train_on_pool(sample_pool, "multidim", 0, RmSettings(), "multidim_0_again")
     first = pd.DataFrame(read_jsonl(members[0] / "eval_predictions.jsonl"))
     second = pd.DataFrame(read_jsonl(root / "model" / "eval_predictions.jsonl"))
     assert np.allclose(first["score"], second["score"], atol=1e-6)
@@ -330,8 +304,8 @@ def test_same_seed_gives_the_same_model(sample_pool, members) -> None:
 
 def test_training_refuses_uncertified_or_failed_guard(sample_pool, tmp_path: Path) -> None:
     settings = RmSettings()
-    failed = _certify(tmp_path / "failed.json", [sample_pool["vignettes"], sample_pool["reappraisals"]], result="fail")
-    stale = _certify(tmp_path / "stale.json", [sample_pool["vignettes"]])  # reappraisals not certified
+    failed = certify(tmp_path / "failed.json", [sample_pool["vignettes"], sample_pool["reappraisals"]], result="fail")
+    stale = certify(tmp_path / "stale.json", [sample_pool["vignettes"]])  # reappraisals not certified
     from reappreg.rm.member import train_member
 
     not_a_certificate = tmp_path / "other.json"
@@ -431,7 +405,7 @@ def test_fine_tuned_top_layer_is_saved_and_used_by_the_ensemble(tmp_path: Path) 
     from reappreg.rm.member import train_member
 
     v, r, k = _tiny_pool(tmp_path)
-    cert = _certify(tmp_path / "cert.json", [v, r])
+    cert = certify(tmp_path / "cert.json", [v, r])
     base = RmSettings()
     settings = base.model_copy(update={
         "encoder": base.encoder.model_copy(update={"finetune_layers": 1, "max_length": 32}),

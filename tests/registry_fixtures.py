@@ -1,0 +1,238 @@
+"""The registry tests' planted pipeline and servers, shared by the registry and browser test modules
+(fixtures imported into conftest.py): every input of the register stage written through the file
+contracts it reads, claims bound to a dvc.lock as `dvc repro` leaves them, and an MLflow server."""
+
+from __future__ import annotations
+
+import json
+import os
+import shlex
+import shutil
+import socket
+import subprocess
+import sys
+import time
+import urllib.request
+from pathlib import Path
+
+import pytest
+import yaml
+from typer.testing import CliRunner
+
+from reappreg.cli import app
+from reappreg.hashing import dvc_md5
+
+REPO = Path(__file__).resolve().parents[1]
+POLICY = "reappraisal-policy-grpo"
+RM = "reappraisal-rm-ensemble"
+
+
+def run_cli(*args: str):
+    """Invoke the CLI in-process; returns (exit code, output, exception)."""
+    result = CliRunner().invoke(app, list(args))
+    return result.exit_code, result.output, result.exception
+
+
+# --------------------------------------------------------------------------- a fake-but-real pipeline
+# Every input of the register stage, written through the file contracts it reads (certificate,
+# metrics/eval.json, claims, calibration, metrics folders, cards), so these tests do not depend
+# on how the guard, stats or card stages produce them today.
+
+VIGNETTES = ["v1", "v2", "v3", "v4", "v5", "v6"]
+
+
+def jsonl_file(path: Path, rows: list[dict]) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text("".join(json.dumps(r, sort_keys=True) + "\n" for r in rows), encoding="utf-8")
+
+
+def json_file(path: Path, obj) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(json.dumps(obj, sort_keys=True, indent=1), encoding="utf-8")
+
+
+def write_pipeline(root: Path, *, trusted: bool = True, healthy: bool = True, promotable: bool = True) -> Path:
+    from reappreg.guard.stage import CERTIFICATE_SCHEMA
+
+    root.mkdir(parents=True, exist_ok=True)
+    from reappreg.settings import Params
+
+    # The schema's defaults (the CPU profile): independent of params.yaml edits in flight. No kept
+    # checkpoints here (add_kept_checkpoint adds one, with everything registering it reads).
+    params = Params().model_dump(by_alias=True)
+    params["policy"]["train"]["checkpoint_steps"] = []
+    (root / "params.yaml").write_text(yaml.safe_dump(params, sort_keys=True), encoding="utf-8")
+    shutil.copytree(REPO / "registry", root / "registry", ignore=shutil.ignore_patterns("mlflow.db", "mlartifacts", "mlruns"))
+    (root / "pipelines/prompts").mkdir(parents=True)
+    shutil.copy(REPO / "pipelines/prompts/grpo_prompt.yaml", root / "pipelines/prompts/grpo_prompt.yaml")
+    jsonl_file(root / "data/guarded/vignettes.jsonl", [{"vignette_id": v, "scenario": f"Your friend {v} forgot your birthday."} for v in VIGNETTES])
+    jsonl_file(root / "data/guarded/reappraisals.jsonl", [{"reappraisal_id": f"r{i}", "vignette_id": "v1", "text": f"Maybe they were busy {i}."} for i in range(3)])
+    jsonl_file(root / "data/guarded/prompts.jsonl", [{"prompt_id": f"p{v}", "vignette_id": v, "prompt": f"Reappraise {v}."} for v in VIGNETTES])
+    jsonl_file(root / "data/train/ratings.jsonl", [{"rating_id": "x1", "reappraisal_id": "r0", "effectiveness": 5}])
+    jsonl_file(root / "data/heldout/answers.jsonl", [{"answer_id": "h0", "vignette_id": "v1", "text": "held out"}])
+    guarded = ["data/guarded/vignettes.jsonl", "data/guarded/reappraisals.jsonl", "data/guarded/prompts.jsonl"]
+    json_file(root / "data/guard/certificate.json", {
+        "schema": CERTIFICATE_SCHEMA, "result": "pass",
+        "heldout": {"path": "data/heldout/answers.jsonl", "md5": dvc_md5(root / "data/heldout/answers.jsonl")},
+        "training": [{"path": p.replace("guarded", "train"), "md5": dvc_md5(root / p), "guarded_path": p,
+                      "guarded_md5": dvc_md5(root / p)} for p in guarded],
+    })
+    for folder, files in {
+        "models/rm/ensemble": {"ensemble.json": '{"seeds": [0, 1, 2]}', "head_seed0.safetensors": "w0", "head_seed1.safetensors": "w1"},
+        "models/policy/base": {"config.json": '{"base": true}', "model.safetensors": "base-weights"},
+        "models/policy/grpo": {"config.json": '{"grpo": true}', "model.safetensors": "policy-weights", "tokenizer/tokenizer.json": "{}"},
+    }.items():
+        for rel, text in files.items():
+            (root / folder / rel).parent.mkdir(parents=True, exist_ok=True)
+            (root / folder / rel).write_text(text, encoding="utf-8")
+    json_file(root / "metrics/rm/ensemble.json", {"k": 0.5, "holdout": {"reward": {"pairwise_accuracy": 0.67}},
+                                              "beats_length_baseline": {"cluster_low": 0.05}, "a_key_added_later": {"x": 1}})
+    json_file(root / "metrics/policy/train.json", {"global_step": 6, "healthy": healthy, "model_md5": dvc_md5(root / "models/policy/grpo"),
+                                               "final": {"format_gate_hit_rate": 0.1, "truncation_rate": 0.05}})
+    agreement = 0.9 if trusted else 0.55
+    json_file(root / "metrics/judge_calibration.json", {
+        "judge_model": "judge-test", "judge_fingerprint": "fp-test", "n_pairs": 200, "agreement": agreement,
+        "agreement_low": agreement - 0.05, "agreement_high": agreement + 0.05, "position_bias_A": 0.05, "position_bias_B": 0.05,
+        "order_consistency": 0.9, "unparseable_rate": 0.0, "min_agreement": 0.65, "min_pairs": 20, "trusted": trusted,
+        "new_field": [1, 2]})
+    prefix = "policy/gpt-4-0314"
+    json_file(root / "metrics/eval.json", {"judge/max_position_bias": 0.2, "judge/max_unparseable_rate": 0.1,
+                                       "judge/min_agreement_applied": 0.65, "judge/min_pairs_applied": 20,
+                                       "judge/trusted": 1 if trusted else 0,
+f"{prefix}/n": 300, f"{prefix}/win_rate": 0.9, f"{prefix}/cluster_low": 0.8,
+                                       f"{prefix}/iid_low": 0.86, f"{prefix}/n_eff": 250.0, f"{prefix}/n_clusters": 6})
+    json_file(root / "reports/claims.json", [{
+        "claim_id": "bar/policy/gpt-4-0314", "kind": "bar", "condition": "policy", "opponent": "gpt-4-0314", "threshold": 0.5,
+        "statement": "beats the bar", "metric_refs": [f"{prefix}/cluster_low"], "supported": True, "status": "supported",
+        "reason": "cluster CI lower bound above the bar", "flags": [], "judge_model": "judge-test", "extra": {"added": True},
+    }])
+    json_file(root / "metrics/results.json", {"rows": [], "selection": {"selected": "policy", "promotable": promotable,
+                                                                     "reason": "planted"}})
+    for name in (POLICY, RM):
+        path = root / "reports/cards" / f"{name}.md"
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(f"---\nlicense: apache-2.0\n{CLEAN_REVISION}---\n# {name}\n\nA card.\n\n## Evaluation\n\nNumbers.\n",
+                        encoding="utf-8")
+    bind_claims_to_lock(root)
+    return root
+
+
+STATS_READS = ("judgments", "calibration", "generations", "answers", "vignettes", "models")
+
+
+def stats_paths() -> dict[str, str]:
+    """Role -> path of what the stats stage reads, from this repo's dvc.yaml."""
+    tokens = shlex.split(yaml.safe_load((REPO / "dvc.yaml").read_text())["stages"]["stats"]["cmd"])
+    return {tok[2:]: tokens[i + 1] for i, tok in enumerate(tokens[:-1]) if tok[2:] in STATS_READS}
+
+
+def bind_claims_to_lock(root: Path, *, judge_wrote: str | None = None) -> None:
+    """What `dvc repro` leaves behind: each claim stamped with the md5 of every file the stats stage read,
+    and a dvc.lock recording the stats stage (its command, those deps, the claims it wrote) and the judge
+    stage that wrote the judgments (``judge_wrote``: another md5, as if the judgments were swapped)."""
+    paths = stats_paths()
+    for role, rel in paths.items():
+        if not (root / rel).exists():
+            jsonl_file(root / rel, [{"planted": role}])
+    md5s = {role: dvc_md5(root / rel) for role, rel in paths.items()}
+    claims = json.loads((root / "reports/claims.json").read_text())
+    for claim in claims:
+        claim["inputs"] = dict(md5s)
+    json_file(root / "reports/claims.json", claims)
+    stats_cmd = yaml.safe_load((REPO / "dvc.yaml").read_text())["stages"]["stats"]["cmd"]
+    lock = {"schema": "2.0", "stages": {
+        "judge": {"cmd": "reappreg judge run", "outs": [{"path": paths["judgments"], "md5": judge_wrote or md5s["judgments"]}]},
+        "stats": {"cmd": stats_cmd, "deps": [{"path": rel, "md5": md5s[role]} for role, rel in paths.items()],
+                  "outs": [{"path": "reports/claims.json", "md5": dvc_md5(root / "reports/claims.json")}]}}}
+    (root / "dvc.lock").write_text(yaml.safe_dump(lock, sort_keys=False))
+
+
+# What `reappreg card build` records in a card's front matter on a committed tree.
+CLEAN_REVISION = ("reappreg:\n  revision: {git_commit: 0123abc, git_dirty: 'false', dirty_paths: [], "
+                  "dirty_allowed: false}\n")
+
+
+def retrain_policy(root: Path, weights: str) -> None:
+    """New policy weights, and training metrics that describe them (as the training stage writes)."""
+    (root / "models/policy/grpo/model.safetensors").write_text(weights)
+    metrics = json.loads((root / "metrics/policy/train.json").read_text())
+    metrics["model_md5"] = dvc_md5(root / "models/policy/grpo")
+    json_file(root / "metrics/policy/train.json", metrics)
+
+
+def fail_guard(root: Path) -> None:
+    cert = json.loads((root / "data/guard/certificate.json").read_text())
+    cert["result"] = "fail"
+    json_file(root / "data/guard/certificate.json", cert)
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def start_mlflow_server(tmp: Path, *, webhooks: bool = False, backend: str | None = None) -> tuple[subprocess.Popen, str]:
+    """``mlflow server`` on loopback with a sqlite (or ``backend``) store and proxied artifacts under ``tmp``."""
+    port = free_port()
+    env = {**os.environ}
+    env.pop("MLFLOW_TRACKING_URI", None)
+    if webhooks:
+        # The server's SSRF policy: allow plain http and loopback for a local listener.
+        # The server caches each event's webhook list (60 s by default); keep it short so a
+        # webhook created after an earlier alias event is used at once.
+        env.update(MLFLOW_WEBHOOK_ALLOWED_SCHEMES="http,https", MLFLOW_WEBHOOK_ALLOW_PRIVATE_IPS="true",
+                   MLFLOW_WEBHOOK_CACHE_TTL="1")
+    mlflow_bin = Path(sys.executable).with_name("mlflow")
+    log = open(tmp / "server.log", "w")
+    proc = subprocess.Popen(
+        [str(mlflow_bin), "server", "--host", "127.0.0.1", "--port", str(port), "--workers", "1",
+         "--backend-store-uri", backend or f"sqlite:///{tmp / 'server.db'}", "--artifacts-destination", str(tmp / "server-artifacts")],
+        env=env, stdout=log, stderr=subprocess.STDOUT, start_new_session=True,
+    )
+    url = f"http://127.0.0.1:{port}"
+    deadline = time.monotonic() + 120
+    while time.monotonic() < deadline:
+        if proc.poll() is not None:
+            raise RuntimeError(f"mlflow server exited: {(tmp / 'server.log').read_text()[-2000:]}")
+        try:
+            with urllib.request.urlopen(f"{url}/health", timeout=2) as resp:
+                if resp.status == 200:
+                    return proc, url
+        except OSError:
+            time.sleep(0.5)
+    proc.kill()
+    raise RuntimeError(f"mlflow server did not come up: {(tmp / 'server.log').read_text()[-2000:]}")
+
+
+def stop_server(proc: subprocess.Popen) -> None:
+    os.killpg(proc.pid, 15)
+    try:
+        proc.wait(timeout=3)  # the server holds no state a test needs; do not wait on its shutdown
+    except subprocess.TimeoutExpired:
+        os.killpg(proc.pid, 9)
+        proc.wait()
+
+
+@pytest.fixture(scope="session")
+def webhook_mlflow_server(tmp_path_factory):
+    """One ``mlflow server`` (webhooks allowed to loopback) per test process, shared by the remote and browser
+    tests (imported into conftest.py, so one definition and one server)."""
+    from reappreg.registry import connect
+
+    tmp = tmp_path_factory.mktemp("mlflow-server")
+    connect(f"sqlite:///{tmp / 'server.db'}", attempts=1, backoff_s=0)  # migrate in-process: the server starts faster
+    proc, url = start_mlflow_server(tmp, webhooks=True)
+    try:
+        yield url
+    finally:
+        stop_server(proc)
+
+
+def make_unique_policy(root: Path) -> None:
+    """Distinct policy weights, so tests sharing one server register their own version."""
+    retrain_policy(root, f"policy-weights-{os.urandom(8).hex()}")
+
+
+def registered_version(root: Path, name: str, receipt: str = "reports/registry/registration.json") -> str:
+    return next(r["version"] for r in json.loads((root / receipt).read_text())["registered"] if r["name"] == name)

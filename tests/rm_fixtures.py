@@ -1,0 +1,36 @@
+"""RM helpers shared by the RM and registry test modules: a guard certificate for given files, and
+one reward-model member trained on a pool with the rm package's own API."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from reappreg.hashing import dvc_md5
+from reappreg.io import write_json
+from reappreg.settings.rm import RmSettings
+
+
+def certify(path: Path, files: list[Path], result: str = "pass") -> Path:
+    """A guard certificate (the fields of ``reappreg.guard``'s schema that training reads)."""
+    from reappreg.guard.stage import CERTIFICATE_SCHEMA
+
+    write_json(path, {
+        "schema": CERTIFICATE_SCHEMA,
+        "result": result,
+        "heldout": {"path": "heldout/answers.jsonl", "md5": "0" * 32},
+        "training": [{"path": f"train/{f.name}", "md5": dvc_md5(f), "guarded_path": f"guarded/{f.name}",
+                      "guarded_md5": dvc_md5(f)} for f in files],
+    })
+    return path
+
+
+def train_on_pool(pool: dict[str, Path], objective: str, seed: int, settings: RmSettings, name: str):
+    from reappreg.rm.member import train_member
+
+    root = pool["root"] / name
+    return train_member(
+        objective=objective, seed=seed, settings=settings, vignettes=pool["vignettes"],
+        reappraisals=pool["reappraisals"], ratings=pool["ratings"], certificate=pool["certificate"],
+        out_dir=root / "model", metrics_path=root / "metrics.json", plots_dir=root / "plots", work_dir=root / "work",
+        meta=pool["root"] / "train" / "meta.json",
+    ), root
