@@ -35,6 +35,9 @@ def shrink(params: dict) -> dict:
     params["policy"]["train"]["checkpoint_steps"] = [1]   # step 1 kept, evaluated and registered; step 2 final
     params["generate"]["evals"] = 2
     params["judge"]["calibration_pairs"] = 8
+    # No extra model condition here: the rehearsal run (same CI) generates and judges the base
+    # condition through the same matrix stages, so this run skips two stages' worth of SmolLM2.
+    params["stats"]["model_conditions"] = []
     return params
 
 
