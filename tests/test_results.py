@@ -446,3 +446,17 @@ def test_a_selection_candidate_that_is_not_a_kept_checkpoint_is_refused(tmp_path
     assert "policy-step-9" in str(result.exception) + result.output and "no such kept checkpoint" in \
         str(result.exception) + result.output
     assert not (tmp_path / "r.json").exists()
+
+
+def test_each_row_says_how_its_verdicts_were_read(tmp_path):
+    """The method mix is counted per row from that row's own judged orders, so a row that leans on the
+    free-text fallback shows it beside its win-rate (and in the Markdown table)."""
+    rng = np.random.default_rng(4)
+    policy = random_judgments(0.7, rng=rng, prefix="p-")
+    base = random_judgments(0.4, rng=rng, prefix="b-", seed_offset=50_000)
+    for r in base[:40]:
+        r["verdict_method"] = "free_text"
+    results = build_results(inputs_for(tmp_path, {"policy": policy, "base": base}))
+    assert row(results, "policy/gpt-4-0314")["verdict_methods"] == {"guided": len(policy)}
+    assert row(results, "base/gpt-4-0314")["verdict_methods"] == {"free_text": 40, "guided": len(base) - 40}
+    assert "| free_text 40, guided 440 |" in render_markdown(results)

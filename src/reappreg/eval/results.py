@@ -39,7 +39,8 @@ length-controlled win-rate) and closes each of those holes:
                "cluster_low", "cluster_high", "binding_interval" (worst-case cluster interval),
                "lc_win_rate", "lc_low", "lc_high",
                "bar", "bar_cleared" (cluster_low > bar; null unless the opponent is the bar's),
-               "bar_status", "bar_supported", "flags"}],
+               "bar_status", "bar_supported", "flags",
+               "verdict_methods": {method: judged orders} (how each verdict was read)}],
      "opponents": {name: {strength, measured, source}},
      "selection": {candidates, k, selected, selection_pool_win_rate, expected_optimism,
                    optimism_adjusted_win_rate, fresh_pool_win_rate, fresh_pool_cluster_low,
@@ -164,6 +165,13 @@ def _row(condition: ConditionInput, pool: str, opponent: str, summary: Mapping[s
         row.update(bar_status=None, bar_reason=None, flags=list(blocked) if summary is not None else [],
                    bar_supported=None if not is_bar else False)
     return row
+
+
+def verdict_method_mix(orders: pd.DataFrame, contest_ids: pd.Series) -> dict[str, int]:
+    """How the judge's verdicts behind one row were read (logprob, guided, json_schema, free_text, ...), by
+    judged order: a row decided mostly by the free-text fallback says so beside its win-rate."""
+    mine = orders[orders["contest_id"].isin(set(contest_ids))]
+    return {str(method): int(n) for method, n in sorted(mine["verdict_method"].value_counts().items())}
 
 
 def _judge_state(frames: Sequence[pd.DataFrame], calibration: Mapping[str, Any], trust_policy: TrustPolicy,
@@ -349,6 +357,7 @@ def build_results(inputs: ResultsInputs) -> dict[str, Any]:
                 summaries[(cond.name, pool, opponent)] = summary
                 contests_of[(cond.name, pool, opponent)] = part
                 rows.append(_row(cond, pool, opponent, summary, reference, settings, blocked))
+                rows[-1]["verdict_methods"] = verdict_method_mix(frames[cond.name], part["contest_id"])
 
     opponents = sorted({r["opponent"] for r in rows})
     strengths = opponent_strengths(rows, inputs.conditions, opponents, reference, inputs.declared_strengths)

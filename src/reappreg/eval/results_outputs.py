@@ -41,12 +41,12 @@ def render_markdown(results: Mapping[str, Any]) -> str:
         "generation- and answer-level intervals) is the one claims use; the bar column reads only its lower "
         "bound."), "",
         (f"| row | kind | win-rate | n | n_eff | vignettes | iid {conf} (screening only) | cluster {conf} "
-        f"| LC win-rate [{conf}] | bar {ref['bar']:.3f} cleared by cluster bound | flags |"),
-        "|---|---|---|---|---|---|---|---|---|---|---|",
+        f"| LC win-rate [{conf}] | bar {ref['bar']:.3f} cleared by cluster bound | verdicts read by | flags |"),
+        "|---|---|---|---|---|---|---|---|---|---|---|---|",
     ]
     for r in results["rows"]:
         if r["status"] == "not_run":
-            lines.append(f"| `{r['row_id']}` | {r['kind']} | not run | - | - | - | - | - | - | - | {r['reason']} |")
+            lines.append(f"| `{r['row_id']}` | {r['kind']} | not run | - | - | - | - | - | - | - | - | {r['reason']} |")
             continue
         if r["bar"] is None:
             bar = "n/a (not the bar opponent)" if not r["ood"] else "n/a (off-distribution)"
@@ -56,10 +56,11 @@ def render_markdown(results: Mapping[str, Any]) -> str:
         kind = r["kind"] + (" (OOD)" if r["ood"] and r["kind"] != "ood" else "") \
             + ("" if r["pool"] == "policy" else f", {r['pool']}")
         flags = ", ".join(r["flags"]) or "-"
+        methods = ", ".join(f"{m} {n}" for m, n in (r.get("verdict_methods") or {}).items()) or "-"
         lines.append(
             f"| `{r['row_id']}` | {kind} | {_f(r['win_rate'])} | {r['n']} | {_f(r['n_eff'], 1)} | {r['n_vignettes']} "
             f"| {_ci(r['iid_screening_low'], r['iid_screening_high'])} | {_ci(r['cluster_low'], r['cluster_high'])} "
-            f"| {_f(r['lc_win_rate'])} {_ci(r['lc_low'], r['lc_high'])} | {bar} | {flags} |")
+            f"| {_f(r['lc_win_rate'])} {_ci(r['lc_low'], r['lc_high'])} | {bar} | {methods} | {flags} |")
     sel = results["selection"]
     lines += ["", "## Selection (winner's curse)", ""]
     if sel.get("selected") is None:
