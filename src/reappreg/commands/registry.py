@@ -33,7 +33,7 @@ from rich.markup import escape
 from reappreg.commands.card import (CALIB, CERT, CLAIMS, EVAL, MODELS, PARAMS, POLICY_METRICS, PROMPT, RESULTS, RM_METRICS,
                                     evidence_from)
 
-app = typer.Typer(no_args_is_help=True, help="MLflow model registry: register, promote, verify, watch, pull, keygen, sign-keyring, tag.")
+app = typer.Typer(no_args_is_help=True, help="Model registry: register, promote, verify, watch, pull, keygen, sign-keyring, tag.")
 
 KEYS = typer.Option("registry/keys", "--keys", help="Team public keys (keyring.yaml + *.pub.pem), committed")
 LOCAL_KEYS = typer.Option("work/registry/keys", "--local-keys", help="This clone's local signing key (gitignored)")
