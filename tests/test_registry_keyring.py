@@ -127,3 +127,21 @@ def test_a_chain_rewritten_from_a_new_root_is_refused_by_a_clone_that_saw_the_ol
     assert _trusted(team) == {"mallory": "active"}  # a fresh clone cannot tell (README: what it cannot)
     with pytest.raises(InputError, match="the keyring was rewritten from a new root"):
         load_keyring(team, None, remember=memo)
+
+
+@pytest.mark.parametrize("edit", [lambda k: k.pop("public_pem"), lambda k: k.update(public_pem="not a key"),
+                                  lambda k: k.update(status=None)], ids=["no-key", "junk-key", "no-status"])
+def test_a_malformed_first_entry_is_refused_with_a_reason_not_a_traceback(people, edit):
+    """An insider hand-writes the chain's first entry with a malformed key list and signs it with a key of their
+    own: the replay names the problem (an InputError), whatever the entry holds."""
+    import base64
+
+    team, keys = people
+    _write_ring(team, keys, {"mallory": "active"})
+    sign_keyring(team, keys["mallory"], "root")
+    envelope = json.loads((team / CHAIN_FILE).read_bytes().splitlines()[0])
+    payload = json.loads(base64.b64decode(envelope["payload"]))
+    edit(payload["keys"][0])
+    (team / CHAIN_FILE).write_bytes(json.dumps(json.loads(sign_statement(payload, keys["mallory"]))).encode() + b"\n")
+    with pytest.raises(InputError, match="must each name keyid, holder, status, public_pem as text|unreadable public key"):
+        load_keyring(team, None)

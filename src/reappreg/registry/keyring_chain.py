@@ -59,7 +59,10 @@ def _signers(keys: dict[str, dict[str, str]]) -> Any:
 
     trusted = {}
     for kid, entry in keys.items():
-        public = serialization.load_pem_public_key(entry["public_pem"].encode("ascii"))
+        try:
+            public = serialization.load_pem_public_key(entry["public_pem"].encode("utf-8"))
+        except (ValueError, TypeError) as exc:
+            raise InputError(f"signed keyring entry lists key {kid[:16]} with an unreadable public key ({exc})") from exc
         if key_id(public) != kid:
             raise InputError(f"signed keyring entry lists key {kid[:16]} whose public key has id {key_id(public)[:16]}")
         if entry["status"] == "active":
@@ -81,8 +84,12 @@ def replay(chain_path: Path) -> list[SignedKeyring]:
             payload = json.loads(base64.b64decode(json.loads(line)["payload"]))
         except (ValueError, KeyError, TypeError) as exc:
             raise InputError(f"{where}: not a signed keyring entry ({type(exc).__name__}: {exc})") from exc
-        keys = {k.get("keyid"): {"holder": k.get("holder"), "status": k.get("status"), "public_pem": k.get("public_pem")}
-                for k in payload.get("keys") or [] if isinstance(k, dict)}
+        fields = ("keyid", "holder", "status", "public_pem")
+        entries = payload.get("keys") if isinstance(payload, dict) else None
+        if not isinstance(entries, list) or not all(isinstance(k, dict) and all(isinstance(k.get(f), str) for f in fields)
+                                                    for k in entries):
+            raise InputError(f"{where}: its keys must each name {', '.join(fields)} as text")
+        keys = {k["keyid"]: {"holder": k["holder"], "status": k["status"], "public_pem": k["public_pem"]} for k in entries}
         if payload.get("_type") != KEYRING_TYPE or payload.get("sequence") != n:
             raise InputError(f"{where}: type {payload.get('_type')!r}, sequence {payload.get('sequence')!r}; expected "
                              f"{KEYRING_TYPE!r}, {n}")
