@@ -1,4 +1,5 @@
-"""Guard normalisation on adversarial inputs: seconds per megabyte at 0.1, 1 and 4 MB.
+"""Guard normalisation and decoding views on adversarial inputs: seconds per megabyte at
+0.1, 1 and 4 MB (normalisation plus every decoding view, as the scan applies them).
 
 Linear time means seconds/MB stays flat as the input grows; the last column is the ratio of
 the 4 MB rate to the 0.1 MB rate, measured in this one run (about 1 for linear, about 40
@@ -11,6 +12,7 @@ from __future__ import annotations
 
 import time
 
+from reappreg.guard.decode import DECODE_VIEWS
 from reappreg.guard.normalise import normalise
 
 ANSWER = "It may help to recognise that your friend may be saving her thanks for a calmer moment. "
@@ -30,7 +32,19 @@ INPUTS = {
     "combining marks": lambda mb: ANSWER + "a" + _fill("\u0301\u0345", mb),
     "no spaces": lambda mb: _fill("answerfriendcalmer", mb),
     "entities": lambda mb: ANSWER + _fill("&amp;", mb),
+    "percent escapes": lambda mb: ANSWER + _fill("%25%2", mb),
+    "backslash escapes": lambda mb: ANSWER + _fill("\\u00\\x4\\", mb),
+    "unclosed bbcode/tokens": lambda mb: ANSWER + _fill("[b=<|[A", mb),
+    "latex commands": lambda mb: ANSWER + _fill("\\emph{a}\\", mb),
+    "leet runs": lambda mb: _fill("c0n5", mb),
+    "symbol alphabets": lambda mb: ANSWER + _fill("\U0001F172\u1D04\u2C65", mb),
 }
+
+
+def _all_views(text: str) -> None:
+    normalise(text)
+    for view in DECODE_VIEWS:
+        normalise(view.decode(text))
 
 
 def main() -> None:
@@ -40,7 +54,7 @@ def main() -> None:
         for mb in SIZES_MB:
             text = make(mb)
             started = time.perf_counter()
-            normalise(text)
+            _all_views(text)
             rates.append((time.perf_counter() - started) / (len(text.encode("utf-8")) / 1e6))
         print(f"{name:26s} " + " ".join(f"{r:12.3f}" for r in rates) + f" {rates[-1] / rates[0]:10.2f}")
 

@@ -36,7 +36,7 @@ def sample():
 @pytest.fixture(scope="module")
 def sample_index(sample):
     _, heldout = sample
-    return HeldoutIndex.build([AnswerMeta(a["reappraisal_id"], a["source"]) for a in heldout],
+    return HeldoutIndex.build([AnswerMeta(a["reappraisal_id"], a["source"], a["vignette_id"]) for a in heldout],
                               [a["text"] for a in heldout], config(), FastHasher())
 
 
@@ -86,12 +86,16 @@ def test_every_disguise_class_is_caught_and_clean_texts_are_not(sample, sample_i
         recall[kind] = found / len(plants)
     low = {k: v for k, v in recall.items() if v < (0.99 if k in EDITED else 1.0)}
     assert not low, low
-    # Grouped plants are reported together: one hit names the records that hold the pieces.
+    # Grouped plants are reported per record, each hit under its own record id with its
+    # group and the other records that hold the pieces beside it.
+    # A group may join records of two plants (in the whole file): answers of one vignette
+    # share phrases, so a piece of one is a piece of its neighbour too; never a clean record.
+    planted_ids = {rid for plants in planted.values() for _, ids in plants for rid in ids}
     for kind in GROUPED:
         for answer, ids in planted[kind]:
-            together = [h for h in hits if h.detector == "fragments" and h.answer_id == answer and set(h.members) & set(ids)]
+            together = [h for h in hits if h.detector == "fragments" and h.answer_id == answer and h.record_id in ids]
             assert together or all(answer in caught.get(rid, set()) for rid in ids), (kind, ids)
-            assert all(len(h.members) >= 2 and set(h.members) <= set(ids) for h in together), (kind, ids)
+            assert all(h.record_id in h.members and set(h.members) <= planted_ids and h.group for h in together), (kind, ids)
     clean_flagged = {rid for rid in caught if not any(rid.startswith(k + "-") for k in CLASSES)}
     assert clean_flagged == set()
 
@@ -153,7 +157,9 @@ def test_a_stock_opener_or_closer_shared_by_many_texts_never_fires_on_its_own(sa
     opener = "It is completely understandable that you feel this way right now, and many people would feel the same."
     closer = "Remember to be gentle with yourself and take things one step at a time from here on."
     answers = [f"{opener} {a['text']} {closer}" for a in heldout[:40]]
-    index = HeldoutIndex.build([AnswerMeta(f"h{i}") for i in range(len(answers))], answers, config(), FastHasher())
+    index = HeldoutIndex.build([AnswerMeta(f"h{i}", vignette_id=a["vignette_id"]) for i, a in enumerate(heldout[:40])],
+                               answers, config(), FastHasher())
+    assert len({a["vignette_id"] for a in heldout[:40]}) >= 2  # the opener and closer are said about several scenarios
     texts = [f"{opener} {r['text']}" for r in human[:150]] + [f"{r['text']} {closer}" for r in human[150:300]]
     units = [TextUnit("stock.jsonl", f"r{i}", "text", t) for i, t in enumerate(texts)]
     groups = [Group("stock.jsonl", "file", tuple(range(len(units))))]
@@ -168,7 +174,12 @@ def test_a_stock_opener_or_closer_shared_by_many_texts_never_fires_on_its_own(sa
     pieces = [TextUnit("stock.jsonl", f"p{i}", "text", f"{closer} {t}") for i, t in enumerate(plant.texts)]
     hits = check_units(index, units + pieces, groups=[Group("stock.jsonl", "author_id=x", tuple(range(len(units), len(units) + len(pieces)))),
                                                       Group("stock.jsonl", "file", tuple(range(len(units) + len(pieces))))])
-    assert {h.answer_id for h in hits} == {"h6"} and "fragments" in {h.detector for h in hits}
+    assert ("h6", "fragments") in {(h.answer_id, h.detector) for h in hits}
+    # only the planted records, and only answers to the same scenario (answers of one vignette
+    # share its content phrases, so a piece of one is a piece of its neighbour)
+    assert {h.record_id for h in hits} <= {u.record_id for u in pieces}
+    vignette_of = {f"h{i}": a["vignette_id"] for i, a in enumerate(heldout[:40])}
+    assert {vignette_of[h.answer_id] for h in hits} == {heldout[6]["vignette_id"]}
 
 
 def test_fragments_need_two_records_of_one_group(sample, sample_index):
@@ -180,8 +191,31 @@ def test_fragments_need_two_records_of_one_group(sample, sample_index):
     assert [h for h in check_units(sample_index, units) if h.answer_id == heldout[3]["reappraisal_id"]] == []
     together = check_units(sample_index, units, groups=[Group("t", "author_id=x", tuple(range(len(units))))])
     fragments = [h for h in together if h.detector == "fragments" and h.answer_id == heldout[3]["reappraisal_id"]]
-    assert fragments and set(fragments[0].members) == {u.record_id for u in units}
+    assert fragments and len(fragments[0].members) >= 2 and set(fragments[0].members) <= {u.record_id for u in units}
     assert fragments[0].score >= config().fragments_coverage and fragments[0].shared
+
+
+def test_pieces_repeated_over_many_filler_records_are_not_laundered_into_stock(sample, sample_index):
+    """Stock phrasing is decided from the held-out answers alone: an adversary who repeats
+    each piece of an answer across dozens of filler records (so that training texts "use" it
+    as often as a stock opener) still has every piece-holding record flagged, each under its
+    own id with its group beside it."""
+    human, heldout = sample
+    rng = random.Random(8)
+    filler = word_filler([r["text"] for r in human], rng)
+    answer = heldout[4]
+    plant = disguise("pieces_across_records", rng, answer["text"], filler)
+    units = [TextUnit("t", f"p{i}-copy{c}", "text", f"{filler(rng.randint(5, 30))} {piece} {filler(rng.randint(5, 30))}")
+             for i, piece in enumerate(plant.texts) for c in range(12)]
+    hits = check_units(sample_index, units, groups=[Group("t", "file", tuple(range(len(units))))])
+    flagged = {h.record_id for h in hits if h.answer_id == answer["reappraisal_id"]}
+    # every copy of a piece is flagged (no piece becomes "stock" by repetition), for at least
+    # two pieces (a piece made of the answers' cross-scenario stock phrasing may go unnamed)
+    pieces_flagged = {rid.split("-copy")[0] for rid in flagged}
+    assert len(pieces_flagged) >= 2
+    assert flagged == {u.record_id for u in units if u.record_id.split("-copy")[0] in pieces_flagged}
+    fragments = [h for h in hits if h.detector == "fragments"]
+    assert fragments and all(h.group == "file" and h.record_id in h.members for h in fragments)
 
 
 # ----------------------------------------------------------------------------- through the CLI
@@ -229,8 +263,7 @@ def test_guard_run_cli_fails_with_a_table_for_every_planted_class(split_data, tm
     hits = read_jsonl(out / "quarantine.jsonl")
     flagged = {}
     for h in hits:
-        for rid in (h["members"] or [h["record_id"]]):
-            flagged.setdefault(rid, set()).add(h["answer_id"])
+        flagged.setdefault(h["record_id"], set()).add(h["answer_id"])
     for kind, (answer_id, ids) in planted.items():
         assert any(answer_id in flagged.get(rid, set()) for rid in ids), kind
     shown = hits[:50]  # the table shows the first 50 hits (then "... and N more")

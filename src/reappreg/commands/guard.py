@@ -126,6 +126,7 @@ def run(
                 workers=settings.workers, chunk_size=settings.chunk_size,
                 max_shared=settings.max_shared_reported, max_hits_in_certificate=settings.max_hits_in_certificate,
                 tokenizers=views, semantic=settings.semantic, progress=progress,
+                max_text_chars=settings.max_text_chars,
             )
         cert = outcome.certificate
         lsh = cert["detectors"]["minhash"]["lsh"]
@@ -213,7 +214,10 @@ def check(
     from reappreg.guard.sketch import index_from_sketch, load_sketch, read_key
     from reappreg.guard import DETECTORS
     from reappreg.guard.stage import HELDOUT_DEFAULTS, load_heldout
+    from reappreg.guard.decode import DECODE_VIEW_NAMES
+    from reappreg.guard.text import check_sizes
     from reappreg.io import write_jsonl
+    from reappreg.settings.guard import GuardSettings
     from reappreg.settings import load_params
 
     if (heldout is None) == (sketch is None):
@@ -241,6 +245,7 @@ def check(
         against = f"held-out {held.spec.path}"
     sources = [read_source(SourceSpec.parse(t, default_id=id_field, default_text=tuple(text_field))) for t in files]
     units = [u for src in sources for u in src.units]
+    check_sizes(units, settings.max_text_chars if settings else GuardSettings().max_text_chars)
     groups = fragment_groups(sources, index.config)
     with _progress("check", chunk_size) as progress:
         hits = check_units(index, units, groups=groups, views=views, workers=n_workers, chunk_size=chunk_size,
@@ -253,7 +258,8 @@ def check(
         console.print(_hit_table(hits, f"overlaps with {against}"))
     flagged = len({(h.source, r) for h in hits for r in h.record_ids})
     console.print(f"checked {len(units)} texts against {len(index.answer_ids)} answers ({against}; detectors "
-                  f"{', '.join(DETECTORS)}; tokenizer views: {', '.join(v.name for v in views) or 'none'}): "
+                  f"{', '.join(DETECTORS)}; tokenizer views: {', '.join(v.name for v in views) or 'none'}; "
+                  f"decoding views: {', '.join(DECODE_VIEW_NAMES)}): "
                   f"{len(hits)} hit(s) in {flagged} record(s)", highlight=False, soft_wrap=True)
     if hits:
         # SystemExit, not typer.Exit: the CLI runs click with standalone_mode=False, where an

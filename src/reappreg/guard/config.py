@@ -24,6 +24,7 @@ class GuardConfig:
     ngram_n: int
     ngram_containment: float
     ngram_min_run: int | None
+    ngram_span: float
     shingle_words: int
     jaccard: float
     num_perm: int
@@ -34,12 +35,12 @@ class GuardConfig:
     chars_n: int
     chars_containment: float
     chars_min_run: int | None
+    chars_span: float
     fragments_coverage: float
     fragments_min_piece: int
     fragments_group_fields: tuple[str, ...]
     fragments_whole_file: bool
     fragments_stock_answers: int
-    fragments_stock_records: int
 
     @classmethod
     def from_dict(cls, detectors: dict[str, Any]) -> "GuardConfig":
@@ -50,6 +51,7 @@ class GuardConfig:
                 ngram_n=int(ng["n"]),
                 ngram_containment=float(ng["containment"]),
                 ngram_min_run=None if ng.get("min_run") is None else int(ng["min_run"]),
+                ngram_span=float(ng["span"]),
                 shingle_words=int(mh["shingle_words"]),
                 jaccard=float(mh["threshold"]),
                 num_perm=int(mh["num_perm"]),
@@ -60,12 +62,12 @@ class GuardConfig:
                 chars_n=int(ch["n"]),
                 chars_containment=float(ch["containment"]),
                 chars_min_run=None if ch.get("min_run") is None else int(ch["min_run"]),
+                chars_span=float(ch["span"]),
                 fragments_coverage=float(fr["coverage"]),
                 fragments_min_piece=int(fr["min_piece"]),
                 fragments_group_fields=tuple(str(f) for f in fr["group_fields"]),
                 fragments_whole_file=bool(fr["whole_file"]),
                 fragments_stock_answers=int(fr["stock_answers"]),
-                fragments_stock_records=int(fr["stock_records"]),
             )
         except (KeyError, TypeError, ValueError) as exc:
             raise InputError(f"guard detector settings incomplete or malformed: missing or bad {exc!r}") from exc
@@ -96,8 +98,9 @@ class GuardConfig:
             problems.append(f"fragments.coverage must be in (0, 1] (got {self.fragments_coverage})")
         if self.fragments_stock_answers < 2:
             problems.append(f"fragments.stock_answers must be >= 2 (got {self.fragments_stock_answers})")
-        if self.fragments_stock_records < 2:
-            problems.append(f"fragments.stock_records must be >= 2 (got {self.fragments_stock_records})")
+        for name, span in (("ngram", self.ngram_span), ("chars", self.chars_span)):
+            if span < 2:
+                problems.append(f"{name}.span must be >= 2 answer lengths (got {span})")
         if self.fragments_min_piece < self.chars_n:
             problems.append(f"fragments.min_piece must be >= chars.n ({self.chars_n}) (got {self.fragments_min_piece})")
         if problems:
@@ -120,7 +123,8 @@ class GuardConfig:
     def to_dict(self) -> dict[str, Any]:
         return {
             "normalisation": NORMALISATION,
-            "ngram": {"n": self.ngram_n, "containment": self.ngram_containment, "min_run": self.ngram_min_run},
+            "ngram": {"n": self.ngram_n, "containment": self.ngram_containment, "min_run": self.ngram_min_run,
+                      "span": self.ngram_span},
             "minhash": {
                 "shingle_words": self.shingle_words,
                 "threshold": self.jaccard,
@@ -132,14 +136,14 @@ class GuardConfig:
                 "scheme": MINHASH_SCHEME,
                 "lsh": lsh_error_rates(self.jaccard, self.bands, self.rows),  # type: ignore[arg-type]
             },
-            "chars": {"n": self.chars_n, "containment": self.chars_containment, "min_run": self.chars_min_run},
+            "chars": {"n": self.chars_n, "containment": self.chars_containment, "min_run": self.chars_min_run,
+                      "span": self.chars_span},
             "fragments": {
                 "coverage": self.fragments_coverage,
                 "min_piece": self.fragments_min_piece,
                 "group_fields": list(self.fragments_group_fields),
                 "whole_file": self.fragments_whole_file,
                 "stock_answers": self.fragments_stock_answers,
-                "stock_records": self.fragments_stock_records,
             },
         }
 

@@ -24,9 +24,12 @@ letters.
   group together cover at least ``fragments.coverage`` of an answer's letters while no single
   record does (that one is the per-record detectors' case); the hit names every
   contributing record. Stock phrasing does not count: windows found in at least
-  ``fragments.stock_answers`` held-out answers and, inside short runs, in at least
-  ``fragments.stock_records`` clean training records (an opener or closer many texts share)
-  are removed before pieces are measured. Exact.
+  ``fragments.stock_answers`` held-out answers (an opener or closer many answers share,
+  decided from the held-out side alone) are removed before pieces are measured. Exact.
+
+Locality: ``ngram`` and ``chars`` containment is counted inside a stretch of the text
+``span`` times the answer's length (words or letters), the best such stretch, so phrases an
+answer shares with a long unrelated document never add up across its whole length.
 
 Tokenizer views (``views``): every text is also checked as ``decode(encode(text))`` of each
 consuming model's tokenizer, against the answers seen through the same tokenizer, whenever
@@ -47,7 +50,8 @@ from typing import Any
 import numpy as np
 
 from reappreg.errors import InputError
-from reappreg.guard.fragments import Group, fragment_hits
+from reappreg.guard.decode import DECODE_VIEWS
+from reappreg.guard.fragments import Group, _letters_per_text, fragment_hits
 from reappreg.guard.hashing import _NGRAM, _SHINGLE, FastHasher
 from reappreg.guard.index import TEXT_VIEW, AnswerMeta, GramTable, HeldoutIndex, TextView
 from reappreg.guard.minhash import minhash_signatures
@@ -68,7 +72,7 @@ class Hit:
     """One (training text or group, held-out answer, detector) at or above its threshold."""
 
     source: str
-    record_id: str         # the record, or the group ("author_id=a7", "file") for fragments
+    record_id: str         # the record flagged (for fragments: one member of the group)
     field: str
     answer_id: str
     answer_source: str | None
@@ -82,6 +86,7 @@ class Hit:
     view: str = TEXT_VIEW  # "text" or the tokenizer view in which it was found
     members: list[str] = field(default_factory=list)  # fragments: the records that together hold it
     shared: list[str] = field(default_factory=list)   # shared passages, normalised words, in text order
+    group: str | None = None  # fragments: the group ("author_id=a7", "file") whose records hold it
 
     def to_record(self, with_shared: bool = True) -> dict[str, Any]:
         record = asdict(self)
@@ -92,8 +97,8 @@ class Hit:
 
     @property
     def record_ids(self) -> list[str]:
-        """The training records this hit flags (its members for a fragments hit)."""
-        return self.members or [self.record_id]
+        """The training records this hit flags (one: a fragments hit is reported per member)."""
+        return [self.record_id]
 
 
 # (local text index, answer index, detector, score, reason, shared count, longest run)
@@ -109,31 +114,53 @@ def _longest_runs(member: np.ndarray) -> np.ndarray:
     return (idx - last_false).max(axis=0)
 
 
-def _covered(member: np.ndarray, n: int) -> np.ndarray:
-    """Per column: how many positions lie inside at least one window of ``n`` starting at a
-    True position (the letters a set of matched windows covers)."""
-    padded = np.concatenate([member, np.zeros((n - 1, member.shape[1]), dtype=bool)])
-    csum = np.concatenate([np.zeros((1, member.shape[1]), dtype=np.int64), np.cumsum(padded, axis=0)])
-    idx = np.arange(len(padded))
-    window = csum[idx + 1] - csum[np.maximum(idx + 1 - n, 0)]
-    return (window > 0).sum(axis=0)
+def _local_containment(member: np.ndarray, keys: np.ndarray, lengths: np.ndarray, counts: np.ndarray, *,
+                       n: int, span: float, letter_coverage: bool) -> np.ndarray:
+    """Per column of ``member`` (text positions x answers): the containment inside the best
+    stretch of the text ``span`` times the answer's length.
 
-
-def _first_occurrences(grams: np.ndarray) -> np.ndarray:
-    first = np.zeros(len(grams), dtype=bool)
-    first[np.unique(grams, return_index=True)[1]] = True
-    return first
+    Stretches start at every multiple of the answer's length L and are ``span * L`` long, so
+    any part of the text up to ``(span - 1) * L`` long lies whole inside one of them (a
+    copy with inserted words or filler around it included). Inside a stretch each distinct
+    gram counts once (at its first place there): distinct shared grams over the answer's
+    grams, or with ``letter_coverage`` the answer's letters covered by distinct shared windows.
+    """
+    out = np.zeros(member.shape[1])
+    for c in range(member.shape[1]):
+        places = np.flatnonzero(member[:, c])
+        if not len(places):
+            continue
+        stride = max(int(lengths[c]), 1)
+        width = int(np.ceil(span * stride))
+        offsets = np.arange(-(-width // stride))
+        stretch = places[:, None] // stride - offsets[None, :]
+        inside = (stretch >= 0) & (places[:, None] < stretch * stride + width)
+        k, which = stretch[inside], np.broadcast_to(np.arange(len(places))[:, None], stretch.shape)[inside]
+        p, key = places[which], keys[places[which]]
+        order = np.lexsort((p, key, k))  # by stretch, then gram, first place first
+        k, p, key = k[order], p[order], key[order]
+        first = np.ones(len(k), dtype=bool)
+        first[1:] = (k[1:] != k[:-1]) | (key[1:] != key[:-1])
+        k, p = k[first], p[first]
+        if letter_coverage:
+            order = np.lexsort((p, k))
+            _, letters = _letters_per_text(k[order], p[order], n)
+            out[c] = min(letters.max() / max(int(lengths[c]), 1), 1.0)
+        else:
+            out[c] = np.bincount(k).max() / max(int(counts[c]), 1)
+    return out
 
 
 def _containment_hits(table: GramTable, n_texts: int, grams: np.ndarray, offsets: np.ndarray, *, n: int,
-                      containment: float, min_run: int | None, detector: str,
+                      containment: float, min_run: int | None, detector: str, span: float,
                       letter_coverage: bool = False, looked_up=None) -> list[RawHit]:
     """Exact containment and longest shared run for every (text, answer) sharing a gram.
 
     Containment is the fraction of the answer's grams found in the text, or with
-    ``letter_coverage`` the fraction of the answer's letters that lie inside shared windows
-    (each distinct window counted once, at its first place in the text), so pieces of an
-    answer spread through a text add up to what they cover.
+    ``letter_coverage`` the fraction of the answer's letters that lie inside shared windows,
+    so pieces of an answer spread through a text add up to what they cover; both counted
+    inside the best stretch of ``span`` times the answer's length (``_local_containment``),
+    so phrases shared with a long document far apart never add up.
     """
     from scipy.sparse import csr_matrix
 
@@ -182,9 +209,8 @@ def _containment_hits(table: GramTable, n_texts: int, grams: np.ndarray, offsets
         runs = _longest_runs(member)
         units = np.where(runs > 0, runs + n - 1, 0)
         longest[js] = np.minimum(units, table.lengths[cols])
-        if letter_coverage:
-            covered = _covered(member & _first_occurrences(grams[lo:hi])[:, None], n)
-            score[js] = np.minimum(covered / np.maximum(table.lengths[cols], 1), 1.0)
+        score[js] = _local_containment(member, grams[lo:hi], table.lengths[cols], table.counts[cols], n=n,
+                                       span=span, letter_coverage=letter_coverage)
     by_containment = score >= containment
     by_run = longest >= min_run if min_run else np.zeros(len(longest), dtype=bool)
     return [
@@ -289,11 +315,12 @@ def _scan(index: HeldoutIndex, texts: Sequence[str], max_shared: int = 0) -> Sca
     lg, lg_off = index.hasher.letter_grams([b[1] for b in both], config.chars_n)
     n = len(texts)
     hits = _containment_hits(index.ngrams, n, ng, ng_off, n=config.ngram_n, containment=config.ngram_containment,
-                             min_run=config.ngram_min_run, detector="ngram")
+                             min_run=config.ngram_min_run, detector="ngram", span=config.ngram_span)
     hits += _minhash_hits(index, n, sh, sh_off)
     looked_up = index.letters.lookup(lg)
     hits += _containment_hits(index.letters, n, lg, lg_off, n=config.chars_n, containment=config.chars_containment,
-                              min_run=config.chars_min_run, detector="chars", letter_coverage=True, looked_up=looked_up)
+                              min_run=config.chars_min_run, detector="chars", span=config.chars_span,
+                              letter_coverage=True, looked_up=looked_up)
     spans = shared_spans_many(index, texts, [(i, a, detector) for i, a, detector, *_ in hits], max_shared) if max_shared else []
     return ScanResult(hits, _pieces(index.letters, lg, lg_off, config.chars_n, config.fragments_min_piece, looked_up), spans)
 
@@ -377,14 +404,20 @@ def scan_texts(index: HeldoutIndex, texts: Sequence[str], *, workers: int = 1, c
 
 
 def _expand_views(texts: list[str], views: Sequence[TextView]) -> tuple[list[str], list[int], list[str]]:
-    """Texts to scan: every text, plus its round trip through each view where that changes its words."""
+    """Texts to scan: every text, plus its round trip through each view (the decoding views,
+    then ``views``) where that changes its words; a decoding identical to one already
+    queued for the same text is scanned once."""
     out, unit_of, view_of = list(texts), list(range(len(texts))), [TEXT_VIEW] * len(texts)
-    if not views:
-        return out, unit_of, view_of
-    raw_tokens = [tokens(t) for t in texts]
-    for view in views:
+    raw_tokens: dict[int, list[str]] = {}
+    queued: dict[int, set[str]] = {}
+    for view in (*DECODE_VIEWS, *views):
         for i, decoded in enumerate(view.roundtrip(texts)):
-            if decoded != texts[i] and tokens(decoded) != raw_tokens[i]:
+            if decoded == texts[i] or decoded in queued.get(i, ()):
+                continue
+            if i not in raw_tokens:
+                raw_tokens[i] = tokens(texts[i])
+            if tokens(decoded) != raw_tokens[i]:
+                queued.setdefault(i, set()).add(decoded)
                 out.append(decoded)
                 unit_of.append(i)
                 view_of.append(view.name)
@@ -440,8 +473,7 @@ def check_units(
         record_of_unit = np.fromiter(map(record_number.__getitem__, record_keys), dtype=np.int64, count=len(units))
         record_of = record_of_unit[np.asarray(unit_of, dtype=np.int64)]
         flagged = np.isin(record_of, record_of[[ti for ti, *_ in result.hits]])
-        found = [f for f in fragment_hits(index, result.pieces, expanded, len(texts), record_of, flagged)
-                 if len({units[unit_of[t]].record_id for t in f[4]}) >= 2]  # one record's own variants: per-record case
+        found = fragment_hits(index, result.pieces, expanded, len(texts), record_of, flagged)
         spans_of = shared_spans_many(index, texts, [(t, f[1], "fragments") for f in found for t in f[4]], max_shared)
         position = 0
         for gi, ai, coverage, shared_count, contributors in found:
@@ -450,11 +482,14 @@ def check_units(
             spans = [span for found_spans in spans_of[position : position + len(contributors)] for span in found_spans]
             position += len(contributors)
             views_used = sorted({view_of[t] for t in contributors})
-            hit = Hit(source=group.source, record_id=group.label, field="*", answer_id=meta.answer_id,
-                      answer_source=meta.source, detector="fragments", score=coverage,
-                      threshold=config.fragments_coverage, reason="coverage", shared_count=shared_count,
-                      longest_run=0, answer_grams=len(index.letter_sets[ai]),
-                      view=TEXT_VIEW if views_used == [TEXT_VIEW] else "+".join(views_used),
-                      members=member_ids, shared=list(dict.fromkeys(spans))[:max_shared])
-            offer((group.source, group.label, "*", meta.answer_id, "fragments"), hit)
+            # One hit per member record, under its own id, with the group beside it: a
+            # record is flagged (and quarantined) by name, never by a group label.
+            for member in member_ids:
+                hit = Hit(source=group.source, record_id=member, field="*", answer_id=meta.answer_id,
+                          answer_source=meta.source, detector="fragments", score=coverage,
+                          threshold=config.fragments_coverage, reason="coverage", shared_count=shared_count,
+                          longest_run=0, answer_grams=len(index.letter_sets[ai]),
+                          view=TEXT_VIEW if views_used == [TEXT_VIEW] else "+".join(views_used),
+                          members=member_ids, shared=list(dict.fromkeys(spans))[:max_shared], group=group.label)
+                offer((group.source, member, "*", meta.answer_id, "fragments"), hit)
     return sorted(best.values(), key=lambda h: (h.source, h.record_id, h.field, h.answer_id, DETECTORS.index(h.detector)))

@@ -11,6 +11,9 @@ import numpy as np
 from reappreg.guard.index import HeldoutIndex
 
 
+STOCK_RUN_SHARE = 0.8  # a shared run this much stock is an opener/closer (tests: both directions)
+
+
 @dataclass(frozen=True)
 class Group:
     """Records that may together hold one answer: one author, one conversation, one file."""
@@ -46,11 +49,20 @@ def fragment_hits(index: HeldoutIndex, pieces: np.ndarray, groups: Sequence[tupl
                   flagged: np.ndarray | None = None) -> list[tuple[int, int, float, int, list[int]]]:
     """(group index, answer index, coverage, shared windows, contributing texts) for every group
     whose members' pieces cover >= ``fragments.coverage`` of an answer's letters while no
-    single member does, with >= 2 contributors. Pieces of stock phrasing do not count: runs
-    whose every window is in >= ``stock_answers`` held-out answers (``stock_windows``) and in
-    >= ``stock_records`` clean training records (``record_of`` maps a text to its record,
-    default each text its own; ``flagged`` marks texts the per-record detectors flagged,
-    which do not count: copies of answers cannot make their phrases stock).
+    single member does, with >= 2 contributors.
+
+    Stock phrasing is decided from the held-out answers alone (``index.stock``: letter windows
+    found in >= ``fragments.stock_answers`` answers), never from how often training records
+    use a window: the training records are the attacker's to write, so counting them would
+    let filler records repeating pieces of an answer turn those pieces into "stock". A stock
+    window covers nothing, and coverage is measured on the letters outside stock phrasing
+    (an answer made mostly of stock phrasing is then covered by its own words only).
+
+    Records the per-record detectors flagged (``flagged``, per text: its record has a hit)
+    count towards the group's coverage but are not named again (they are blocked already,
+    and held-out answers of one vignette share phrases, so a copy of one answer holds pieces
+    of its neighbours): the hit names the other contributing texts, and is dropped when
+    there are none. ``record_of`` maps a text to its record (default: each text its own).
 
     Each distinct window counts once in a group (at its first place), so the same stock
     piece repeated over many records covers no more than it does once.
@@ -59,32 +71,24 @@ def fragment_hits(index: HeldoutIndex, pieces: np.ndarray, groups: Sequence[tupl
 
     config, table = index.config, index.letters
     n, threshold = config.chars_n, config.fragments_coverage
-    lengths = table.lengths
+    # Coverage is measured on the letters outside stock phrasing: each stock window takes
+    # about one letter off its answer's length, and stock windows cover nothing.
+    lengths = np.maximum(table.lengths - np.asarray(table.matrix.T @ index.stock.astype(np.int64)).ravel(), 1)
     if pieces.shape[1]:
-        # A piece (a run of shared windows in one text) made only of windows that many answers
-        # and many training records share is stock phrasing, not a piece of an answer.
+        # A run of shared windows at least 80% stock is an opener or closer with a few letters
+        # of what follows it, not a piece (those boundary windows are in no other answer, but
+        # they are mostly the stock phrase); in the runs kept, the stock windows themselves do
+        # not count.
         new_run = np.ones(pieces.shape[1], dtype=bool)
         new_run[1:] = (np.diff(pieces[0]) != 0) | (np.diff(pieces[2]) != 1)
         run_id = np.cumsum(new_run) - 1
-        # Records using a window inside a short run (a phrase, not a copied passage) count
-        # towards its use in training text; copies of a whole answer do not make it stock.
-        short = (np.bincount(run_id)[run_id] + n - 1) < (config.chars_min_run or 2 * config.fragments_min_piece)
-        if flagged is not None:
-            short &= ~np.asarray(flagged)[pieces[0]]
-        records = (np.arange(n_texts) if record_of is None else np.asarray(record_of))[pieces[0]]
-        record_key = np.unique(np.stack([pieces[1][short], records[short]]), axis=1)
-        in_records = np.bincount(record_key[0], minlength=len(table.keys))
-        stock = index.stock & (in_records >= config.fragments_stock_records)
-        # Coverage is then measured on the letters outside stock phrasing: each stock window
-        # takes about one letter off its answer's length.
-        lengths = np.maximum(table.lengths - np.asarray(table.matrix.T @ stock.astype(np.int64)).ravel(), 1)
-        # A run that is mostly stock windows is an opener or closer, not a piece; in the
-        # pieces kept, the stock windows themselves do not count.
-        is_stock = stock[pieces[1]]
-        mostly_stock = np.bincount(run_id, weights=is_stock) * 2 >= np.bincount(run_id)
-        pieces = pieces[:, ~mostly_stock[run_id] & ~is_stock]
+        is_stock = index.stock[pieces[1]]
+        stock_share = np.bincount(run_id, weights=is_stock) / np.bincount(run_id)
+        pieces = pieces[:, (stock_share[run_id] < STOCK_RUN_SHARE) & ~is_stock]
     if not pieces.shape[1] or not groups:
         return []
+    records = np.arange(n_texts) if record_of is None else np.asarray(record_of)
+    flagged = np.zeros(n_texts, dtype=bool) if flagged is None else np.asarray(flagged)
     text_pieces = csr_matrix((np.ones(pieces.shape[1], dtype=np.int32), (pieces[0], pieces[1])),
                              shape=(n_texts, len(table.keys)))
     text_pieces.data[:] = 1
@@ -95,7 +99,7 @@ def fragment_hits(index: HeldoutIndex, pieces: np.ndarray, groups: Sequence[tupl
     covered.data[:] = 1
     shared = (covered @ table.matrix).tocoo()
     # a window covers at most n letters: only pairs that could reach the threshold are scored
-    candidates = np.flatnonzero((shared.data * n >= threshold * lengths[shared.col]) & (lengths[shared.col] > 0))
+    candidates = np.flatnonzero(shared.data * n >= threshold * lengths[shared.col])
     if not len(candidates):
         return []
     members_of: dict[int, np.ndarray] = {}
@@ -109,19 +113,18 @@ def fragment_hits(index: HeldoutIndex, pieces: np.ndarray, groups: Sequence[tupl
             members_of[g] = np.asarray(groups[g][1], dtype=np.int64)
         sel = in_answer[a]
         sel = sel[np.isin(pieces[0, sel], members_of[g])]
+        if len(set(records[np.unique(pieces[0, sel])].tolist())) < 2:
+            continue  # one record alone (in any of its views) is the per-record detectors' case
         # pieces are sorted by (text, place): the first occurrence of a window in the group wins
         first = np.zeros(len(sel), dtype=bool)
         first[np.unique(pieces[1, sel], return_index=True)[1]] = True
-        texts_all, places_all = pieces[0, sel], pieces[2, sel]
-        fresh_texts, fresh_letters = _letters_per_text(texts_all[first], places_all[first], n)
-        length = int(lengths[a])
-        coverage = min(int(fresh_letters.sum()) / length, 1.0)
-        if coverage < threshold or len(fresh_texts) < 2:
+        _, fresh_letters = _letters_per_text(pieces[0, sel][first], pieces[2, sel][first], n)
+        coverage = min(int(fresh_letters.sum()) / int(lengths[a]), 1.0)
+        if coverage < threshold:
             continue
-        # A record that alone covers the answer is the per-record detectors' case (and stock
-        # phrases of its neighbours must not be flagged with it).
-        if _letters_per_text(texts_all, places_all, n)[1].max() >= threshold * length:
-            continue
-        per_text = dict(zip(fresh_texts.tolist(), fresh_letters.tolist()))
-        out.append((g, a, coverage, int(shared.data[j]), sorted(per_text)))
+        # every record holding a piece is named (copies of one piece over many records too)
+        texts = np.unique(pieces[0, sel])
+        named = texts[~flagged[texts]]  # flagged records count, but are reported on their own
+        if len(named):
+            out.append((g, a, coverage, int(shared.data[j]), sorted(named.tolist())))
     return out

@@ -156,6 +156,8 @@ class HeldoutIndex:
             if not toks:
                 raise InputError(f"held-out answer '{meta.answer_id}' has no words after normalisation")
         metas = list(answers)
+        # Tokenizer views only: the decoding views (``decode``) undo what was done to a copy,
+        # and are compared with the answers as written.
         for view in views:
             for meta, toks, decoded in zip(answers, token_lists[: len(answers)], view.roundtrip(list(texts))):
                 view_tokens, view_letters = text_views(decoded)
@@ -178,10 +180,17 @@ class HeldoutIndex:
 
 
 def stock_windows(table: GramTable, answers: Sequence[AnswerMeta], min_answers: int) -> np.ndarray:
-    """Mask over ``table.keys``: letter windows found in >= ``min_answers`` distinct held-out
-    answers (their stock phrasing: an opener or closer many answers share). A piece made
-    only of such windows never counts towards a fragment."""
+    """Mask over ``table.keys``: the held-out answers' stock phrasing, decided from the answers
+    alone: letter windows found in >= ``min_answers`` distinct answers and, where every answer
+    names its vignette, in answers to >= 2 vignettes (an opener or closer is said about any
+    scenario; a phrase only answers to one vignette share is its content, and a piece of it
+    must count). A piece made only of such windows never counts towards a fragment."""
     ids = np.unique(np.array([a.answer_id for a in answers], dtype=object), return_inverse=True)[1].ravel()
     coo = table.matrix.tocoo()
     pairs = np.unique(np.stack([coo.row.astype(np.int64), ids[coo.col].astype(np.int64)]), axis=1)
-    return np.bincount(pairs[0], minlength=len(table.keys)) >= min_answers
+    stock = np.bincount(pairs[0], minlength=len(table.keys)) >= min_answers
+    if all(a.vignette_id is not None for a in answers):
+        vignettes = np.unique(np.array([str(a.vignette_id) for a in answers], dtype=object), return_inverse=True)[1].ravel()
+        per_vignette = np.unique(np.stack([coo.row.astype(np.int64), vignettes[coo.col].astype(np.int64)]), axis=1)
+        stock &= np.bincount(per_vignette[0], minlength=len(table.keys)) >= 2
+    return stock

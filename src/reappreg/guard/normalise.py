@@ -39,9 +39,10 @@ self-contained wheels so no compiler or system ICU is needed). A Cyrillic ``а``
 ``ο`` in a Latin word therefore hashes like the Latin letter. Skeletons are cached per
 distinct word, so they cost one ICU call per vocabulary entry, not per occurrence.
 
-What this cannot fold: translation, transliteration between scripts that are not
-confusable (Cyrillic spelled out in Latin), and spelling changes; those are edits, left to
-the near-duplicate detector and the semantic report.
+What has more than one reading (escapes, LaTeX and BBCode, transliteration, leetspeak) is
+not folded here but checked as a view beside the text (``decode``). What this cannot fold:
+translation and spelling changes; those are edits, left to the near-duplicate detector and
+the semantic report.
 """
 
 from __future__ import annotations
@@ -54,11 +55,14 @@ from functools import lru_cache
 import icu
 import regex
 
+from reappreg.guard.decode import DECODING
+
+# The decoding views (``decode``) are part of what a certificate or sketch was made with.
 NORMALISATION = (
-    f"reappreg-guard-norm/v3;html(linear-comments,quoted-attrs)+markdown;bidi-overrides-applied;"
+    f"reappreg-guard-norm/v4;html(linear-comments,quoted-attrs)+markdown;bidi-overrides-applied;"
     f"drop=Cc,Cf,Cs,Co,Cn,DI;nfkd-drop-M-casefold-nfkd-drop-M;intraword-dash;"
     f"uts39-skeleton=icu{icu.ICU_VERSION}/unicode{icu.UNICODE_VERSION};python-unicode{unicodedata.unidata_version};"
-    f"regex{regex.__version__}"
+    f"regex{regex.__version__};{DECODING}"
 )
 
 # Whitespace controls separate words; every other Cc/Cf/Cs/Co/Cn/DI code point is deleted.

@@ -44,6 +44,7 @@ from typing import Any
 
 from reappreg.errors import InputError
 from reappreg.guard.config import GuardConfig
+from reappreg.guard.decode import DECODE_VIEW_NAMES
 from reappreg.guard.detect import DETECTORS, TEXT_VIEW, AnswerMeta, Group, HeldoutIndex, Hit, check_units
 from reappreg.guard.hashing import FastHasher
 from reappreg.guard.normalise import NORMALISATION
@@ -58,7 +59,7 @@ from reappreg.guard.sketch import (
     sketch_digest,
     write_key,
 )
-from reappreg.guard.text import SourceSpec, SourceTexts, TextUnit, read_source
+from reappreg.guard.text import SourceSpec, SourceTexts, TextUnit, check_sizes, read_source
 from reappreg.hashing import dvc_md5
 from reappreg.io import atomic_dir, read_json, write_json, write_jsonl
 from reappreg.settings.guard import SemanticSettings
@@ -203,6 +204,7 @@ def run_guard(
     tokenizers: Sequence[TokenizerView] = (),
     semantic: SemanticSettings | None = None,
     progress: Progress | None = None,
+    max_text_chars: int | None = None,
 ) -> GuardOutcome:
     """Check every training source against the held-out answers and write the stage outputs.
 
@@ -231,10 +233,13 @@ def run_guard(
     heldout_md5 = dvc_md5(heldout.path)
     index = HeldoutIndex.build(held.answers, held.texts, config, FastHasher(), views=tokenizers)
     units = _all_units(sources)
+    if max_text_chars is not None:
+        check_sizes(units, max_text_chars)
     groups = fragment_groups(sources, config)
     hits = check_units(index, units, groups=groups, views=tokenizers, workers=workers, chunk_size=chunk_size,
                        max_shared=max_shared, progress=_progress_adapter(progress, len(units)))
     tokenizer_entries = [t.describe() for t in tokenizers]
+    tokenizer_names = {t.name for t in tokenizers}
     semantic_section = _semantic(held, units, semantic)
     flagged = _flagged(hits)
     passed = not hits or policy == "quarantine"
@@ -310,6 +315,7 @@ def run_guard(
         "normalisation": NORMALISATION,
         "detectors": {**config.to_dict(), "hasher": FastHasher.kind},
         "tokenizers": tokenizer_entries,
+        "decode_views": list(DECODE_VIEW_NAMES),
         "groups": _group_counts(groups),
         "counts": {
             "sources": len(sources),
@@ -317,7 +323,8 @@ def run_guard(
             "texts_checked": len(units),
             "hits": len(hits),
             **{f"hits_{d}": sum(h.detector == d for h in hits) for d in DETECTORS},
-            "hits_in_tokenizer_views": sum(h.view != TEXT_VIEW for h in hits),
+            "hits_in_tokenizer_views": sum(h.view in tokenizer_names for h in hits),
+            "hits_in_decode_views": sum(h.view in DECODE_VIEW_NAMES for h in hits),
             "flagged_records": sum(len(v) for v in flagged.values()),
             "removed_records": sum(len(v) for v in flagged.values()) if policy == "quarantine" else 0,
         },

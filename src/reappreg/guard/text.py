@@ -15,7 +15,8 @@ from reappreg.errors import InputError
 from reappreg.guard.normalise import NORMALISATION, letters, normalise, tokens
 from reappreg.io import read_jsonl
 
-__all__ = ["NORMALISATION", "SourceSpec", "SourceTexts", "TextUnit", "letters", "normalise", "read_source", "tokens"]
+__all__ = ["NORMALISATION", "SourceSpec", "SourceTexts", "TextUnit", "check_sizes", "letters", "normalise", "read_source",
+           "tokens"]
 
 
 # ----------------------------------------------------------------------------- sources
@@ -101,6 +102,17 @@ def _check_records(path: Path, records: list[dict], id_field: str, text_fields: 
                 raise InputError(f"{path}: {where(i)} (id '{rid}') field '{field}' is {type(value).__name__}, expected text")
             units.append(TextUnit(str(path), rid, field, value))
     return units
+
+
+def check_sizes(units: list[TextUnit], max_chars: int) -> None:
+    """Refuse any text longer than ``max_chars`` (``guard.max_text_chars``), naming it: a
+    text is checked whole or not at all, never silently truncated."""
+    over = [u for u in units if len(u.text) > max_chars]
+    if over:
+        named = ", ".join(f"{u.source} record '{u.record_id}' field '{u.field}' ({len(u.text):,} chars)" for u in over[:5])
+        more = f" and {len(over) - 5} more" if len(over) > 5 else ""
+        raise InputError(f"guard: {len(over)} text(s) longer than guard.max_text_chars={max_chars:,}: {named}{more}; "
+                         "split them into records or raise the limit")
 
 
 def _paragraphs(text: str) -> list[tuple[int, str]]:

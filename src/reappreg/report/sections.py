@@ -214,6 +214,10 @@ def guard_section(r: _Reader) -> Section:
     if tokenizers or "hits_in_tokenizer_views" in counts:
         rows.append(["tokenizer views", "every detector again on the text as each tokenizer sees it",
                      ", ".join(map(str, tokenizers)) or "none", counts.get("hits_in_tokenizer_views")])
+    decode_views = cert.get("decode_views")
+    if isinstance(decode_views, list):
+        rows.append(["decoding views", "every detector again on the text decoded (escapes, markup, transliteration, leetspeak)",
+                     ", ".join(map(str, decode_views)) or "none", counts.get("hits_in_decode_views")])
     semantic = cert.get("semantic") if isinstance(cert.get("semantic"), Mapping) else None
     if semantic is not None and semantic.get("enabled"):
         rows.append(["semantic", f"embedding cosine ({'blocking' if semantic.get('blocking') else 'reported, not blocking'})",

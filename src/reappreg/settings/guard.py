@@ -14,6 +14,7 @@ class NgramSettings(Section):
     n: int = Field(5, ge=1)
     containment: float = Field(0.5, gt=0, le=1)   # fraction of the answer's n-grams found in the text
     min_run: int | None = Field(20, ge=1)         # or a shared passage of this many words (long answer partly copied); null = off
+    span: float = Field(3.0, ge=2)                # containment counted inside a stretch of span x the answer's words
 
 
 class MinHashSettings(Section):
@@ -32,6 +33,7 @@ class CharsSettings(Section):
     n: int = Field(25, ge=4)
     containment: float = Field(0.5, gt=0, le=1)   # fraction of the answer's letters inside windows the text shares
     min_run: int | None = Field(100, ge=4)        # or a shared passage of this many letters; null = off
+    span: float = Field(3.0, ge=2)                # containment counted inside a stretch of span x the answer's letters
 
 
 class FragmentsSettings(Section):
@@ -41,10 +43,10 @@ class FragmentsSettings(Section):
     min_piece: int = Field(30, ge=4)
     group_fields: tuple[str, ...] = ("author_id", "conversation_id")   # record fields that define a group
     whole_file: bool = True                                            # every source file is a group too
-    # Stock phrasing: a piece made only of letter windows found in >= stock_answers held-out
-    # answers AND in >= stock_records training records is an opener/closer, not a piece.
+    # Stock phrasing, decided from the held-out answers alone (training records are the
+    # attacker's to write): a letter window found in >= stock_answers answers is an
+    # opener/closer, and a piece made mostly of such windows is not a piece.
     stock_answers: int = Field(3, ge=2)
-    stock_records: int = Field(5, ge=2)
 
 
 class SemanticSettings(Section):
@@ -69,6 +71,7 @@ class GuardSettings(Section):
     chunk_size: int = Field(2000, ge=1)          # texts per work unit; inputs of one chunk run in-process
     max_shared_reported: int = Field(10, ge=1)   # shared grams spelled out per hit
     max_hits_in_certificate: int = Field(200, ge=0)
+    max_text_chars: int = Field(4_000_000, ge=1)   # a longer text is refused (never truncated): bounds every check's time
 
     def detectors(self) -> dict:
         """The nested detector settings ``reappreg.guard.GuardConfig.from_dict`` takes."""

@@ -1,0 +1,156 @@
+"""The guard's decoding views (escapes, markup, transliteration, leetspeak), locality of
+containment in long documents, and the size limit: each disguise is caught in the view
+named, honest text is not, and what is refused says what and why."""
+
+from __future__ import annotations
+
+import json
+import random
+from urllib.parse import quote
+
+import pytest
+
+from reappreg.errors import InputError
+from reappreg.guard import AnswerMeta, FastHasher, GuardConfig, HeldoutIndex, TextUnit, check_units
+from reappreg.guard.decode import DECODE_VIEW_NAMES, decode_escapes, strip_markup, transliterate, unleet
+from reappreg.guard.text import check_sizes
+from reappreg.settings.guard import GuardSettings
+
+ANSWER = ("It may help to recognise that your friend may be saving her thanks for a calmer moment with you, "
+          "so a gentle conversation could clear the air between the two of you before long.")
+OTHER = "Perhaps the team meeting ran long and nobody noticed how quiet you had become until the very end of it."
+
+
+@pytest.fixture(scope="module")
+def index() -> HeldoutIndex:
+    config = GuardConfig.from_dict(GuardSettings().detectors())
+    return HeldoutIndex.build([AnswerMeta("a1", "gpt-4-0314", "v1"), AnswerMeta("a2", "gpt-4-0314", "v2")],
+                              [ANSWER, OTHER], config, FastHasher())
+
+
+def _words(text: str) -> list[str]:
+    return text.split(" ")
+
+
+SMALL_CAPS = {c: s for c, s in zip("abcdefghijklmnopqrstuvwyz", "ᴀʙᴄᴅᴇꜰɢʜɪᴊᴋʟᴍɴᴏᴘǫʀꜱᴛᴜᴠᴡʏᴢ")}
+
+
+def _squared(text: str) -> str:  # negative squared Latin capitals (U+1F170...)
+    return "".join(chr(0x1F170 + ord(c) - 97) if "a" <= c <= "z" else c for c in text.lower())
+
+
+def _regional(text: str) -> str:  # regional indicator symbols (U+1F1E6...), as in flag emoji
+    return "".join(chr(0x1F1E6 + ord(c) - 97) if "a" <= c <= "z" else c for c in text.lower())
+
+
+def _strokes(text: str) -> str:  # letters with strokes that neither NFKD nor UTS #39 fold
+    table = str.maketrans({"a": "ⱥ", "u": "ʉ", "k": "ꝁ", "b": "ƀ", "e": "ɇ", "i": "ɨ", "o": "ø", "l": "ł", "d": "đ", "h": "ħ"})
+    return text.lower().translate(table)
+
+
+def _leet(text: str) -> str:
+    return text.translate(str.maketrans({"o": "0", "e": "3", "a": "4", "s": "5", "t": "7"}))
+
+
+DISGUISES = {
+    # name: (disguise, the view that must see through it)
+    "url_percent": (lambda t: quote(t), "escapes"),
+    "url_percent_twice": (lambda t: quote(quote(t)), "escapes"),
+    "json_unicode_escapes": (lambda t: json.dumps(t, ensure_ascii=True).replace('"', "").replace(" ", "\\u0020"), "escapes"),
+    "python_hex_escapes": (lambda t: t.replace(" ", "\\x20"), "escapes"),
+    "latex_between_words": (lambda t: "\\emph{}".join(_words(t)), "markup"),
+    "latex_inside_words": (lambda t: " ".join(w[:2] + "\\relax{}" + w[2:] for w in _words(t)), "markup"),
+    "bbcode_between_words": (lambda t: " ".join(f"[b]{w}[/b][color=red]" for w in _words(t)), "markup"),
+    "chat_tokens_between_words": (lambda t: "<|endoftext|>".join(_words(t)), "markup"),
+    "bert_tokens_between_words": (lambda t: "[PAD]".join(_words(t)), "markup"),
+    "small_capitals": (lambda t: "".join(SMALL_CAPS.get(c, c) for c in t.lower()), "translit"),
+    "negative_squared": (_squared, "translit"),
+    "regional_indicators": (_regional, "translit"),
+    "letters_with_strokes": (_strokes, "translit"),
+    "leetspeak": (_leet, "leet"),
+    "url_encoded_leetspeak": (lambda t: quote(_leet(t)), "decoded"),
+}
+
+
+@pytest.mark.parametrize("kind", sorted(DISGUISES))
+def test_each_decoding_disguise_is_caught_in_its_view(index, kind):
+    disguise, view = DISGUISES[kind]
+    text = disguise(ANSWER)
+    hits = check_units(index, [TextUnit("t.jsonl", "r1", "text", text)])
+    found = {(h.answer_id, h.view) for h in hits}
+    assert ("a1", view) in found or any(a == "a1" and v in DECODE_VIEW_NAMES for a, v in found), (kind, text[:120], found)
+    assert {h.answer_id for h in hits} == {"a1"}
+
+
+def test_markup_is_a_view_so_a_backslash_before_every_word_cannot_delete_the_copy(index):
+    """Stripping LaTeX commands from the text itself would delete every word written as
+    `\\word`; as a view it cannot: the text view still sees the words."""
+    text = " ".join(f"\\{w}" for w in _words(ANSWER))
+    assert not any(c.isalpha() for c in strip_markup(text))  # the markup view alone sees no letters ...
+    hits = check_units(index, [TextUnit("t.jsonl", "r1", "text", text)])
+    assert "a1" in {h.answer_id for h in hits if h.view == "text"}  # ... the text view does
+
+
+def test_decoders_leave_ordinary_text_alone():
+    ordinary = "In 2024, 3 of 5 people met at 10 am; the 2nd meeting cost $40 and ran 1.5 hours. Hello!"
+    assert decode_escapes(ordinary) == ordinary
+    assert transliterate(ordinary) == ordinary
+    assert unleet("In 2024, 3.5 people met at 10 am. Hello!") == "In 2024, 3.5 people met at 10 am. Hello!"
+    assert unleet("c0ns1d3r th@t") == "consider that"
+    assert decode_escapes("50% of us, 100%") == "50% of us, 100%"  # a percent sign is not an escape
+
+
+def test_escape_decoding_is_bounded_and_joins_surrogate_pairs():
+    assert decode_escapes("%252520") == " "  # three rounds
+    six_times = " "
+    for _ in range(6):
+        six_times = quote(six_times)
+    assert decode_escapes(six_times) == "%2520"  # at most four rounds, then left as is
+    assert decode_escapes("\\ud83d\\ude00") == "\U0001F600"
+    assert decode_escapes("\\U0001F600 \\u{1F600}") == "\U0001F600 \U0001F600"
+
+
+def test_honest_texts_about_the_same_scenario_are_not_flagged_in_any_view(index):
+    honest = [
+        "Maybe your friend was busy at the party; a calm chat later could help you both.",
+        "She may thank you at a calmer moment, when the party is over (2 or 3 days later).",
+        "C'est la vie: 100% of friends forget sometimes, and the air clears with time.",
+        "ᴍᴀʏʙᴇ she was tired. Consider talking to her about it soon.",
+        "Use %20 for a space in a URL and \\n for a newline in JSON.",
+    ]
+    assert check_units(index, [TextUnit("t.jsonl", f"h{i}", "text", t) for i, t in enumerate(honest)]) == []
+
+
+# ----------------------------------------------------------------------------- locality
+
+
+def _filler(rng: random.Random, words: int) -> str:
+    vocabulary = ("the report on quarterly harvest yields in the northern valleys shows that rainfall and soil "
+                  "temperature explain most of the variation between farms over the decade").split()
+    return " ".join(rng.choice(vocabulary) for _ in range(words))
+
+
+def test_phrases_of_an_answer_scattered_through_a_long_document_do_not_add_up(index):
+    """Four quarters of an answer, each 2,000 words apart in a long document, share most of
+    its n-grams and letter windows with it, but no stretch of the document holds more than
+    one quarter: no containment hit. The same quarters within one paragraph are a copy."""
+    rng = random.Random(4)
+    words = _words(ANSWER)
+    quarters = [" ".join(words[k * len(words) // 4 : (k + 1) * len(words) // 4]) for k in range(4)]
+    scattered = " ".join(f"{_filler(rng, 2000)}. {q}." for q in quarters) + " " + _filler(rng, 2000)
+    assert len(scattered) > 50_000
+    hits = check_units(index, [TextUnit("t.jsonl", "doc", "text", scattered)])
+    assert [h for h in hits if h.detector in ("ngram", "chars")] == []
+    together = f"{_filler(rng, 2000)}. {'. '.join(quarters)}. {_filler(rng, 2000)}"
+    hits = check_units(index, [TextUnit("t.jsonl", "doc", "text", together)])
+    assert {"ngram", "chars"} & {h.detector for h in hits if h.answer_id == "a1"}
+
+
+# ----------------------------------------------------------------------------- size limit
+
+
+def test_a_text_over_the_size_limit_is_refused_with_its_record_named():
+    units = [TextUnit("t.jsonl", "small", "text", "a" * 10), TextUnit("t.jsonl", "huge", "scenario", "a" * 101)]
+    check_sizes(units[:1], 100)
+    with pytest.raises(InputError, match=r"max_text_chars=100: t\.jsonl record 'huge' field 'scenario' \(101 chars\)"):
+        check_sizes(units, 100)
