@@ -670,9 +670,9 @@ def test_check_cli_reads_jsonl_csv_and_text_and_exits_1_on_hits(stage, tmp_path)
         ("c1", stage["answers"][3]["answer_id"]), ("line:3", stage["answers"][3]["answer_id"])}
     clean = runner.invoke(app, ["check", "--heldout", str(p["heldout"]), "--params", str(params), str(tmp_path / "clean.jsonl")])
     assert clean.exit_code == 0 and "0 hit(s)" in clean.output
-    # Like `guard run`, `check --heldout` sees texts through the RM encoder's tokenizer unasked:
-    # an answer with the encoder's special tokens between its words is the answer to the RM.
-    assert "tokenizer views: rm-encoder" in " ".join(clean.output.split())
+    # Like `guard run`, `check --heldout` sees texts through the profile's tokenizers unasked
+    # (the RM encoder's and the base policy's) and through every decoding view.
+    assert "tokenizer views: rm-encoder, policy; decoding views: escapes, markup" in " ".join(clean.output.split())
     words = answer.split()
     spliced = " ".join(w + (" [MASK]" if i % 2 else " [PAD]") for i, w in enumerate(words))
     write_jsonl(tmp_path / "spliced.jsonl", [{"text": spliced}])
@@ -681,6 +681,11 @@ def test_check_cli_reads_jsonl_csv_and_text_and_exits_1_on_hits(stage, tmp_path)
     assert caught.exit_code == 1, caught.output
     spliced_hits = read_jsonl(tmp_path / "spliced_hits.jsonl")
     assert (stage["answers"][3]["answer_id"], "ngram") in {(h["answer_id"], h["detector"]) for h in spliced_hits}
+    # Without the profile's tokenizers the special tokens are still removed, by the markup view.
+    bare = runner.invoke(app, ["check", "--heldout", str(p["heldout"]), "--params", str(params), "--no-profile-views",
+                               str(tmp_path / "spliced.jsonl"), "--report", str(tmp_path / "bare_hits.jsonl")])
+    assert bare.exit_code == 1 and "tokenizer views: none;" in " ".join(bare.output.split()), bare.output
+    assert {h["view"] for h in read_jsonl(tmp_path / "bare_hits.jsonl")} <= {"markup", "decoded"}
 
 
 @pytest.mark.slow

@@ -177,6 +177,23 @@ def _with_rm_tokenizer(specs: list[str], rm_encoder_path: str) -> list[str]:
     return [f"{RM_TOKENIZER_VIEW}={rm_encoder_path}", *specs]
 
 
+POLICY_TOKENIZER_VIEW = "policy"
+
+
+def _with_profile_tokenizers(specs: list[str], params) -> list[str]:
+    """The --tokenizer specs plus the active profile's: the RM encoder's (`rm-encoder`) and the
+    base policy's (`policy`: its local folder, or the GGUF file in its package), each unless a
+    view of that name is given."""
+    from reappreg.guard.views import TokenizerSpec
+
+    base = params.policy.base
+    policy = base.local_path if base.source == "local" else f"pkg:{base.gguf_package}/{base.gguf_file}"
+    given = {TokenizerSpec.parse(s).name for s in specs}
+    extra = [f"{name}={spec}" for name, spec in ((RM_TOKENIZER_VIEW, params.rm.encoder.path), (POLICY_TOKENIZER_VIEW, policy))
+             if name not in given]
+    return [*extra, *specs]
+
+
 def _require_rm_tokenizer(views, rm_encoder_path: str) -> None:
     """The RM trains on what its encoder's tokenizer sees: refuse a guard that did not look."""
     from reappreg.errors import InputError
@@ -205,6 +222,8 @@ def check(
     workers: int | None = typer.Option(None, help="Processes (default: guard.workers from --params, else 1)"),
     tokenizer: list[str] = typer.Option([], "--tokenizer", help=TOKENIZER_HELP + "; with --sketch, the sketch's own"),
     params: Path = typer.Option(Path("params.yaml"), help="Params file"),
+    no_profile_views: bool = typer.Option(False, "--no-profile-views",
+                                          help="With --heldout: skip the profile's tokenizer views (rm-encoder, policy)"),
 ) -> None:
     """Report overlaps of ad-hoc texts with the held-out set; exit 1 when any text overlaps."""
     from rich.console import Console
@@ -237,10 +256,11 @@ def check(
     else:
         config = GuardConfig.from_dict(settings.detectors())
         held = load_heldout(SourceSpec.parse(heldout, **HELDOUT_DEFAULTS))
-        # As `guard run` does: the RM encoder's tokenizer view is always on, so a text that only
-        # matches once its special tokens (<|endoftext|>, [PAD], [MASK]) are decoded away is a hit
-        # here too.
-        views = _views(_with_rm_tokenizer(tokenizer, loaded_params.rm.encoder.path))
+        # As `guard run` sees them: the active profile's tokenizers (the RM encoder's and the
+        # base policy's) are on unless turned off, so an outsider's check equals the pipeline's
+        # (a text that only matches once a tokenizer decodes its special tokens away is a hit
+        # here too).
+        views = _views(tokenizer if no_profile_views else _with_profile_tokenizers(tokenizer, loaded_params))
         index = HeldoutIndex.build(held.answers, held.texts, config, FastHasher(), views=views)
         against = f"held-out {held.spec.path}"
     sources = [read_source(SourceSpec.parse(t, default_id=id_field, default_text=tuple(text_field))) for t in files]
