@@ -21,9 +21,28 @@ REPO = Path(__file__).resolve().parents[1]
 def _raw(profile: str = "cpu", **trl) -> dict:
     raw = yaml.safe_load((REPO / "params.yaml").read_text(encoding="utf-8"))
     raw["profile"] = profile
-    if trl:
-        raw["policy"]["train"]["trl"] = trl
+    if trl:  # the keys given replace the others; the pinned objective stays
+        pinned = raw["policy"]["train"]["trl"]
+        raw["policy"]["train"]["trl"] = {"loss_type": pinned["loss_type"], "scale_rewards": pinned["scale_rewards"], **trl}
     return raw
+
+
+@pytest.mark.parametrize("profile", ["cpu", "full", "rehearsal"])
+def test_the_grpo_objective_is_pinned_in_every_profile_and_reaches_the_trainer(profile, tmp_path):
+    """loss_type and scale_rewards are explicit (the reference's GRPO: grpo, group), so a TRL
+    release that changes its defaults cannot change the objective; leaving one out is refused
+    with the key named."""
+    train = parse_params(_raw(profile)).policy.train
+    assert (train.trl["loss_type"], train.trl["scale_rewards"]) == ("grpo", "group")
+    if profile != "full":  # the full profile's bf16 config cannot be built on a CPU
+        config = grpo_config(_spec(train, tmp_path))
+        assert (config.loss_type, config.scale_rewards) == ("grpo", "group")
+    raw = _raw(profile)
+    for section in (raw["policy"]["train"]["trl"], raw["profiles"]["full"]["policy"]["train"]["trl"],
+                    raw["profiles"]["rehearsal"]["policy"]["train"]["trl"]):
+        section.pop("loss_type")
+    with pytest.raises(InputError, match=r"pin policy\.train\.trl\.loss_type explicitly"):
+        parse_params(raw)
 
 
 def _spec(train: PolicyTrainSettings, tmp_path: Path) -> GrpoSpec:

@@ -386,6 +386,10 @@ def card_inputs_for(
     if model.reward_model:
         rm = decl.models[model.reward_model]
         method["reward_model"] = f"{model.reward_model} (`{rm.artifact}`, md5 {dvc_md5(root / rm.artifact)})"
+    if model.kind == "policy":
+        # the GRPO objective, pinned in every profile (settings.policy.PINNED_TRL_KEYS)
+        trl = _dotted(params, "policy.train.trl", source)
+        method.update({key: trl[key] for key in ("loss_type", "scale_rewards")})
     metrics = evidence.policy_metrics if model.kind == "policy" else evidence.rm_metrics
     front = {
         "license": model.card.license,

@@ -74,6 +74,9 @@ class PolicyHealthSettings(Section):
     stop_on_unhealthy: bool = False
 
 
+PINNED_TRL_KEYS = ("loss_type", "scale_rewards")  # GRPOConfig fields every profile must set
+
+
 class PolicyTrainSettings(Section):
     learning_rate: float = Field(1e-5, gt=0)
     # KL coefficient; must be > 0 (the seeds: beta = 0 collapses and reward-hacks). Checked
@@ -112,7 +115,10 @@ class PolicyTrainSettings(Section):
     # the trainer as is: checked against the installed dataclass (name and type) by the
     # policy_train stage before it launches (reappreg.policy.trl_args).
     # The keys above and the ones the project owns (output_dir, report_to, ...) are refused.
-    trl: dict[str, Any] = Field(default_factory=lambda: {"full_determinism": True})
+    # loss_type and scale_rewards must be among them: the objective is pinned in every profile
+    # (TRL's defaults change between releases; 1.16's loss_type default is dapo, not grpo).
+    trl: dict[str, Any] = Field(default_factory=lambda: {"full_determinism": True, "loss_type": "grpo",
+                                                         "scale_rewards": "group"})
 
     @field_validator("beta")
     @classmethod
@@ -121,6 +127,17 @@ class PolicyTrainSettings(Section):
             raise ValueError(
                 f"beta must be > 0 (got {value}); beta <= 0 removes the KL anchor to the reference "
                 "policy, and the seeds saw such runs collapse and reward-hack"
+            )
+        return value
+
+    @field_validator("trl")
+    @classmethod
+    def _objective_pinned(cls, value: dict[str, Any]) -> dict[str, Any]:
+        missing = [key for key in PINNED_TRL_KEYS if key not in value]
+        if missing:
+            raise ValueError(
+                f"pin {', '.join(f'policy.train.trl.{k}' for k in missing)} explicitly (the reference: loss_type: grpo, "
+                "scale_rewards: group); left out, TRL's current default decides the objective and an upgrade changes it"
             )
         return value
 
