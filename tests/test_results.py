@@ -53,15 +53,25 @@ def random_judgments(p_win: float | list[float], *, rng: np.random.Generator, ge
     return rows
 
 
+def write_generations(judgments: Path, rows: list[dict], texts: dict[str, str] | None = None) -> None:
+    """The generations file the generate stage writes next to judgments: one answer per
+    generation id (its own words unless ``texts`` names them)."""
+    ids = sorted({r["generation_id"] for r in rows})
+    write_jsonl(judgments.parent / "generations.jsonl",
+                [{"generation_id": g, "answer": (texts or {}).get(g, f"Answer {g}: a reading of its own.")} for g in ids])
+
+
 def inputs_for(tmp_path: Path, judged: dict[str, list[dict] | None], *, kinds: dict[str, str] | None = None,
                sources: dict[str, str] | None = None, ood: set[str] = frozenset(), candidates=("policy",),
-               fresh: tuple[str, list[dict]] | None = None, declared=None, calibration=TRUSTED) -> ResultsInputs:
+               fresh: tuple[str, list[dict]] | None = None, declared=None, calibration=TRUSTED,
+               fresh_texts: dict[str, str] | None = None) -> ResultsInputs:
     conditions = []
     for name, rows in judged.items():
         path = tmp_path / name / "judgments.jsonl"
         if rows is not None:
             path.parent.mkdir(parents=True, exist_ok=True)
             write_jsonl(path, rows)
+            write_generations(path, rows)
         kind = (kinds or {}).get(name, "policy" if name == "policy" else "model")
         conditions.append(ConditionInput(name, kind, path, answer_source=(sources or {}).get(name), ood=name in ood))
     fresh_pools = {}
@@ -69,6 +79,7 @@ def inputs_for(tmp_path: Path, judged: dict[str, list[dict] | None], *, kinds: d
         path = tmp_path / f"fresh-{fresh[0]}" / "judgments.jsonl"
         path.parent.mkdir(parents=True, exist_ok=True)
         write_jsonl(path, fresh[1])
+        write_generations(path, fresh[1], texts=fresh_texts)
         fresh_pools[fresh[0]] = path
     return ResultsInputs(conditions=conditions, calibration=calibration, reference=REFERENCE, settings=FAST,
                          trust_policy=POLICY, selection_candidates=candidates, fresh_pools=fresh_pools,
@@ -285,6 +296,25 @@ def test_fresh_pool_that_reuses_selection_generations_is_refused(tmp_path):
                   for r in strong]   # same sampling seeds: the same samples under new names
     with pytest.raises(InputError, match="sampling_seed"):
         build_results(inputs_for(tmp_path / "b", {"policy": strong}, fresh=("policy", relabelled)))
+
+
+def test_fresh_pool_that_repeats_the_selection_pools_answers_under_new_ids_and_seeds_is_refused(tmp_path):
+    """New generation ids, new contest ids, new sampling seeds: every label a judgments file
+    carries is fresh, but the words are the selection pool's (one answer respaced and
+    recased is the same answer to the guard's normalisation): refused, naming the pairs."""
+    rng = np.random.default_rng(14)
+    strong = random_judgments(0.9, rng=rng, prefix="p-")
+    renamed = [{**r, "generation_id": "n" + r["generation_id"], "contest_id": "n" + r["contest_id"],
+                "sampling_seed": r["sampling_seed"] + 10_000_000} for r in strong]
+    own = {g: f"Answer {g}: a reading of its own." for g in {r["generation_id"] for r in strong}}
+    reused = {"n" + g: text for g, text in own.items()}
+    reused = {g: (t.upper().replace(" ", "  ") if i % 2 else t) for i, (g, t) in enumerate(sorted(reused.items()))}
+    with pytest.raises(InputError, match=r"repeats \d+ answer text\(s\) of its selection pool under other ids "
+                                         r"\(np-v\d-g\d+ = p-v\d-g\d+"):
+        build_results(inputs_for(tmp_path, {"policy": strong}, fresh=("policy", renamed), fresh_texts=reused))
+    # the same labels with words of their own are fresh
+    results = build_results(inputs_for(tmp_path / "b", {"policy": strong}, fresh=("policy", renamed)))
+    assert results["selection"]["fresh_pools"] == ["policy"]
 
 
 def test_fresh_pool_of_another_candidate_does_not_promote_the_selected_one(tmp_path):

@@ -55,7 +55,7 @@ A card links to its row by ``rows[*].row_id`` and to the promotion evidence by
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal
@@ -64,6 +64,7 @@ import numpy as np
 import pandas as pd
 
 from reappreg.errors import InputError
+from reappreg.io import read_jsonl
 from reappreg.settings.stats import StatsSettings
 from reappreg.stats import (
     BLOCKING_FLAGS,
@@ -239,13 +240,51 @@ def best_of_k_optimism(selection: Mapping[str, pd.DataFrame], *, iterations: int
             "bootstrap_iterations": iterations}
 
 
-def check_fresh_pool(selection: pd.DataFrame, fresh: pd.DataFrame, name: str) -> None:
-    """A fresh pool shares no generation, sampling seed or contest with the selection pool."""
+def judged_answers(judgments: Path, generation_ids: Iterable[str]) -> dict[str, str]:
+    """{normalised answer text: generation id} of the judged generations, read from the
+    ``generations.jsonl`` the generate stage wrote next to ``judgments`` (ids alone can be
+    renamed; the words cannot be checked from a judgments file)."""
+    from reappreg.guard.normalise import normalise
+
+    path = Path(judgments).parent / "generations.jsonl"
+    if not path.exists():
+        raise InputError(f"results: no generations next to {judgments} ({path}): a fresh pool's answers cannot be "
+                         "checked against its selection pool without them")
+    wanted = set(map(str, generation_ids))
+    texts: dict[str, str] = {}
+    present: set[str] = set()
+    for record in read_jsonl(path):
+        gid = str(record.get("generation_id"))
+        present.add(gid)
+        if gid in wanted:
+            text = normalise(str(record.get("answer") or ""))
+            if text:
+                texts.setdefault(text, gid)
+    missing = wanted - present
+    if missing:
+        raise InputError(f"results: {path} lacks {len(missing)} judged generation(s) ({', '.join(sorted(missing)[:5])})")
+    return texts
+
+
+def check_fresh_pool(selection: pd.DataFrame, fresh: pd.DataFrame, name: str,
+                     texts: tuple[Mapping[str, str], Mapping[str, str]] | None = None) -> None:
+    """A fresh pool shares no generation, sampling seed, contest or answer text with the
+    selection pool. ``texts`` are ({normalised answer: generation id}) of the selection pool
+    and of the fresh pool (``judged_answers``): the same answers under new ids and seeds are
+    the selection pool again, not fresh evidence."""
     for key in ("generation_id", "sampling_seed", "contest_id"):
         shared = sorted(set(selection[key]) & set(fresh[key]))
         if shared:
             raise InputError(f"results: the fresh pool of {name!r} shares {len(shared)} {key}(s) with its selection "
                              f"pool ({', '.join(map(str, shared[:5]))}): it is not fresh evidence")
+    if texts is not None:
+        chosen, new = texts
+        same = sorted(set(chosen) & set(new))
+        if same:
+            pairs = ", ".join(f"{new[t]} = {chosen[t]}" for t in same[:5])
+            raise InputError(f"results: the fresh pool of {name!r} repeats {len(same)} answer text(s) of its selection "
+                             f"pool under other ids ({pairs}; compared after the guard's normalisation): it is not "
+                             "fresh evidence")
 
 
 def promotion(selected: str | None, fresh_summary: Mapping[str, Any] | None, reference: ReferenceBar,
@@ -373,11 +412,14 @@ def build_results(inputs: ResultsInputs) -> dict[str, Any]:
         selection.update(best_of_k_optimism(candidates, iterations=inputs.optimism_iterations, seed=settings.seed))
     fresh_summary = None
     selection["fresh_pools"] = sorted(fresh_frames)
+    judgments_of = {c.name: c.judgments for c in inputs.conditions}
     for name, frame in fresh_frames.items():
         fresh = contest_table(frame)
         fresh = fresh[(fresh["condition"] == "policy") & (fresh["opponent_source"] == reference.opponent)]
-        if name in candidates:
-            check_fresh_pool(candidates[name], fresh, name)   # every fresh pool must be fresh, selected or not
+        if name in candidates:   # every fresh pool must be fresh, selected or not: ids, seeds and words
+            texts = (judged_answers(judgments_of[name], candidates[name]["generation_id"]),
+                     judged_answers(inputs.fresh_pools[name], fresh["generation_id"]))
+            check_fresh_pool(candidates[name], fresh, name, texts)
         if name == selection.get("selected"):
             fresh_summary = summarize_contests(fresh, settings)
     selection.update(promotion(selection.get("selected"), fresh_summary, reference, settings, blocked))
