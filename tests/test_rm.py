@@ -612,7 +612,8 @@ def test_objectives_are_found_by_name_and_a_new_one_is_one_module(tmp_path: Path
     import reappreg.rm.objectives as objectives
     from reappreg.rm.objectives import classes
 
-    assert objectives.names() == ["bt", "bt_regression", "multidim", "regression"] == list(classes.registry())
+    assert objectives.names() == ["bt", "bt_regression", "length_residual", "multidim", "regression"] \
+        == list(classes.registry())
     with pytest.raises(InputError, match=r"rm.ensemble.objective: unknown objective 'ranknet'.*"
                                          r"rm.baselines\[1\]: unknown objective 'rank_net'"):
         objectives.check_objectives(RmSettings.model_validate({"ensemble": {"objective": "ranknet"},
@@ -640,6 +641,119 @@ def test_objectives_are_found_by_name_and_a_new_one_is_one_module(tmp_path: Path
             classes.registry()
     finally:
         classes.registry.cache_clear()
+
+
+@pytest.mark.parametrize("name", __import__("reappreg.rm.objectives", fromlist=["names"]).names())
+def test_every_objective_trains_and_scores_through_the_trainer(name: str, tmp_path: Path) -> None:
+    """Each objective module, the new ones included: examples, epochs and scores through
+    the one trainer, resumable checkpoint written, one finite score per text."""
+    from reappreg.rm.model import MemberTrainer
+    from reappreg.rm.objectives.classes import make_objective
+
+    pool = load_pool(*_tiny_pool(tmp_path))
+    base = RmSettings()
+    settings = base.model_copy(update={"train": base.train.model_copy(update={"epochs": 2, "batch_size": 4})})
+    objective = make_objective(name, settings, pool.dimensions)
+    trainer = MemberTrainer(pool=pool, encoder=_FixedFeatures(), objective=objective, seed=0, settings=settings)
+    fitted = trainer.fit("final", pool.ratings, tmp_path / "w", "fp")
+    assert (tmp_path / "w" / "checkpoint.pt").exists() and fitted.epochs == 2
+    outputs, scores = trainer.predict_scores(fitted, np.arange(len(pool.items)))
+    assert outputs.shape == (len(pool.items), objective.output_dim())
+    assert scores.shape == (len(pool.items),) and np.isfinite(scores).all()
+
+
+class _ContentAndLength:
+    """Stands in for the frozen encoder on synthetic texts: each text's features are its
+    content signal and its standardised length (plus noise dimensions), as a real encoder's
+    features carry both."""
+
+    trainable_names: list = []
+    device = "cpu"
+    pooling = "mean"
+    dim = 8
+
+    def __init__(self, features: dict[str, np.ndarray]):
+        self._features = features
+
+    def delta_state(self):
+        return {}
+
+    def load_delta(self, state):
+        pass
+
+    def embed(self, scenarios, texts, batch_size, progress=None, description="", with_cosine=False):
+        import torch
+
+        return torch.from_numpy(np.stack([self._features[t] for t in texts]).astype(np.float32))
+
+
+def test_length_residual_reads_content_and_not_length_where_plain_regression_reads_both(tmp_path: Path) -> None:
+    """Ratings = content + a strong length effect (length explains most of them). Trained on
+    the same features, the length-controlled objective's held-out scores follow the content
+    at least as well as plain regression's, and follow length far less."""
+    from reappreg.rm.dataset import holdout_split
+    from reappreg.rm.model import MemberTrainer
+    from reappreg.rm.objectives.classes import make_objective
+
+    rng = np.random.default_rng(0)
+    n_vignettes, per_vignette = 4, 60
+    words = rng.integers(5, 80, size=n_vignettes * per_vignette)
+    content = rng.normal(size=len(words))
+    length = (words - words.mean()) / words.std()
+    rating = 4.0 + 0.5 * content + 1.5 * length  # length explains 90% of the variance
+    texts = [f"t{i} " + "word " * int(w) for i, w in enumerate(words)]
+    vignettes = [{"vignette_id": f"v{v}", "scenario": f"Scenario {v}."} for v in range(n_vignettes)]
+    reappraisals = [{"reappraisal_id": f"r{i:03d}", "vignette_id": f"v{i // per_vignette}", "text": t}
+                    for i, t in enumerate(texts)]
+    ratings = [{"reappraisal_id": f"r{i:03d}", "rater_id": f"k{k}", "effectiveness": float(rating[i] + rng.normal(0, 0.2))}
+               for i in range(len(texts)) for k in range(2)]
+    paths = tmp_path / "v.jsonl", tmp_path / "r.jsonl", tmp_path / "k.jsonl"
+    for path, rows in zip(paths, (vignettes, reappraisals, ratings)):
+        write_jsonl(path, rows)
+    pool = load_pool(*paths)
+    assert pool.dimensions == ["effectiveness"]
+    by_text = {t: np.concatenate([[content[i], length[i]], rng.normal(0, 0.3, size=6)]) for i, t in enumerate(texts)}
+    base = RmSettings()
+    settings = base.model_copy(update={"train": base.train.model_copy(update={"epochs": 60})})
+    train, test = holdout_split(pool, "reappraisals", 0.3, 0)
+    rows = mean_targets(pool, test)["row"].to_numpy()
+    index = pool.items["reappraisal_id"].str[1:].astype(int).to_numpy()[rows]
+
+    def correlations(name: str) -> tuple[float, float]:
+        trainer = MemberTrainer(pool=pool, encoder=_ContentAndLength(by_text), seed=0, settings=settings,
+                                objective=make_objective(name, settings, pool.dimensions))
+        _, scores = trainer.predict_scores(trainer.fit("holdout", train, tmp_path / name, "fp"), rows)
+        return np.corrcoef(scores, content[index])[0, 1], np.corrcoef(scores, length[index])[0, 1]
+
+    plain_content, plain_length = correlations("regression")
+    controlled_content, controlled_length = correlations("length_residual")
+    assert plain_length > 0.8  # the plain objective learns the length effect the ratings hold
+    assert controlled_content >= plain_content - 0.02
+    assert controlled_content > 0.8
+    assert abs(controlled_length) < 0.3 and controlled_length < plain_length - 0.5
+
+
+def test_length_residual_needs_the_texts_and_fits_length_on_its_targets_only(tmp_path: Path) -> None:
+    from reappreg.rm.objectives.classes import make_objective
+    from reappreg.rm.trivial import length_features
+
+    pool = load_pool(*_tiny_pool(tmp_path))
+    targets = mean_targets(pool, pool.ratings)
+    objective = make_objective("length_residual", RmSettings(), pool.dimensions)
+    examples, score_map = objective.examples(targets)
+    assert score_map.columns == make_objective("multidim", RmSettings(), pool.dimensions).columns()
+    # standardised residuals: no linear trace of the length features left in the targets
+    features = length_features(targets["text"].tolist())
+    for column in range(examples.targets.shape[1]):
+        for feature in features.T:
+            if np.ptp(feature) > 0 and np.ptp(examples.targets[:, column]) > 0:
+                assert abs(np.corrcoef(examples.targets[:, column], feature)[0, 1]) < 1e-6
+    assert score_map.means == pytest.approx(targets[score_map.columns].mean().tolist())
+    # the fit uses the targets it is given (a run's training part), nothing else
+    part, _ = objective.examples(targets.iloc[:6].reset_index(drop=True))
+    assert part.targets.shape[0] == 6
+    with pytest.raises(InputError, match="carry no texts"):
+        objective.examples(targets.drop(columns=["text"]))
 
 
 def test_bt_regression_is_regression_plus_the_preference_pairs(tmp_path: Path) -> None:

@@ -1,5 +1,5 @@
-"""Reward models of reappraisal quality: four objectives (bt, regression, bt_regression,
-multidim), seeds, and the seed ensemble.
+"""Reward models of reappraisal quality: five objectives (bt, regression, bt_regression,
+multidim, length_residual), seeds, and the seed ensemble.
 
 Public API (used by the policy's GRPO reward and by best-of-N generation), imported from
 the module that defines it:
@@ -21,7 +21,8 @@ What the default (CPU) recipe is, stated plainly:
   batch and epoch (see ``benchmarks/rm_bench.py``), so it is off by default.
 - Objectives: ``bt`` (Bradley-Terry on within-vignette pairs), ``regression`` (mean
   effectiveness), ``multidim`` (the mean ratings of the dimensions the data has, weighted
-  score); one class per module in ``rm.objectives``.
+  score), ``length_residual`` (multidim's targets less what a length-only fit on the
+  training part predicts); one class per module in ``rm.objectives``.
 - Baselines (``rm.baselines``): every evaluation also scores the same pairs with length in
   characters and words, a random ranker, scenario-answer encoder cosine and a regression on
   length features, plus length-controlled accuracy; ``beats_length_baseline`` is the gate.
