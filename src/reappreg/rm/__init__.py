@@ -17,8 +17,10 @@ What the default (CPU) recipe is, stated plainly:
   (scenario, answer) as a text pair; the answer's tokens are mean-pooled. The encoder is
   frozen (``rm.encoder.finetune_layers: 0``): each stage encodes the pool once and trains
   only an MLP head on those features, for every run of the stage. Fine-tuning the top N
-  encoder layers is a param; on the 2-core CPU it costs a full encoder forward pass per
-  batch and epoch (see ``benchmarks/rm_bench.py``), so it is off by default.
+  encoder layers is a param; the frozen layers below them then run once per text (their
+  outputs are cached), but every epoch still runs the fine-tuned layers forward and
+  backward over the pool (``benchmarks/rm_bench.py`` prints seconds per epoch with and
+  without the cache), so it is off by default on the CPU.
 - Objectives: ``bt`` (Bradley-Terry on within-vignette pairs), ``regression`` (mean
   effectiveness), ``multidim`` (the mean ratings of the dimensions the data has, weighted
   score), ``length_residual`` (multidim's targets less what a length-only fit on the
