@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import numpy as np
+import pandas as pd
 import pytest
 
 from reappreg.data.canonical import write_canonical
@@ -36,11 +37,21 @@ def test_sample_shape_matches_the_study_design():
     assert {"gpt-4-0314", "claude-3-opus", "gemini-1.5-pro"} <= sources
 
 
-def _human_with_scores(seed: int):
-    data = generate_sample(seed=seed)
+def _human_with_scores(seed: int, **knobs):
+    data = generate_sample(seed=seed, **knobs)
     mean = data.ratings.groupby("reappraisal_id")["effectiveness"].mean()
     human = data.reappraisals[data.reappraisals["source"] == "human"].set_index("reappraisal_id")
     return human.assign(score=mean)
+
+
+def test_generator_defaults_are_the_params_schema_defaults():
+    """ingest passes data.sample to generate_sample; the tests call it bare: both mean the same sample."""
+    import inspect
+
+    from reappreg.settings.data import SampleSettings
+
+    defaults = {name: p.default for name, p in inspect.signature(generate_sample).parameters.items()}
+    assert {k: (list(v) if isinstance(v, tuple) else v) for k, v in defaults.items()} == SampleSettings().model_dump()
 
 
 def test_quality_varies_with_content_not_a_marker():
@@ -67,10 +78,11 @@ def _length_ranker_accuracy(human, column: str, margin: float) -> float:
 
 
 @pytest.mark.parametrize("seed", [13, 5, 2])
-def test_length_alone_does_not_rank_the_sample(seed):
-    """Some long texts are bad and some short ones good: a length-only ranker is <= 0.60
-    on the sample's preference pairs, in characters and in words, at every pair margin."""
-    human = _human_with_scores(seed)
+def test_without_length_tilt_length_alone_does_not_rank_the_sample(seed):
+    """length_tilt 0: some long texts are bad and some short ones good; a length-only
+    ranker is <= 0.60 on the sample's preference pairs, in characters and in words, at
+    every pair margin."""
+    human = _human_with_scores(seed, length_tilt=0.0)
     human = human.assign(chars=human["text"].str.len(), words=human["text"].str.split().str.len())
     # the sample has both: long texts rated below the median and short ones above it
     long_text = human["chars"] > human["chars"].quantile(0.75)
@@ -81,6 +93,57 @@ def test_length_alone_does_not_rank_the_sample(seed):
     for column in ("chars", "words"):
         for margin in (0.0, 0.5, 1.0):
             assert _length_ranker_accuracy(human, column, margin) <= 0.60
+
+
+def _length_chars_on_pairs(human, margin: float) -> tuple[float, float]:
+    """(accuracy of "the longer text wins", share of pairs where the longer text is the
+    worse one) on the preference pairs the reward models are evaluated on."""
+    from reappreg.rm.dataset import preference_pairs
+    from reappreg.rm.trivial import outcomes
+
+    targets = human.reset_index().rename(columns={"score": "effectiveness"})
+    pairs = preference_pairs(targets, margin)
+    chars = targets["text"].str.len().to_numpy(float)
+    return float(outcomes(chars, pairs).mean()), float((chars[pairs[:, 0]] < chars[pairs[:, 1]]).mean())
+
+
+@pytest.mark.parametrize("seed", [13, 5, 2])
+def test_default_sample_tempts_with_length_but_content_decides(seed):
+    """The default length_tilt: the longer text wins on about 0.8 of the preference pairs
+    (as on real expert ratings), yet the longer text is the worse one on a tenth of them,
+    and the tilt orders the temptation."""
+    from reappreg.settings.rm import RmSettings
+
+    margin = RmSettings().evaluation.pair_margin
+    accuracy, longer_worse = _length_chars_on_pairs(_human_with_scores(seed), margin)
+    assert 0.75 <= accuracy <= 0.85
+    assert longer_worse >= 0.10
+    weaker, _ = _length_chars_on_pairs(_human_with_scores(seed, length_tilt=3.0), margin)
+    untilted, _ = _length_chars_on_pairs(_human_with_scores(seed, length_tilt=0.0), margin)
+    assert untilted + 0.1 < weaker < accuracy - 0.03
+
+
+@pytest.mark.parametrize("seed", [13, 5, 2])
+def test_length_tilt_changes_wording_not_ratings_given_content(seed):
+    """Ratings depend on content only: among texts of similar length (one length quartile),
+    dismissive texts are still rated clearly below the rest."""
+    human = _human_with_scores(seed)
+    human = human.assign(bin=pd.qcut(human["text"].str.len(), 4, labels=False))
+    dismissive = human["text"].str.contains("overreacting|not a big deal|toughen up")
+    compared = 0
+    for _, group in human.groupby("bin"):
+        flagged = dismissive.loc[group.index]
+        if flagged.sum() >= 20 and (~flagged).sum() >= 20:
+            compared += 1
+            assert group.loc[flagged, "score"].mean() + 0.5 < group.loc[~flagged, "score"].mean()
+    assert compared >= 2
+
+
+def test_length_tilt_must_be_finite():
+    from reappreg.errors import InputError
+
+    with pytest.raises(InputError, match="length_tilt"):
+        generate_sample(seed=1, reappraisals_per_vignette=2, length_tilt=float("nan"))
 
 
 def test_heldout_wording_is_disjoint_from_the_human_phrase_banks():

@@ -21,9 +21,22 @@ def _level(rng: np.random.Generator, skill: float) -> int:
     return int(rng.choice(3, p=probs))
 
 
-def _compose_human(rng: np.random.Generator, vignette: dict, skill: float, verbosity: float) -> tuple[str, dict[str, int]]:
+def _long_wording_chance(verbosity: float, level: int, length_tilt: float) -> float:
+    """Chance that a part of quality ``level`` is worded at length: the author's verbosity,
+    its log-odds shifted by ``length_tilt`` per level above the middle one (a good part is
+    more often elaborated, a poor one more often curt)."""
+    if length_tilt == 0:
+        return verbosity  # exactly the untilted draw, not a round trip through the logit
+    verbosity = min(max(verbosity, 1e-9), 1 - 1e-9)  # a Beta draw can round to 0 or 1
+    log_odds = np.log(verbosity) - np.log1p(-verbosity) + length_tilt * (level - 1)
+    return float(1.0 / (1.0 + np.exp(-log_odds)))
+
+
+def _compose_human(rng: np.random.Generator, vignette: dict, skill: float, verbosity: float,
+                   length_tilt: float) -> tuple[str, dict[str, int]]:
     """One human reappraisal. ``verbosity`` (0-1, drawn independently of ``skill``) is the
-    chance that each part is worded at length, and of a rambling aside up front."""
+    chance that each part is worded at length (tilted by the part's quality level, see
+    :func:`_long_wording_chance`), and of a rambling aside up front."""
     levels = {"empathy": _level(rng, skill), "reinterpretation": _level(rng, skill), "growth": _level(rng, skill)}
     fill = {
         "emotion": vignette["emotion"],
@@ -36,7 +49,7 @@ def _compose_human(rng: np.random.Generator, vignette: dict, skill: float, verbo
     levels["filler"] = len(parts)
     for name, phrases in (("empathy", bank.HUMAN_EMPATHY), ("reinterpretation", bank.HUMAN_REINTERPRETATION),
                           ("growth", bank.HUMAN_GROWTH)):
-        wording = "long" if rng.random() < verbosity else "short"
+        wording = "long" if rng.random() < _long_wording_chance(verbosity, levels[name], length_tilt) else "short"
         parts.append(str(rng.choice(phrases[levels[name]][wording])).format(**fill))
     text = " ".join(p for p in parts if p)
     return text, levels
@@ -62,16 +75,25 @@ def generate_sample(
     gpt4_answers_per_vignette: int = 10,
     opponents: list[str] | tuple[str, ...] = ("claude-3-opus", "gemini-1.5-pro"),
     opponent_answers_per_vignette: int = 10,
+    length_tilt: float = 7.0,
 ) -> CanonicalData:
     """Seeded sample data in the canonical schema (same seed -> identical tables).
 
     Quality varies in content: better-rated reappraisals acknowledge the feeling, refer to
     the scenario's specifics, offer a benign alternative explanation and a constructive
-    next step; poor ones dismiss, moralise or offer clichés. How long a text is does not
-    say how good it is: every quality level has concise and wordy phrasings and an author's
-    verbosity is independent of their skill, so a length-only ranker is near chance. Raters
-    add their own bias and noise, so the signal is learnable but not trivial.
+    next step; poor ones dismiss, moralise or offer clichés. Raters add their own bias and
+    noise, so the signal is learnable but not trivial.
+
+    Length tempts without deciding: ratings depend on content only, but with
+    ``length_tilt`` > 0 good parts are more often worded at length and poor ones curtly, so
+    longer texts tend to be better, as on real expert ratings, while some long texts are
+    still poor and some short ones good (every level has concise and wordy phrasings, and
+    an author's verbosity is independent of their skill). At 0 a length-only ranker is
+    near chance. The default (``data.sample.length_tilt`` in params.yaml) makes "the
+    longer text wins" right on about 0.8 of the preference pairs.
     """
+    if not np.isfinite(length_tilt):
+        raise InputError(f"length_tilt must be a finite number (got {length_tilt})")
     if raters_per_reappraisal > rater_pool:
         raise InputError(f"raters_per_reappraisal ({raters_per_reappraisal}) exceeds rater_pool ({rater_pool})")
     rng = np.random.default_rng(seed)
@@ -90,7 +112,7 @@ def generate_sample(
                 raise InputError(f"sample generator: cannot make {reappraisals_per_vignette} distinct texts for {vid}")
             skill = float(rng.normal(0.0, 1.2))
             verbosity = float(rng.beta(0.7, 0.7))  # most authors lean clearly terse or wordy
-            text, levels = _compose_human(rng, vignette, skill, verbosity)
+            text, levels = _compose_human(rng, vignette, skill, verbosity, length_tilt)
             if text in seen:
                 continue
             seen.add(text)

@@ -143,9 +143,10 @@ VIGNETTES: list[dict] = [
 
 # --- Human-author phrase banks (training side). Levels 0/1/2 = poor/medium/good. ---
 # Every level has a concise and a wordy way of saying it ("short"/"long"): an author's
-# verbosity is drawn independently of their skill, so a long text is often a poor one
-# (lecturing, rambling, clichés at length) and a short one often good. Length alone then
-# ranks texts little better than chance, as it should; the content decides the rating.
+# verbosity is drawn independently of their skill, so a long text can be a poor one
+# (lecturing, rambling, clichés at length) and a short one good; the content decides the
+# rating. How often a good part is the wordy one is a knob of the generator
+# (data.sample.length_tilt): at 0 length ranks texts little better than chance.
 
 HUMAN_EMPATHY = {
     0: {

@@ -1,5 +1,5 @@
-"""Reward models of reappraisal quality: four objectives (bt, regression, bt_regression,
-multidim), seeds, and the seed ensemble.
+"""Reward models of reappraisal quality: five objectives (bt, regression, bt_regression,
+multidim, length_residual), seeds, and the seed ensemble.
 
 Public API (used by the policy's GRPO reward and by best-of-N generation), imported from
 the module that defines it:
@@ -17,11 +17,14 @@ What the default (CPU) recipe is, stated plainly:
   (scenario, answer) as a text pair; the answer's tokens are mean-pooled. The encoder is
   frozen (``rm.encoder.finetune_layers: 0``): each stage encodes the pool once and trains
   only an MLP head on those features, for every run of the stage. Fine-tuning the top N
-  encoder layers is a param; on the 2-core CPU it costs a full encoder forward pass per
-  batch and epoch (see ``benchmarks/rm_bench.py``), so it is off by default.
+  encoder layers is a param; the frozen layers below them then run once per text (their
+  outputs are cached), but every epoch still runs the fine-tuned layers forward and
+  backward over the pool (``benchmarks/rm_bench.py`` prints seconds per epoch with and
+  without the cache), so it is off by default on the CPU.
 - Objectives: ``bt`` (Bradley-Terry on within-vignette pairs), ``regression`` (mean
   effectiveness), ``multidim`` (the mean ratings of the dimensions the data has, weighted
-  score); one class per module in ``rm.objectives``.
+  score), ``length_residual`` (multidim's targets less what a length-only fit on the
+  training part predicts); one class per module in ``rm.objectives``.
 - Baselines (``rm.baselines``): every evaluation also scores the same pairs with length in
   characters and words, a random ranker, scenario-answer encoder cosine and a regression on
   length features, plus length-controlled accuracy; ``beats_length_baseline`` is the gate.

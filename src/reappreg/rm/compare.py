@@ -15,7 +15,9 @@ from reappreg.rm.trivial import RANKERS
 
 SPLITS = ("holdout", "lovo")
 FIGURES = ("pairwise_accuracy", "wilson_low", "wilson_high", "cluster_low", "cluster_high", "n_pairs", "n_vignettes",
-           "minus_length", "minus_length_cluster_low", "minus_length_cluster_high", "spearman_within_vignette")
+           "minus_length", "minus_length_cluster_low", "minus_length_cluster_high", "minus_length_regression",
+           "minus_length_regression_cluster_low", "minus_length_regression_cluster_high", "longer_is_worse",
+           "spearman_within_vignette")
 COLUMNS = ["model", "kind", "objective", "seed", *(f"{split}_{m}" for split in SPLITS for m in FIGURES)]
 
 
@@ -24,6 +26,7 @@ def _model_row(model: str, objective: str, seed, by_split: dict[str, dict]) -> d
     for split, m in by_split.items():
         fig = m["trivial_baselines"]["model"]
         vs = m["trivial_baselines"]["vs_length"]
+        regression = m["trivial_baselines"]["model_minus_ranker"]["length_regression"]
         row.update({
             f"{split}_pairwise_accuracy": fig["accuracy"],
             **{f"{split}_{k}": fig[k] for k in ("wilson_low", "wilson_high", "cluster_low", "cluster_high", "n_pairs",
@@ -31,6 +34,10 @@ def _model_row(model: str, objective: str, seed, by_split: dict[str, dict]) -> d
             f"{split}_minus_length": vs["difference"],
             f"{split}_minus_length_cluster_low": vs["cluster_low"],
             f"{split}_minus_length_cluster_high": vs["cluster_high"],
+            f"{split}_minus_length_regression": regression["difference"],
+            f"{split}_minus_length_regression_cluster_low": regression["cluster_low"],
+            f"{split}_minus_length_regression_cluster_high": regression["cluster_high"],
+            f"{split}_longer_is_worse": m["trivial_baselines"]["longer_is_worse"]["model"]["accuracy"],
             f"{split}_spearman_within_vignette": m.get("spearman_within_vignette"),
         })
     return row

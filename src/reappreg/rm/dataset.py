@@ -160,8 +160,9 @@ def load_pool(vignettes_path: str | Path, reappraisals_path: str | Path, ratings
 def mean_targets(pool: RatedPool, ratings: pd.DataFrame) -> pd.DataFrame:
     """Mean rating per dimension for each pool row rated in ``ratings``.
 
-    Returns a frame with ``row`` (index into ``pool.items``), vignette_id, the dimensions
-    and ``n_raters``, sorted by row.
+    Returns a frame with ``row`` (index into ``pool.items``), vignette_id, the dimensions,
+    ``n_raters`` and the row's ``text`` (objectives that control for length read it),
+    sorted by row.
     """
     grouped = ratings.groupby("reappraisal_id")
     means = grouped[list(pool.dimensions)].mean()
@@ -169,6 +170,7 @@ def mean_targets(pool: RatedPool, ratings: pd.DataFrame) -> pd.DataFrame:
     row_of = pd.Series(np.arange(len(pool.items)), index=pool.items["reappraisal_id"])
     means["row"] = row_of.loc[means.index].to_numpy()
     means["vignette_id"] = pool.items["vignette_id"].to_numpy()[means["row"].to_numpy()]
+    means["text"] = pool.items["text"].to_numpy()[means["row"].to_numpy()]
     return means.reset_index().sort_values("row").reset_index(drop=True)
 
 

@@ -11,7 +11,9 @@ Models load from local files only (HF_HUB_OFFLINE); a missing path is an InputEr
 
 from __future__ import annotations
 
+import contextlib
 import os
+from dataclasses import dataclass
 from pathlib import Path
 
 from reappreg.errors import InputError
@@ -28,6 +30,21 @@ def resolve_encoder(spec: str, base: str | Path | None = None) -> EncoderLocatio
     Relative paths are taken relative to ``base`` (the current directory when None).
     """
     return resolve_model(spec, "rm.encoder.path", kind="encoder", base=base)
+
+
+class _Captured(Exception):
+    """Ends a forward pass once the frozen layers' output is captured."""
+
+
+@dataclass
+class FrozenPrefix:
+    """Per pool pair, cut to its own tokens: the tokenised inputs, the answer mask
+    (``answer_mean`` pooling, else None) and the hidden states entering the first
+    fine-tuned layer (float32 MiniLM: ~600 pairs x ~100 tokens x 384 floats, ~0.1 GB)."""
+
+    inputs: list[dict]
+    answer_masks: list
+    hidden: list
 
 
 def _layer_stack(model):
@@ -75,11 +92,13 @@ class TextEncoder:
         for param in self.model.parameters():
             param.requires_grad_(False)
         self.trainable_names: list[str] = []
+        self._stack: tuple[str, int] | None = None  # (layer stack's name, first fine-tuned layer)
         if finetune_layers:
             stack_name, stack = _layer_stack(self.model)
             if finetune_layers > len(stack):
                 raise InputError(f"rm.encoder.finetune_layers={finetune_layers} but the encoder has {len(stack)} layers")
             first = len(stack) - finetune_layers
+            self._stack = (stack_name, first)
             prefixes = tuple(f"{stack_name}.{i}." for i in range(first, len(stack)))
             for name, param in self.model.named_parameters():
                 if name.startswith(prefixes):
@@ -163,10 +182,13 @@ class TextEncoder:
         ``with_cosine`` (``answer_mean`` pooling): also the cosine between the mean of the
         scenario's tokens and the mean of the answer's, from the same forward pass (the
         trivial scenario-answer ranker); returns (features, cosine)."""
-        torch = self._torch
         batch, answer_mask = self.tokenize(scenarios, answers)
         batch = {k: v.to(self.device) for k, v in batch.items()}
-        hidden = self.model(**batch).last_hidden_state
+        return self._pool(self.model(**batch).last_hidden_state, batch, answer_mask, with_cosine)
+
+    def _pool(self, hidden, batch: dict, answer_mask, with_cosine: bool = False):
+        """Pooled features (and the scenario-answer cosine) of the last hidden states of a batch."""
+        torch = self._torch
         attention = batch["attention_mask"].to(hidden.dtype)
         if self.pooling == "last":
             last = attention.sum(dim=1).long() - 1
@@ -182,6 +204,106 @@ class TextEncoder:
             if "token_type_ids" in batch else attention - answer_mask.to(self.device, hidden.dtype)
         scenario = (hidden * scenario_mask.unsqueeze(-1)).sum(dim=1) / scenario_mask.sum(dim=1, keepdim=True).clamp(min=1)
         return pooled.float(), torch.nn.functional.cosine_similarity(scenario, pooled, dim=1).float()
+
+    # ------------------------------------------------------------------ frozen-layer cache
+    #
+    # With the top N layers fine-tuned, everything below them (embeddings and the frozen
+    # layers) gives the same hidden states for a text in every epoch and every run. They are
+    # computed once per text (``frozen_prefix``); an epoch then runs only the top layers on
+    # them (``features_from_prefix``). Both passes go through the model's own forward, so its
+    # attention-mask and position logic is the same as without the cache: a pre-hook on the
+    # first fine-tuned layer captures its input hidden states and stops the pass (cache), or
+    # substitutes the cached ones while the stack holds only the fine-tuned layers (epochs).
+
+    def _layer_slot(self):
+        """(module holding the layer stack, its attribute name, the stack, first fine-tuned layer)."""
+        stack_name, first = self._stack
+        parent_name, _, attribute = stack_name.rpartition(".")
+        parent = self.model.get_submodule(parent_name) if parent_name else self.model
+        return parent, attribute, getattr(parent, attribute), first
+
+    @contextlib.contextmanager
+    def _first_fine_tuned_layer(self, hook, top_only: bool):
+        """``hook`` as a pre-hook (with kwargs) on the first fine-tuned layer; with
+        ``top_only`` the stack holds only the fine-tuned layers meanwhile (the frozen ones do
+        not run). The full stack is restored afterwards."""
+        parent, attribute, stack, first = self._layer_slot()
+        handle = stack[first].register_forward_pre_hook(hook, with_kwargs=True)
+        if top_only:
+            setattr(parent, attribute, self._torch.nn.ModuleList(list(stack)[first:]))
+        try:
+            yield
+        finally:
+            setattr(parent, attribute, stack)
+            handle.remove()
+
+    def frozen_prefix(self, scenarios: list[str], answers: list[str], batch_size: int, progress=None,
+                      description: str = "encoding frozen layers") -> "FrozenPrefix":
+        """The input hidden states of the first fine-tuned layer for every pair (the output of
+        the frozen layers below it), with the tokenised inputs, each cut to its own tokens."""
+        torch = self._torch
+        if self._stack is None:
+            raise InputError("rm: the frozen-layer cache needs rm.encoder.finetune_layers > 0")
+        prefix = FrozenPrefix([], [], [])
+        captured: dict = {}
+
+        def capture(module, args, kwargs):
+            captured["hidden"] = args[0] if args else kwargs["hidden_states"]
+            raise _Captured  # the layers above are not needed now
+
+        order = sorted(range(len(answers)), key=lambda i: len(scenarios[i]) + len(answers[i]))
+        slots: list = [None] * len(answers)
+        task = progress.add_task(description, total=len(answers)) if progress is not None else None
+        # no_grad, not inference_mode: the cached tensors feed the fine-tuned layers' autograd graph.
+        with torch.no_grad(), self._first_fine_tuned_layer(capture, top_only=False):
+            for start in range(0, len(order), batch_size):
+                idx = order[start : start + batch_size]
+                batch, answer_mask = self.tokenize([scenarios[i] for i in idx], [answers[i] for i in idx])
+                try:
+                    self.model(**{k: v.to(self.device) for k, v in batch.items()})
+                except _Captured:
+                    pass
+                lengths = batch["attention_mask"].sum(dim=1).tolist()  # right padding: real tokens first
+                for j, i in enumerate(idx):
+                    n = int(lengths[j])
+                    slots[i] = ({k: v[j, :n].clone() for k, v in batch.items()},
+                                None if answer_mask is None else answer_mask[j, :n].clone(),
+                                captured["hidden"][j, :n].clone())
+                if progress is not None:
+                    progress.advance(task, len(idx))
+        for inputs, answer_mask, hidden in slots:
+            prefix.inputs.append(inputs)
+            prefix.answer_masks.append(answer_mask)
+            prefix.hidden.append(hidden)
+        return prefix
+
+    def features_from_prefix(self, prefix: "FrozenPrefix", rows) -> "torch.Tensor":
+        """Pooled features of pool rows through the fine-tuned layers only, from their cached
+        frozen-layer outputs; the same as :meth:`features` on those pairs, to float rounding."""
+        torch = self._torch
+        rows = [int(r) for r in rows]
+        width = max(len(prefix.hidden[r]) for r in rows)
+
+        def padded(pieces, value=0):
+            out = torch.full((len(pieces), width, *pieces[0].shape[1:]), value, dtype=pieces[0].dtype)
+            for j, piece in enumerate(pieces):
+                out[j, : len(piece)] = piece
+            return out
+
+        pad_id = self.tokenizer.pad_token_id or 0
+        batch = {key: padded([prefix.inputs[r][key] for r in rows], pad_id if key == "input_ids" else 0).to(self.device)
+                 for key in prefix.inputs[rows[0]]}
+        answer_mask = None if prefix.answer_masks[rows[0]] is None else padded([prefix.answer_masks[r] for r in rows])
+        hidden = padded([prefix.hidden[r] for r in rows]).to(self.device)
+
+        def substitute(module, args, kwargs):
+            if args:
+                return (hidden, *args[1:]), kwargs
+            return args, {**kwargs, "hidden_states": hidden}
+
+        with self._first_fine_tuned_layer(substitute, top_only=True):
+            last = self.model(**batch).last_hidden_state
+        return self._pool(last, batch, answer_mask)
 
     def embed(self, scenarios: list[str], answers: list[str], batch_size: int, progress=None, description: str = "encoding",
               with_cosine: bool = False):

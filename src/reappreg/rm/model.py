@@ -72,9 +72,14 @@ def run_seed(seed: int, run: str, epoch: int) -> int:
 
 
 class MemberTrainer:
-    """Trains one objective/seed on the pool; features are cached when the encoder is frozen."""
+    """Trains one objective/seed on the pool; features are cached when the encoder is frozen,
+    the frozen layers' outputs when its top layers are fine-tuned."""
 
-    def __init__(self, *, pool: RatedPool, encoder, objective: Objective, seed: int, settings, progress=None):
+    def __init__(self, *, pool: RatedPool, encoder, objective: Objective, seed: int, settings, progress=None,
+                 cache_frozen_layers: bool = True):
+        """``cache_frozen_layers`` (fine-tuning only; False exists for the equivalence test and
+        the benchmark): run the frozen layers once per text and only the fine-tuned ones per
+        epoch, instead of the whole encoder per batch."""
         import torch
 
         self.torch = torch
@@ -90,7 +95,10 @@ class MemberTrainer:
         self.finetune = bool(encoder.trainable_names)
         self.base_delta = encoder.delta_state()
         self.features = None
+        self.prefix = None  # fine-tuning: the frozen layers' output per text (TextEncoder.frozen_prefix)
         self.scenario_cosine = None  # the trivial scenario-answer ranker, when the cache pass gives it
+        if self.finetune and cache_frozen_layers:
+            self.prefix = encoder.frozen_prefix(pool.scenarios, pool.texts, self.encoder_batch_size, progress)
         if not self.finetune:
             # Frozen encoder: one forward pass over the pool, reused by every run of the stage.
             if encoder.pooling == "answer_mean":
@@ -107,6 +115,8 @@ class MemberTrainer:
         """Features of pool rows on the training device (cached, or through the fine-tuned encoder)."""
         if self.features is not None:
             return self.features[self.torch.as_tensor(np.asarray(rows, dtype=np.int64).copy())].to(self.device)
+        if self.prefix is not None:
+            return self.encoder.features_from_prefix(self.prefix, rows)
         scenarios = [self.pool.scenarios[i] for i in rows]
         texts = [self.pool.texts[i] for i in rows]
         return self.encoder.features(scenarios, texts)

@@ -239,16 +239,25 @@ def beats_length_gate(comparison: dict[str, Any]) -> dict[str, Any]:
 
 
 def headline(by_split: dict[str, dict[str, Any]]) -> dict[str, Any]:
-    """The few numbers a reader compares, per split: each ranker's accuracy and the model's
-    margin over the stronger length ranker with its cluster interval (``baselines`` key)."""
+    """The few numbers a reader compares, per split: each ranker's accuracy, the model's
+    margin over the stronger length ranker and over the length regression (what length
+    explains of the ratings, fitted on the training part), each with its cluster interval,
+    and the model's accuracy where the longer text is the worse one (``baselines`` key)."""
     out: dict[str, Any] = {}
     for split, comparison in by_split.items():
         row = {name: fig["accuracy"] for name, fig in comparison["rankers"].items()}
         vs = comparison["vs_length"]
+        regression = comparison["model_minus_ranker"]["length_regression"]
+        longer_worse = comparison["longer_is_worse"]["model"]
         row.update({"model": comparison["model"]["accuracy"], "model_minus_length": vs["difference"],
                     "model_minus_length_cluster_low": vs["cluster_low"],
                     "model_minus_length_cluster_high": vs["cluster_high"], "length_ranker": vs["ranker"],
-                    "longer_is_worse_model": comparison["longer_is_worse"]["model"]["accuracy"]})
+                    "model_minus_length_regression": regression["difference"],
+                    "model_minus_length_regression_cluster_low": regression["cluster_low"],
+                    "model_minus_length_regression_cluster_high": regression["cluster_high"],
+                    "longer_is_worse_model": longer_worse["accuracy"],
+                    "longer_is_worse_model_cluster_low": longer_worse["cluster_low"],
+                    "longer_is_worse_model_cluster_high": longer_worse["cluster_high"]})
         out[split] = row
     return out
 

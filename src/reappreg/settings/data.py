@@ -24,6 +24,10 @@ class SampleSettings(Section):
     gpt4_answers_per_vignette: int = Field(10, ge=1)
     opponents: list[str] = ["claude-3-opus", "gemini-1.5-pro"]
     opponent_answers_per_vignette: int = Field(10, ge=1)
+    # Log-odds, per quality level of a reappraisal's part, that the part is worded at length
+    # (ratings still depend on content only): 0 = length near chance as a ranker; higher =
+    # longer texts tend to be the better ones. Negative: poor parts are the wordy ones.
+    length_tilt: float = Field(7.0, allow_inf_nan=False)
 
 
 class RatingScale(Section):
