@@ -81,7 +81,13 @@ def plant(root: Path) -> ReportSources:
 
     _json(s.rm_metrics / "bt_seed_0.json", {"objective": "bt", "holdout": rm_split(0.8123, 0.5512, 0.6613, 0.2611, 0.1212, 0.3313),
                                             "lovo": rm_split(0.7891, 0.5414, 0.6515, 0.2477, -0.0123, 0.3991),
-                                            "baselines": {"length_only": {"pairwise_accuracy": 0.5512}}})
+                                            "baselines": {"length_only": {"pairwise_accuracy": 0.5512},
+                                                          "lovo": {"model_minus_length_regression": 0.1376,
+                                                                   "model_minus_length_regression_cluster_low": -0.0312,
+                                                                   "model_minus_length_regression_cluster_high": 0.2911,
+                                                                   "longer_is_worse_model": 0.7123,
+                                                                   "longer_is_worse_model_cluster_low": 0.6012,
+                                                                   "longer_is_worse_model_cluster_high": 0.8034}}})
     _json(s.rm_metrics / "ensemble.json", {"objective": "multidim", "holdout": {"reward": {
         **rm_split(0.8456, 0.5512, 0.6613, 0.2944, 0.2011, 0.3877), "pairwise_accuracy_low": 0.8111, "pairwise_accuracy_high": 0.8777}},
         "lovo": {"reward": rm_split(0.8234, 0.5414, 0.6515, 0.2820, 0.1919, 0.3721)},
@@ -144,9 +150,9 @@ def test_every_section_shows_the_planted_values(tmp_path):
         "| counts.texts_checked | 618 |", "| data/train/reappraisals.jsonl | 3 | 0 | data/guarded/reappraisals.jsonl |",
         # one row per RM, one column per comparison, intervals in the cell
         "| bt_seed_0 | bt | 0.812 (no interval) | 0.789 (no interval) | 0.551 / 0.541 (length_chars) | 0.661 / 0.651 | "
-        "0.248 [-0.012, 0.399] | NO |",
+        "0.248 [-0.012, 0.399] | 0.138 [-0.031, 0.291] | 0.712 [0.601, 0.803] | NO |",
         "| ensemble | multidim | 0.846 [0.811, 0.878] | 0.823 (no interval) | 0.551 / 0.541 (length_chars) | 0.661 / 0.651 | "
-        "0.282 [0.192, 0.372] | yes (registry gate: pass) |",
+        "0.282 [0.192, 0.372] | — | — | yes (registry gate: pass) |",
         "| bt_seed_0 | length_only.pairwise_accuracy | 0.551 |",                                # baselines by key (raw)
         "Training monitor verdict: **healthy** after 3 steps",
         "| Format-gate hit rate (last logged step) | 0.247 | final.health/format_gate_hit_rate |",

@@ -264,6 +264,11 @@ def rm_scores(obj: Mapping[str, Any]) -> dict[str, Any]:
         out[f"{split}.regression"] = at(*base, "trivial_baselines", "rankers", "length_regression", "accuracy")
         for key in ("difference", "cluster_low", "cluster_high", "too_few_pairs"):
             out[f"{split}.vs_length.{key}"] = at(*base, "trivial_baselines", "vs_length", key)
+    # Length-controlled views (reappreg.rm.trivial, under the file's `baselines`): the gain over
+    # the length regression and the accuracy on pairs where the longer text is the worse one.
+    for key, name in (("model_minus_length_regression", "vs_regression"), ("longer_is_worse_model", "longer_worse")):
+        for suffix, part in (("", "value"), ("_cluster_low", "low"), ("_cluster_high", "high")):
+            out[f"lovo.{name}.{part}"] = at("baselines", "lovo", key + suffix)
     out["objective"] = at("objective")
     out["pairs"] = at("holdout", *inner, "n_pairs")
     out["gate"] = at("beats_length_baseline", "passed")
@@ -320,6 +325,8 @@ def rm_section(r: _Reader) -> Section:
                      f"{fmt(sc['holdout.length'])} / {fmt(sc['lovo.length'])}" + (f" ({sc['lovo.ranker']})" if sc["lovo.ranker"] else ""),
                      f"{fmt(sc['holdout.regression'])} / {fmt(sc['lovo.regression'])}",
                      _ci(sc["lovo.vs_length.difference"], sc["lovo.vs_length.cluster_low"], sc["lovo.vs_length.cluster_high"]),
+                     _ci(sc["lovo.vs_regression.value"], sc["lovo.vs_regression.low"], sc["lovo.vs_regression.high"]),
+                     _ci(sc["lovo.longer_worse.value"], sc["lovo.longer_worse.low"], sc["lovo.longer_worse.high"]),
                      {True: "yes", False: "NO", None: "not measured"}[verdict] + gate])
         plot.append({"model": file.stem, "acc": sc["holdout.acc"], "low": sc["holdout.low"], "high": sc["holdout.high"],
                      "lovo": sc["lovo.acc"]})
@@ -328,10 +335,13 @@ def rm_section(r: _Reader) -> Section:
     section.blocks.append(Table(
         ["model", "objective", "held-out accuracy [95% CI]", "leave-one-vignette-out accuracy [95% CI]",
          "length ranker (held-out / LOVO)", "length regression (held-out / LOVO)",
-         "model minus length, LOVO [vignette-cluster 95% CI]", "beats length?"],
+         "model minus length, LOVO [vignette-cluster 95% CI]", "model minus length regression, LOVO [vignette-cluster 95% CI]",
+         "accuracy where the longer text is worse, LOVO [vignette-cluster 95% CI]", "beats length?"],
         rows, "Pairwise accuracy: the share of human-rated pairs ordered like the people ordered them. 'Beats length' is the "
               "ensemble's registry gate, applied to every model: the vignette-cluster interval of the model's accuracy minus the "
-              "stronger length ranker's, on leave-one-vignette-out pairs, lies above 0."))
+              "stronger length ranker's, on leave-one-vignette-out pairs, lies above 0. The length regression is a least-squares "
+              "fit of the rating on length features alone; 'where the longer text is worse' scores the model on the pairs a "
+              "length ranker gets wrong by construction."))
     section.blocks.append(dot_figure(
         "Reward models: held-out pairwise accuracy", [x["model"] for x in plot],
         [x["acc"] for x in plot], [(x["low"], x["high"]) for x in plot],
