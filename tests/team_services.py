@@ -79,7 +79,8 @@ def _policy(grants: dict[str, str]) -> str:
         bucket = BUCKETS[role]
         actions = ["s3:GetObject", "s3:ListBucket", "s3:GetBucketLocation"]
         if access == "rw":
-            actions += ["s3:PutObject", "s3:DeleteObject"]
+            # a writer can also clean up its own failed multipart uploads (large model files)
+            actions += ["s3:PutObject", "s3:DeleteObject", "s3:AbortMultipartUpload", "s3:ListMultipartUploadParts"]
         statements.append({"Effect": "Allow", "Action": actions,
                            "Resource": [f"arn:aws:s3:::{bucket}", f"arn:aws:s3:::{bucket}/*"]})
     return json.dumps({"Version": "2012-10-17", "Statement": statements})
@@ -129,8 +130,13 @@ class S3Team:
         .dvc/config.local (`--local`, never committed)."""
         key_id, secret = self.keys[account]
         for remote in remotes:
+            # read_timeout: the local S3 server assembles a 500 MB multipart upload in memory; on a
+            # loaded machine that took 60 s, botocore's default read timeout, and the client's retry
+            # of CompleteMultipartUpload then raced the first one inside the server (a 500, and
+            # a failed push). A real S3 answers in a second; the longer timeout changes nothing there.
             for option, value in [("url", f"s3://{BUCKETS[remote]}/dvc"), ("endpointurl", self.endpoint),
-                                  ("region", REGION), ("access_key_id", key_id), ("secret_access_key", secret)]:
+                                  ("region", REGION), ("access_key_id", key_id), ("secret_access_key", secret),
+                                  ("read_timeout", "600")]:
                 subprocess.run(["dvc", "remote", "modify", "--local", remote, option, value],
                                cwd=repo, env=env, check=True, capture_output=True)
 
