@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from reappreg.errors import GateFailed
+from reappreg.errors import GateFailed, InputError
 from reappreg.hashing import dvc_md5
 from reappreg.registry import (
     CONTENT_TAG,
@@ -489,7 +489,7 @@ def test_registration_signs_an_in_toto_slsa_statement_and_the_model_folder(repo)
     assert mv.tags[ENVELOPE_TAG] == hashlib.sha256(data).hexdigest()
     assert stmt["_type"] == "https://in-toto.io/Statement/v1" and stmt["predicateType"] == "https://slsa.dev/provenance/v1"
     subjects = {s["name"] for s in stmt["subject"]}
-    assert "MLmodel" in subjects and "artifacts/grpo/model.safetensors" in subjects
+    assert "MLmodel" in subjects and "data/grpo/model.safetensors" in subjects
     deps = {d["name"]: d for d in stmt["predicate"]["buildDefinition"]["resolvedDependencies"]}
     assert deps["data/guarded/prompts.jsonl"]["digest"]["md5"] == dvc_md5(repo / "data/guarded/prompts.jsonl")
     assert deps["data/guard/certificate.json"]["annotations"]["result"] == "pass"
@@ -513,7 +513,7 @@ def forge_gate_tag(client, root):
 
 
 def forge_artifact_and_manifest(client, root):
-    path = stored(client, POLICY, "1", "artifacts/grpo/model.safetensors")
+    path = stored(client, POLICY, "1", "data/grpo/model.safetensors")
     path.write_text("weights swapped in the artifact store")
     manifest = [[rel, md5] for rel, md5 in json.loads(client.get_model_version(POLICY, "1").tags["reappreg.manifest"])]
     manifest = [[rel, dvc_md5(path) if rel == "model.safetensors" else md5] for rel, md5 in manifest]
@@ -554,7 +554,7 @@ def forge_untrusted_resignature(client, root):
 
 @pytest.mark.parametrize("forge, expect", [
     (forge_gate_tag, "TAMPERING: tag training.healthy=true but the signed statement says false"),
-    (forge_artifact_and_manifest, "artifacts/grpo/model.safetensors: sha256"),
+    (forge_artifact_and_manifest, "data/grpo/model.safetensors: sha256"),
     (forge_envelope_bytes, "provenance envelope rejected"),
     (forge_untrusted_resignature, "which is not trusted here"),
 ])
@@ -810,7 +810,7 @@ def test_pull_verifies_every_file_accepts_models_uris_and_prints_the_card(repo, 
     for i, spec in enumerate((f"{POLICY}@candidate", f"models:/{POLICY}@candidate", f"models:/{POLICY}/1")):
         code, out, exc = run_cli("registry", "pull", spec, "--to", str(tmp_path / f"pulled{i}"))
         assert code == 0, (spec, out, exc)
-        assert dvc_md5(tmp_path / f"pulled{i}" / "artifacts/grpo") == dvc_md5(repo / "models/policy/grpo")
+        assert dvc_md5(tmp_path / f"pulled{i}" / "data/grpo") == dvc_md5(repo / "models/policy/grpo")
         assert "# reappraisal-policy-grpo" in out and "each sha256 equal to the statement signed by local key" in out
 
 
@@ -943,7 +943,7 @@ def test_remote_server_register_pull_and_webhook_watch(tmp_path, monkeypatch, te
     # The unhealthy policy fails its gates: taken only with the flag, which is recorded.
     code, out, exc = run_cli("registry", "pull", f"{POLICY}/{version}", "--to", str(tmp_path / "pulled"), "--allow-failing-gates")
     assert code == 0, (out, exc)
-    assert dvc_md5(tmp_path / "pulled" / "artifacts/grpo") == dvc_md5(root / "models/policy/grpo")
+    assert dvc_md5(tmp_path / "pulled" / "data/grpo") == dvc_md5(root / "models/policy/grpo")
 
     # Webhook watcher: the server posts alias events to a loopback listener.
     decl = load_declarations(root / "registry/models.yaml")
@@ -1114,6 +1114,10 @@ def test_policy_pyfunc_generates_in_a_fresh_process(tmp_path, tiny_lm):
     model = save_pyfunc(tiny_lm, tmp_path / "policy-model")
     mlmodel = yaml.safe_load((model / "MLmodel").read_text())
     assert "prompt" in mlmodel["signature"]["inputs"] and "max_new_tokens" in mlmodel["signature"]["params"]
+    # Data and configuration only: the loader comes from the installed package, nothing is pickled or copied code.
+    flavor = mlmodel["flavors"]["python_function"]
+    assert flavor["loader_module"] == "reappreg.policy.pyfunc" and not flavor.get("code")
+    assert not [p for p in model.rglob("*") if p.suffix == ".pkl" or p.name.endswith(".py")]
     frame = tmp_path / "prompts.json"
     pd.DataFrame({"prompt": ["Your friend forgot your birthday.", "A colleague took credit."]}).to_json(frame, orient="records")
     script = ("import json, sys, mlflow, pandas as pd\n"
@@ -1430,6 +1434,59 @@ def test_an_honest_bare_mlflow_load_does_not_break_verify_but_a_forged_marker_do
         assert code == 1 and "unexpected file registered_model_meta (registered_model_meta holds" in flat, out
 
 
+def test_registered_models_are_data_only_and_a_signed_pickle_is_still_not_loaded(repo, tmp_path, monkeypatch):
+    """The stored folder names reappreg's loader module and holds no code; a version whose (signed)
+    folder carries a pickle, stored code or a foreign loader is refused by the verified loader."""
+    import mlflow.pyfunc
+    import yaml
+
+    import reappreg.policy.pyfunc
+    from reappreg.registry.loader import check_data_only, load_model
+
+    register_ok()
+    client = client_for(repo)
+    for name, loader in ((POLICY, "reappreg.policy.pyfunc"), (RM, "reappreg.rm.pyfunc")):
+        folder = stored(client, name, "1", "MLmodel").parent
+        flavor = yaml.safe_load((folder / "MLmodel").read_text())["flavors"]["python_function"]
+        assert flavor["loader_module"] == loader and not flavor.get("code"), flavor
+        assert not [p for p in folder.rglob("*") if p.suffix == ".pkl" or p.suffix == ".py"]
+
+    class Echo(mlflow.pyfunc.PythonModel):
+        def predict(self, context, model_input, params=None):
+            return model_input
+
+    def pickled(artifact_dir, dest):  # what this project registered before: python_model.pkl
+        mlflow.pyfunc.save_model(path=str(dest), python_model=Echo(), artifacts={"policy": str(artifact_dir)})
+        return dest
+
+    make_unique_policy(repo)  # a new policy version to register
+    monkeypatch.setattr(reappreg.policy.pyfunc, "save_pyfunc", pickled)
+    register_ok()
+    handed: list = []
+    monkeypatch.setattr(mlflow.pyfunc, "load_model", lambda path: handed.append(path))
+    with pytest.raises(InputError, match="python_function loader is 'mlflow.pyfunc.model'"):
+        load_model(f"models:/{POLICY}/2", repo=repo, dst=tmp_path / "pickled")
+    assert handed == []
+    # The checks one by one, on an otherwise data-only folder.
+    good = tmp_path / "good"
+    shutil.copytree(stored(client, POLICY, "1", "MLmodel").parent, good)
+    check_data_only(good, "good")
+    for name, edit, said in (
+            ("foreign", lambda f: f.update(loader_module="os"), "loader is 'os'"),
+            ("code", lambda f: f.update(code="code"), "stored code on the import path"),
+            ("pickle", None, "pickled objects")):
+        folder = tmp_path / name
+        shutil.copytree(good, folder)
+        mlmodel = yaml.safe_load((folder / "MLmodel").read_text())
+        if edit:
+            edit(mlmodel["flavors"]["python_function"])
+            (folder / "MLmodel").write_text(yaml.safe_dump(mlmodel))
+        else:
+            (folder / "data" / "weights.pkl").write_bytes(b"\x80\x04N.")
+        with pytest.raises(InputError, match=said):
+            check_data_only(folder, name)
+
+
 def test_the_verified_loader_hands_mlflow_only_a_verified_copy(repo, tmp_path, monkeypatch):
     import mlflow.pyfunc
 
@@ -1440,10 +1497,10 @@ def test_the_verified_loader_hands_mlflow_only_a_verified_copy(repo, tmp_path, m
     monkeypatch.setattr(mlflow.pyfunc, "load_model", lambda path: handed.append(Path(path)) or "loaded")
     assert load_model(f"models:/{POLICY}@candidate", repo=repo, dst=tmp_path / "verified") == "loaded"
     assert handed == [tmp_path / "verified"]
-    assert dvc_md5(tmp_path / "verified" / "artifacts/grpo") == dvc_md5(repo / "models/policy/grpo")
+    assert dvc_md5(tmp_path / "verified" / "data/grpo") == dvc_md5(repo / "models/policy/grpo")
     # One stored byte changed: nothing reaches MLflow, nothing is left behind.
     client = client_for(repo)
-    weights = stored(client, POLICY, "1", "artifacts/grpo/model.safetensors")
+    weights = stored(client, POLICY, "1", "data/grpo/model.safetensors")
     weights.write_bytes(weights.read_bytes() + b"\0")
     with pytest.raises(IntegrityError, match="model.safetensors: sha256"):
         load_model(f"models:/{POLICY}/1", repo=repo, dst=tmp_path / "tampered")

@@ -106,7 +106,7 @@ def mlflow_units(
                 text = _read_text_file(local, max_file_bytes)
                 if text is not None:
                     out.append((ScanTarget("mlflow_artifact", f"{rid}:{artifact.path}"), text))
-    # MLflow 3 stores logged models (e.g. the RM ensemble's pyfunc, with its code) as their
+    # MLflow 3 stores logged models (e.g. the RM ensemble's pyfunc and its data) as their
     # own entities, not as run artifacts: scan those whose source run is scanned too.
     scanned_runs = {r.info.run_id for r in runs if r.data.tags.get("stage", "").split("@")[0] not in exclude_stages}
     for model in client.search_logged_models(experiment_ids=[exp.experiment_id]):

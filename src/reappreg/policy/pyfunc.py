@@ -1,31 +1,33 @@
 """The GRPO policy as an MLflow pyfunc model that generates: ``predict`` on a DataFrame (prompt) -> completion.
 
-The policy folder (a transformers causal LM with its tokenizer) travels as the model's
-artifact and reappreg's code with it (the sample generator's phrase banks excluded, as for
-the reward model), so ``mlflow.pyfunc.load_model("models:/NAME@ALIAS")`` in a fresh
-process needs only the pinned requirements. Each prompt is sent as one user turn through
+The stored model is data and configuration only: the policy folder (a transformers causal
+LM with its tokenizer, ``data/<folder>``) and an ``MLmodel`` whose ``loader_module`` names
+this module, imported from the installed reappreg package (a pinned requirement), as for
+the reward model: no pickle and no copied code in the store. Each prompt is sent as one user turn through
 the tokenizer's chat template when it has one (the policy was trained that way), decoded
 greedily unless ``params`` ask for sampling; the completion is the generated text only.
 """
 
 from __future__ import annotations
 
-import tempfile
 from pathlib import Path
 
 import mlflow.pyfunc
 import pandas as pd
 
-ARTIFACT_KEY = "policy"
 INPUT_EXAMPLE = {"prompt": ["A friend forgot your birthday. Reappraise the situation in one or two sentences."]}
 DEFAULT_PARAMS = {"max_new_tokens": 64, "temperature": 0.0, "seed": 0}
 
 
-class PolicyModel(mlflow.pyfunc.PythonModel):
-    def load_context(self, context) -> None:
+LOADER_MODULE = __name__
+
+
+class PolicyPyfunc:
+    """What ``_load_pyfunc`` returns: MLflow calls ``predict(frame, params=...)``."""
+
+    def __init__(self, folder: str) -> None:
         from transformers import AutoModelForCausalLM, AutoTokenizer
 
-        folder = context.artifacts[ARTIFACT_KEY]
         self.tokenizer = AutoTokenizer.from_pretrained(folder)
         self.model = AutoModelForCausalLM.from_pretrained(folder)
         self.model.eval()
@@ -35,7 +37,7 @@ class PolicyModel(mlflow.pyfunc.PythonModel):
             return self.tokenizer.apply_chat_template([{"role": "user", "content": prompt}], tokenize=False, add_generation_prompt=True)
         return prompt
 
-    def predict(self, context, model_input: pd.DataFrame, params=None):
+    def predict(self, model_input: pd.DataFrame, params=None):
         import torch
 
         frame = model_input if isinstance(model_input, pd.DataFrame) else pd.DataFrame(model_input)
@@ -55,24 +57,22 @@ class PolicyModel(mlflow.pyfunc.PythonModel):
         return pd.Series(out, name="completion")
 
 
-def _requirements() -> list[str]:
-    from importlib.metadata import version
-
-    return [f"{name}=={version(name)}" for name in ("mlflow", "torch", "transformers", "safetensors", "numpy", "pandas", "pydantic")]
+def _load_pyfunc(data_path: str) -> PolicyPyfunc:
+    """MLflow's loader-module entry point: ``data_path`` is the stored policy folder."""
+    return PolicyPyfunc(data_path)
 
 
 def save_pyfunc(policy_dir: str | Path, path: str | Path) -> Path:
     """Write the policy folder as a generating pyfunc MLflow Model at ``path`` (signature, input example)."""
     from mlflow.models import infer_signature
 
-    from reappreg.rm.pyfunc import model_code_copy
+    from reappreg.rm.pyfunc import requirements
 
     example = pd.DataFrame(INPUT_EXAMPLE)
     signature = infer_signature(example, pd.Series(["completion text"], name="completion"), params=DEFAULT_PARAMS)
-    with tempfile.TemporaryDirectory() as tmp:
-        mlflow.pyfunc.save_model(
-            path=str(path), python_model=PolicyModel(), artifacts={ARTIFACT_KEY: str(policy_dir)},
-            code_paths=[str(model_code_copy(Path(tmp)))], pip_requirements=_requirements(),
-            signature=signature, input_example=example,
-        )
+    mlflow.pyfunc.save_model(
+        path=str(path), loader_module=LOADER_MODULE, data_path=str(policy_dir),
+        pip_requirements=requirements("torch", "transformers", "safetensors", "numpy", "pandas", "pydantic"),
+        signature=signature, input_example=example,
+    )
     return Path(path)

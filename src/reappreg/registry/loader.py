@@ -7,7 +7,9 @@ must be what the signed promotion history says; the envelope must open with a tr
 every file's sha256 must equal the signed statement's and the folder's model-signing bundle
 must verify; no signed tag may have changed; the gates must pass -- and only then hands that
 verified local copy to ``mlflow.pyfunc.load_model``. Nothing is loaded from a version that
-fails any of these.
+fails any of these, nor from one whose model is not data-only: the ``MLmodel`` must name
+one of reappreg's loader modules (imported from the installed package) and the folder may
+hold no code and no pickle (a signed pickle still runs whatever its signer put in it).
 
     from reappreg.registry.loader import load_model
     model = load_model("models:/reappraisal-rm-ensemble@champion")   # in a clone of this repo
@@ -21,9 +23,34 @@ import tempfile
 from pathlib import Path
 from typing import Any
 
+from reappreg.errors import InputError
 from reappreg.registry.declarations import RegistryDecl, parse_spec
 from reappreg.registry.keys import Keyring
 from reappreg.registry.pull import Pulled, pull
+
+
+# The only loaders a verified load runs: the installed package's own (rm/pyfunc.py, policy/pyfunc.py).
+LOADER_MODULES = ("reappreg.rm.pyfunc", "reappreg.policy.pyfunc")
+PICKLE_SUFFIXES = (".pkl", ".pickle", ".cloudpickle", ".joblib")
+
+
+def check_data_only(folder: Path, what: str) -> None:
+    """Refuse an MLflow Model that would run code from the store when loaded."""
+    import yaml
+
+    mlmodel = folder / "MLmodel"
+    if not mlmodel.is_file():
+        raise InputError(f"{what}: no MLmodel file; not an MLflow Model")
+    flavor = (yaml.safe_load(mlmodel.read_text()) or {}).get("flavors", {}).get("python_function") or {}
+    loader = flavor.get("loader_module")
+    if loader not in LOADER_MODULES:
+        raise InputError(f"{what}: MLmodel's python_function loader is {loader!r}, not one of reappreg's own "
+                         f"{list(LOADER_MODULES)}; a verified load runs only the installed package's loaders. Not loaded.")
+    if flavor.get("code"):
+        raise InputError(f"{what}: MLmodel puts stored code on the import path ({flavor['code']!r}); not loaded")
+    pickles = sorted(str(p.relative_to(folder)) for p in folder.rglob("*") if p.suffix.lower() in PICKLE_SUFFIXES)
+    if pickles:
+        raise InputError(f"{what}: the model folder holds pickled objects {pickles[:5]}; a data-only model has none. Not loaded.")
 
 
 def load_verified(spec: str, *, client: Any, decl: RegistryDecl, keyring: Keyring, tracking_uri: str,
@@ -35,6 +62,7 @@ def load_verified(spec: str, *, client: Any, decl: RegistryDecl, keyring: Keyrin
     parse_spec(spec)  # a malformed spec fails before anything is downloaded
     target = Path(dst) if dst is not None else Path(tempfile.mkdtemp(prefix="reappreg-verified-")) / "model"
     pulled = pull(client, decl, keyring, spec, target, tracking_uri=tracking_uri)
+    check_data_only(pulled.folder, f"{pulled.name} version {pulled.version}")
     return mlflow.pyfunc.load_model(str(pulled.folder)), pulled
 
 
