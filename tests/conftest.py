@@ -162,16 +162,14 @@ def postgres_server(tmp_path_factory):
 
 
 def _new_postgres_db(postgres_server) -> str:
-    import psycopg2
+    import psycopg
 
     prefix, _ = postgres_server
     name = f"mlflow_{_uuid.uuid4().hex[:8]}"
-    conn = psycopg2.connect(f"{prefix}/postgres")
-    conn.autocommit = True
-    conn.cursor().execute(f"CREATE DATABASE {name}")
-    conn.close()
-    # SQLAlchemy 2.1 defaults postgresql:// to psycopg 3; the project ships psycopg2.
-    return f"{prefix}/{name}".replace("postgresql://", "postgresql+psycopg2://", 1)
+    with psycopg.connect(f"{prefix}/postgres", autocommit=True) as conn:  # CREATE DATABASE runs outside a transaction
+        conn.execute(f"CREATE DATABASE {name}")
+    # Named explicitly: the driver the project ships (psycopg 3), whatever SQLAlchemy's default.
+    return f"{prefix}/{name}".replace("postgresql://", "postgresql+psycopg://", 1)
 
 
 @pytest.fixture

@@ -99,6 +99,52 @@ def repo(tmp_path, monkeypatch, templates):
     return make_repo(tmp_path, monkeypatch, templates)
 
 
+@pytest.fixture(scope="module")
+def postgres_registry(tmp_path_factory, postgres_server):
+    """One ``mlflow server`` on a PostgreSQL database for this module's attack tests (each starts it empty)."""
+    from conftest import _new_postgres_db
+
+    tmp = tmp_path_factory.mktemp("pg-registry")
+    proc, url = start_mlflow_server(tmp, backend=_new_postgres_db(postgres_server))
+    try:
+        yield url
+    finally:
+        stop_server(proc)
+
+
+def _empty_registry(url: str) -> None:
+    """Every registered model deleted (their versions, aliases, history tags and lock models with them)."""
+    from mlflow import MlflowClient
+
+    client = MlflowClient(tracking_uri=url, registry_uri=url)
+    while models := client.search_registered_models(max_results=1000):
+        for model in models:
+            client.delete_registered_model(model.name)
+
+
+@pytest.fixture(params=["sqlite", "postgres"])
+def store(request) -> str | None:
+    """Where an attack test's registry lives: this clone's sqlite file (None), or the URL of an
+    ``mlflow server`` backed by PostgreSQL, as a team runs it."""
+    if request.param == "sqlite":
+        return None
+    url = request.getfixturevalue("postgres_registry")
+    _empty_registry(url)
+    return url
+
+
+def on_store(root: Path, store: str | None, monkeypatch) -> Path:
+    if store is not None:
+        monkeypatch.setenv("MLFLOW_TRACKING_URI", store)
+    return root
+
+
+@pytest.fixture
+def store_repo(repo, store, monkeypatch) -> Path:
+    """``repo`` with its registry on each store in turn."""
+    return on_store(repo, store, monkeypatch)
+
+
 def client_for(root: Path):
     from mlflow import MlflowClient
 
@@ -421,14 +467,15 @@ def test_a_stale_unfinished_registration_is_cleaned_up(repo):
     assert ids(client, POLICY) == ["2"]
 
 
-def test_a_version_squatting_the_next_registration_key_is_refused_by_name(repo):
+def test_a_version_squatting_the_next_registration_key_is_refused_by_name(store_repo):
+    repo = store_repo
     # Anyone with MLflow write access can learn the next registration key (it is a tag, and
     # computable from public md5s) and pre-create a version with it and status=complete.
     client = client_for(repo)
     register_ok()
     key = client.get_model_version(POLICY, "1").tags[KEY_TAG]
     client.delete_model_version(POLICY, "1")
-    client.create_model_version(POLICY, source="file:///attacker/policy", tags={KEY_TAG: key, STATUS_TAG: "complete"})
+    client.create_model_version(POLICY, source="s3://attacker-bucket/policy", tags={KEY_TAG: key, STATUS_TAG: "complete"})
     code, out, exc = run_cli("registry", "register")
     message = " ".join(f"{out} {exc}".split())
     assert code == 1, message
@@ -614,10 +661,11 @@ def test_a_version_failing_a_gate_cannot_be_promoted_without_force(tmp_path, mon
 
 
 @pytest.mark.parametrize("edit", ["remove", "loosen"])
-def test_a_gate_removed_or_loosened_in_git_still_binds_the_versions_it_was_signed_for(tmp_path, monkeypatch, templates, edit):
+def test_a_gate_removed_or_loosened_in_git_still_binds_the_versions_it_was_signed_for(tmp_path, monkeypatch, templates,
+                                                                                      edit, store):
     # An insider commit that drops or relaxes a failing gate in registry/models.yaml must not
     # let a version pass what its signed statement says it was judged under.
-    root = make_repo(tmp_path, monkeypatch, templates, trusted=False)
+    root = on_store(make_repo(tmp_path, monkeypatch, templates, trusted=False), store, monkeypatch)
     register_ok()
     client = client_for(root)
     models_path = root / "registry/models.yaml"
@@ -694,9 +742,10 @@ def _set_lock_params(repo: Path, **values) -> None:
     (repo / "params.yaml").write_text(yaml.safe_dump(params, sort_keys=False))
 
 
-def test_a_lock_claiming_a_far_future_time_is_broken_after_its_lease_by_the_stores_clock(repo):
+def test_a_lock_claiming_a_far_future_time_is_broken_after_its_lease_by_the_stores_clock(store_repo):
     """A writer without a key creates the lock with a time a century ahead: the lease runs on the store's
     creation time, so the next promotion breaks it once the lease is over instead of waiting forever."""
+    repo = store_repo
     register_ok()
     client = client_for(repo)
     _set_lock_params(repo, promotion_lock_stale_s=2, promotion_lock_timeout_s=60)
@@ -709,9 +758,10 @@ def test_a_lock_claiming_a_far_future_time_is_broken_after_its_lease_by_the_stor
     assert aliases(client, POLICY)["champion"] == "1"
 
 
-def test_four_promoters_with_the_lock_deleted_under_them_fork_nothing(repo):
+def test_four_promoters_with_the_lock_deleted_under_them_fork_nothing(store_repo):
     """The lock is deleted again and again while four `promote --expect none` run: the signed chain decides.
     Exactly one promoter succeeds, the others exit 1 with one line each, the alias equals the one entry."""
+    repo = store_repo
     register_ok()
     client = client_for(repo)
     env = {**os.environ, "PYTHONPATH": str(REPO / "src")}
@@ -1328,7 +1378,8 @@ def _verify() -> tuple[int, str]:
 
 
 @pytest.mark.parametrize("attack", ["rollback", "move_candidate", "delete_alias", "extra_alias"])
-def test_an_alias_that_differs_from_the_signed_state_is_a_violation(repo, attack):
+def test_an_alias_that_differs_from_the_signed_state_is_a_violation(store_repo, attack):
+    repo = store_repo
     first, second = _two_good_policy_versions(repo)
     client = client_for(repo)
     assert _verify()[0] == 0
@@ -1350,7 +1401,8 @@ def test_an_alias_that_differs_from_the_signed_state_is_a_violation(repo, attack
     assert "VIOLATION" in out and "verified" not in flat.split("VIOLATION")[-1].split("\n")[0]
 
 
-def test_pull_at_an_alias_refuses_a_rollback_and_watch_restores_the_signed_state(repo, tmp_path):
+def test_pull_at_an_alias_refuses_a_rollback_and_watch_restores_the_signed_state(store_repo, tmp_path):
+    repo = store_repo
     first, second = _two_good_policy_versions(repo)
     client = client_for(repo)
     client.set_registered_model_alias(POLICY, "champion", first)
@@ -1366,7 +1418,8 @@ def test_pull_at_an_alias_refuses_a_rollback_and_watch_restores_the_signed_state
     assert _verify()[0] == 0  # the enforcement is itself a signed entry
 
 
-def test_deleting_the_newest_history_entries_is_seen_as_truncation(repo):
+def test_deleting_the_newest_history_entries_is_seen_as_truncation(store_repo):
+    repo = store_repo
     first, second = _two_good_policy_versions(repo)
     client = client_for(repo)
     assert _verify()[0] == 0  # this clone now remembers the head
@@ -1377,7 +1430,8 @@ def test_deleting_the_newest_history_entries_is_seen_as_truncation(repo):
     assert code == 1 and "fewer than the" in out and "truncation" in " ".join(out.split()), out
 
 
-def test_decoys_past_one_page_do_not_hide_a_failing_alias(repo, monkeypatch):
+def test_decoys_past_one_page_do_not_hide_a_failing_alias(store_repo, monkeypatch):
+    repo = store_repo
     import importlib
 
     audit_module = importlib.import_module("reappreg.registry.audit")  # the package re-exports audit()
@@ -1392,11 +1446,12 @@ def test_decoys_past_one_page_do_not_hide_a_failing_alias(repo, monkeypatch):
     assert code == 1 and f"{POLICY}@champion" in flat and "undeclared aaa-decoy-4" in flat, out
 
 
-def test_an_undeclared_look_alike_is_listed_and_never_counted_as_verified(repo):
+def test_an_undeclared_look_alike_is_listed_and_never_counted_as_verified(store_repo):
+    repo = store_repo
     register_ok()
     client = client_for(repo)
     client.create_registered_model(f"{POLICY}-v2")
-    mv = client.create_model_version(f"{POLICY}-v2", source=str(repo), tags={"gate.healthy_training": "pass"})
+    mv = client.create_model_version(f"{POLICY}-v2", source="s3://attacker-bucket/look-alike", tags={"gate.healthy_training": "pass"})
     client.set_registered_model_alias(f"{POLICY}-v2", "champion", str(mv.version))
     code, out = _verify()
     flat = " ".join(out.split())
