@@ -1334,7 +1334,7 @@ def test_kept_checkpoints_are_versions_of_their_own_registered_in_step_order(rep
     # Signed like the final model: a pull checks every byte against the signed statement.
     code, pulled, exc = run_cli("registry", "pull", f"{POLICY}/1", "--to", str(tmp_path / "pulled"), "--allow-failing-gates")
     assert code == 0, (pulled, exc)
-    [folder] = [p for p in (tmp_path / "pulled/artifacts").iterdir() if p.is_dir()]
+    [folder] = [p for p in (tmp_path / "pulled/data").iterdir() if p.is_dir()]
     assert dvc_md5(folder) == dvc_md5(repo / "models/policy/checkpoints/step_3")
     # Unchanged artifacts: no new version, the alias stays on the final model.
     assert "unchanged" in register_ok() and ids(client, POLICY) == ["1", "2"] and aliases(client, POLICY) == {"candidate": "2"}

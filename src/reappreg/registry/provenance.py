@@ -23,9 +23,9 @@ from collections.abc import Mapping
 from typing import Any
 
 from reappreg.hashing import dvc_md5
+from reappreg.registry.slsa import SLSA_PROVENANCE_V1 as PREDICATE_TYPE
+from reappreg.registry.slsa import STATEMENT_TYPE
 
-STATEMENT_TYPE = "https://in-toto.io/Statement/v1"
-PREDICATE_TYPE = "https://slsa.dev/provenance/v1"
 BUILD_TYPE = "https://github.com/reappreg/reappreg/registry-register/v1"
 EVIDENCE_BYPRODUCT = "reappreg.evidence"
 TAGS_BYPRODUCT = "reappreg.tags"
@@ -152,11 +152,9 @@ def statement(
     builder: Mapping[str, Any],
     started: str,
 ) -> dict[str, Any]:
-    """An in-toto Statement v1 / SLSA provenance v1, checked against the in-toto-attestation schemas."""
-    from google.protobuf import json_format
-    from in_toto_attestation.predicates.provenance.v1 import provenance_pb2
-    from in_toto_attestation.v1.resource_descriptor import ResourceDescriptor
-    from in_toto_attestation.v1.statement import Statement
+    """An in-toto Statement v1 / SLSA provenance v1 as plain JSON, checked against both specs
+    (:mod:`reappreg.registry.slsa`: a field either spec does not define is refused)."""
+    from reappreg.registry.slsa import check_statement
 
     predicate = {
         "buildDefinition": {
@@ -167,18 +165,29 @@ def statement(
         "runDetails": {
             "builder": dict(builder),
             "metadata": {"invocationId": run_id, "startedOn": started},
-            "byproducts": [
-                {"name": EVIDENCE_BYPRODUCT, "mediaType": "application/json", "annotations": dict(flat_evidence)},
-                {"name": GATES_BYPRODUCT, "mediaType": "application/json", "annotations": {"results": gate_results}},
-                {"name": TAGS_BYPRODUCT, "mediaType": "application/json", "annotations": dict(tags)},
-            ],
+            "byproducts": [_byproduct(EVIDENCE_BYPRODUCT, dict(flat_evidence)),
+                           _byproduct(GATES_BYPRODUCT, {"results": gate_results}),
+                           _byproduct(TAGS_BYPRODUCT, dict(tags))],
         },
     }
-    json_format.ParseDict(predicate, provenance_pb2.Provenance())  # raises on a field SLSA v1 does not define
-    subject = [ResourceDescriptor(name=rel, digest={"sha256": digest}) for rel, digest in sorted(subjects.items())]
-    built = Statement([s.pb for s in subject], PREDICATE_TYPE, predicate)
-    built.validate()
-    return json.loads(json_format.MessageToJson(built.pb, preserving_proto_field_name=False))
+    built = {
+        "_type": STATEMENT_TYPE,
+        "subject": [{"name": rel, "digest": {"sha256": digest}} for rel, digest in sorted(subjects.items())],
+        "predicateType": PREDICATE_TYPE,
+        "predicate": predicate,
+    }
+    # JSON types only (tuples become lists; NaN and infinities are refused: canonical JSON has none).
+    built = json.loads(json.dumps(built, allow_nan=False))
+    check_statement(built)
+    return built
+
+
+def _byproduct(name: str, annotations: dict[str, Any]) -> dict[str, Any]:
+    """A byproduct carried in the statement itself; its digest (sha256 of the annotations' canonical
+    JSON) is what makes it a resource descriptor the in-toto spec accepts (uri, digest or content)."""
+    canonical = json.dumps(annotations, sort_keys=True, separators=(",", ":"), allow_nan=False).encode("utf-8")
+    return {"name": name, "digest": {"sha256": hashlib.sha256(canonical).hexdigest()}, "mediaType": "application/json",
+            "annotations": annotations}
 
 
 def material(path: str, md5: str, **annotations: Any) -> dict[str, Any]:

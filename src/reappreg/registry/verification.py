@@ -38,6 +38,7 @@ from reappreg.registry.gates import GateCheck, check_gate, evaluate_gates, faile
 from reappreg.registry.keys import Keyring, SignatureInvalid, TrustedKey, open_statement, verify_folder
 from reappreg.registry.provenance import EVIDENCE_BYPRODUCT, PREDICATE_TYPE, STATEMENT_TYPE, TAGS_BYPRODUCT, byproduct
 from reappreg.registry.registration import ENVELOPE_TAG, attestation_paths, subject_digests
+from reappreg.registry.slsa import check_statement
 
 
 class NotFound(InputError):
@@ -137,6 +138,10 @@ def _keyring_problems(stmt: dict[str, Any], keyring: Keyring) -> list[str]:
 def _statement_mismatch(stmt: dict[str, Any], mv: Any) -> str | None:
     if stmt.get("_type") != STATEMENT_TYPE or stmt.get("predicateType") != PREDICATE_TYPE:
         return f"statement type {stmt.get('_type')!r}/{stmt.get('predicateType')!r} is not in-toto v1 / SLSA provenance v1"
+    try:
+        check_statement(stmt)
+    except InputError as exc:
+        return str(exc)
     params = stmt.get("predicate", {}).get("buildDefinition", {}).get("externalParameters", {})
     want = {"model": mv.name, "version": str(mv.version), "mlflow_run_id": mv.run_id, "source": mv.source}
     wrong = [f"{k}={params.get(k)!r} (this version: {v!r})" for k, v in want.items() if params.get(k) != v]
