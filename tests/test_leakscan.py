@@ -107,3 +107,20 @@ def test_logged_model_code_is_scanned(setup, tmp_path):
     assert not report["passed"]
     assert {h["kind"] for h in report["hits"]} == {"mlflow_model_artifact"}
     assert any(h["location"].endswith("bank.py") for h in report["hits"])
+
+
+def test_a_text_found_in_several_places_is_checked_once_and_reported_at_each(setup):
+    """A tokenizer copied into every model folder is one text: scanned once, every copy reported."""
+    leaked = setup["answers"][2]["text"]
+    for name in ("base", "grpo", "checkpoints/step_1"):
+        folder = setup["models"] / "policy" / name
+        folder.mkdir(parents=True)
+        (folder / "tokenizer.json").write_text(json.dumps({"added_tokens": [{"content": leaked}]}))
+    with mlflow.start_run(experiment_id=setup["exp"], tags={"stage": "register"}):
+        mlflow.log_text(json.dumps({"added_tokens": [{"content": leaked}]}), "policy/tokenizer.json")
+    report = _scan(setup)
+    locations = sorted(h["location"].split(":")[-1].replace(str(setup["models"]), "") for h in report["hits"]
+                       if h["answer_id"] == setup["answers"][2]["answer_id"] and h["detector"] == "ngram")
+    assert locations == ["/policy/base/tokenizer.json", "/policy/checkpoints/step_1/tokenizer.json",
+                         "/policy/grpo/tokenizer.json", "policy/tokenizer.json"], report["hits"]
+    assert report["n_distinct_texts"] <= report["n_probes"] - 3  # the four copies are one text

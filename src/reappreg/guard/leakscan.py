@@ -96,13 +96,14 @@ def mlflow_units(
             out.append((ScanTarget("mlflow_param", f"{rid}:{key}"), f"{value}"))
         for key, value in run.data.tags.items():
             out.append((ScanTarget("mlflow_tag", f"{rid}:{key}"), f"{value}"))
+        in_place = _local_root(run.info.artifact_uri)
         with tempfile.TemporaryDirectory() as tmp:
             for artifact in _walk_artifacts(client, rid, ""):
                 if Path(artifact.path).suffix.lower() not in TEXT_SUFFIXES:
                     continue
                 if artifact.file_size is not None and artifact.file_size > max_file_bytes:
                     raise InputError(f"run {rid} artifact {artifact.path}: {artifact.file_size} bytes exceeds max_file_bytes")
-                local = Path(client.download_artifacts(rid, artifact.path, tmp))
+                local = in_place / artifact.path if in_place else Path(client.download_artifacts(rid, artifact.path, tmp))
                 text = _read_text_file(local, max_file_bytes)
                 if text is not None:
                     out.append((ScanTarget("mlflow_artifact", f"{rid}:{artifact.path}"), text))
@@ -119,12 +120,28 @@ def mlflow_units(
                     continue
                 if artifact.file_size is not None and artifact.file_size > max_file_bytes:
                     raise InputError(f"logged model {model.model_id} artifact {artifact.path}: too large for the scan")
-                local = Path(mlflow.artifacts.download_artifacts(
+                in_place = _local_root(model.artifact_location)
+                local = in_place / artifact.path if in_place else Path(mlflow.artifacts.download_artifacts(
                     artifact_uri=f"{model.artifact_location.rstrip('/')}/{artifact.path}", dst_path=tmp))
                 text = _read_text_file(local, max_file_bytes)
                 if text is not None:
                     out.append((ScanTarget("mlflow_model_artifact", f"{model.model_id}:{artifact.path}"), text))
     return out, scanned
+
+
+def _local_root(artifact_uri: str | None) -> Path | None:
+    """The folder of a local artifact store (read in place: copying hundreds of small files one
+    download call at a time took most of the scan); None for a remote store (downloaded)."""
+    from urllib.parse import unquote, urlparse
+
+    if not artifact_uri:
+        return None
+    parsed = urlparse(artifact_uri)
+    if parsed.scheme == "file":
+        return Path(unquote(parsed.path))
+    if parsed.scheme == "" or (len(parsed.scheme) == 1 and artifact_uri[1:3] in (":/", ":\\")):  # a bare path
+        return Path(artifact_uri)
+    return None
 
 
 def _walk(listing, path: str):
@@ -140,13 +157,24 @@ def _walk_artifacts(client, run_id: str, path: str):
 
 
 def scan(index: HeldoutIndex, units: Sequence[tuple[ScanTarget, str]], max_shared: int = 3) -> list[dict]:
-    """Guard hits of the units against the held-out index, as report rows."""
-    text_units = [TextUnit(source=t.kind, record_id=t.location, field="text", text=text) for t, text in units]
+    """Guard hits of the units against the held-out index, as report rows.
+
+    Identical texts (one tokenizer in every policy folder, again in each registered model's
+    run artifacts) are checked once and every location holding one is reported: the verdict
+    on a text does not depend on where it lies, and the largest files repeat the most."""
+    slot: dict[str, int] = {}
+    locations: list[list[ScanTarget]] = []
+    for target, text in units:
+        k = slot.setdefault(text, len(slot))
+        if k == len(locations):
+            locations.append([])
+        locations[k].append(target)
+    text_units = [TextUnit(source="text", record_id=str(k), field="text", text=text) for text, k in slot.items()]
     hits = check_units(index, text_units, max_shared=max_shared) if text_units else []
     return [
-        {"kind": h.source, "location": h.record_id, "answer_id": h.answer_id, "detector": h.detector,
+        {"kind": target.kind, "location": target.location, "answer_id": h.answer_id, "detector": h.detector,
          "score": round(h.score, 4), "threshold": h.threshold}
-        for h in hits
+        for h in hits for target in locations[int(h.record_id)]
     ]
 
 
@@ -178,6 +206,7 @@ def run_leakscan(
         "passed": not hits,
         "n_heldout_answers": len(index.answers),
         "n_probes": len(units),
+        "n_distinct_texts": len({text for _, text in units}),
         "probes_by_kind": counts,
         "mlflow_runs_scanned": runs_scanned,
         "excluded_stages": list(exclude_stages),
