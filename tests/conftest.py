@@ -12,6 +12,12 @@ os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
 os.environ.setdefault("GX_ANALYTICS_ENABLED", "False")
 os.environ.setdefault("MLFLOW_ENABLE_ASYNC_LOGGING", "false")
+# One compute thread per process (torch, BLAS), inherited by every stage a test launches: the
+# suite runs on two xdist workers, so two torch processes with two threads each would share
+# two cores, and OpenMP's spinning threads then wait on each other (a 2-step GRPO run beside a
+# 2-thread neighbour: 155 s with two threads each, 73 s with one each, on 2 cores).
+for _var in ("OMP_NUM_THREADS", "MKL_NUM_THREADS", "OPENBLAS_NUM_THREADS"):
+    os.environ.setdefault(_var, "1")
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
 

@@ -26,13 +26,14 @@ def run_checked(cmd: list[str], cwd: Path, env: dict) -> str:
 
 
 def shrink(params: dict) -> dict:
-    """Smaller data for CI; every other knob stays the shipped CPU default."""
+    """Smaller data and fewer steps for CI, one training thread; every other knob stays the shipped CPU default."""
     params["data"]["sample"].update(reappraisals_per_vignette=40, gpt4_answers_per_vignette=6, opponent_answers_per_vignette=4)
     params["rm"]["train"]["epochs"] = 15
     params["rm"]["evaluation"]["leave_one_vignette_out"] = False
     params["policy"]["train"]["max_steps"] = 2
     params["policy"]["train"]["save_steps"] = 1
     params["policy"]["train"]["checkpoint_steps"] = [1]   # step 1 kept, evaluated and registered; step 2 final
+    params["policy"]["train"]["cpu_threads"] = 1          # one thread per process beside the other xdist worker (conftest.py)
     params["generate"]["evals"] = 2
     params["judge"]["calibration_pairs"] = 8
     # No extra model condition here: the rehearsal run (same CI) generates and judges the base

@@ -406,7 +406,7 @@ def test_resume_after_interruption_continues_at_the_right_step(tiny_random_polic
 
     prompts, vignettes = write_training_inputs(tmp_path, tiny_random_policy)
     hyper = PolicyTrainSettings(max_steps=4, num_generations=2, per_device_train_batch_size=2, max_completion_length=6,
-                                save_steps=2, save_total_limit=1, learning_rate=1e-3, checkpoint_steps=[])
+                                save_steps=2, save_total_limit=1, learning_rate=1e-3, cpu_threads=1, checkpoint_steps=[])
 
     class Kill(TrainerCallback):
         """Dies right after the step-2 checkpoint is on disk, like a killed stage."""
@@ -467,7 +467,7 @@ def test_unhealthy_run_stops_by_param(tiny_random_policy, tmp_path):
     spec = GrpoSpec(base_model_dir=str(tiny_random_policy), prompts_path=str(prompts), vignettes_path=str(vignettes),
                     ensemble_path="unused", work_dir=str(tmp_path / "work"), show_progress=False,
                     train=PolicyTrainSettings(max_steps=5, num_generations=2, per_device_train_batch_size=2,
-                                              max_completion_length=4, save_steps=100, checkpoint_steps=[]),
+                                              max_completion_length=4, save_steps=100, cpu_threads=1, checkpoint_steps=[]),
                     health=HealthThresholds(min_reward_std=1e-6, patience=2, stop_on_unhealthy=True))
     with pytest.raises(TrainingUnhealthy, match="stopped at step 2: reward-std collapse"):
         train_grpo(spec, ensemble=Constant())

@@ -224,7 +224,7 @@ def test_kept_checkpoints_survive_rotation_and_a_kill_before_their_copy(tiny_ran
 
     prompts, vignettes = write_training_inputs(tmp_path, tiny_random_policy)
     hyper = PolicyTrainSettings(max_steps=4, num_generations=2, per_device_train_batch_size=2, max_completion_length=6,
-                                save_steps=1, save_total_limit=1, learning_rate=1e-3, checkpoint_steps=[1, 2])
+                                save_steps=1, save_total_limit=1, learning_rate=1e-3, cpu_threads=1, checkpoint_steps=[1, 2])
 
     def spec(work):
         return GrpoSpec(base_model_dir=str(tiny_random_policy), prompts_path=str(prompts), vignettes_path=str(vignettes),

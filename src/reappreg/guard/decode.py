@@ -30,11 +30,13 @@ from __future__ import annotations
 import re
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
+from importlib.metadata import version
 from urllib.parse import unquote
 
 import anyascii
 
-ANYASCII_VERSION = getattr(anyascii, "__version__", None) or __import__("importlib.metadata").metadata.version("anyascii")
+# The transliteration table is the package's data: its version is part of what the certificate records.
+ANYASCII_VERSION = version("anyascii")
 
 # --------------------------------------------------------------------------- escapes
 

@@ -35,15 +35,6 @@ def _letters_per_text(texts: np.ndarray, places: np.ndarray, n: int) -> tuple[np
     return unique, np.add.reduceat(step, start)
 
 
-def _letters_covered(places: np.ndarray, n: int) -> int:
-    """Letters inside the union of windows of ``n`` starting at ``places`` (sorted)."""
-    if not len(places):
-        return 0
-    ends = places + n
-    gaps = np.maximum(places[1:] - ends[:-1], 0)  # places are sorted, so windows overlap or follow
-    return int(ends[-1] - places[0] - gaps.sum()) if len(places) > 1 else n
-
-
 def fragment_hits(index: HeldoutIndex, pieces: np.ndarray, groups: Sequence[tuple[int, Sequence[int]]],
                   n_texts: int, record_of: np.ndarray | None = None,
                   flagged: np.ndarray | None = None) -> list[tuple[int, int, float, int, list[int]]]:
