@@ -145,3 +145,32 @@ def test_a_malformed_first_entry_is_refused_with_a_reason_not_a_traceback(people
     (team / CHAIN_FILE).write_bytes(json.dumps(json.loads(sign_statement(payload, keys["mallory"]))).encode() + b"\n")
     with pytest.raises(InputError, match="must each name keyid, holder, status, public_pem as text|unreadable public key"):
         load_keyring(team, None)
+
+
+def test_processes_needing_the_local_key_at_once_share_one_created_whole(tmp_path, monkeypatch):
+    """Two `register` runs on a fresh clone both need the local key: exactly one creates it, every
+    process signs with that same key, and no process ever reads a half-written file."""
+    import os
+    import subprocess
+    import sys
+    import time
+
+    monkeypatch.delenv("REAPPREG_SIGNING_KEY", raising=False)
+    # Imports first, then every process starts at the same instant (a start time given to all).
+    script = ("import sys, time\nfrom reappreg.registry.keys import signing_key\n"
+              "import cryptography.hazmat.primitives.asymmetric.ec, filelock\n"
+              "time.sleep(max(0.0, float(sys.argv[2]) - time.time()))\n"
+              "print(signing_key(sys.argv[1], create=True).keyid)\n")
+    env = {k: v for k, v in os.environ.items() if k != "REAPPREG_SIGNING_KEY"}
+    for attempt in range(3):
+        folder = tmp_path / f"keys{attempt}"
+        start = str(time.time() + 8)
+        procs = [subprocess.Popen([sys.executable, "-c", script, str(folder), start], env=env, stdout=subprocess.PIPE,
+                                  stderr=subprocess.PIPE, text=True) for _ in range(6)]
+        done = [p.communicate(timeout=120) for p in procs]
+        assert [p.returncode for p in procs] == [0] * 6, [err[-2000:] for _, err in done]
+        assert len({out.strip() for out, _ in done}) == 1
+        assert signing_key(folder, create=False).keyid == done[0][0].strip()
+        assert load_keyring(tmp_path / "no-team", folder).keys  # the public half is there too
+        assert sorted(p.name for p in folder.iterdir() if not p.name.endswith(".lock")) == [
+            "local-signing-key.pem", "local-signing-key.pub.pem"]  # nothing left aside

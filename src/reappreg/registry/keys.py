@@ -177,7 +177,12 @@ class SigningKey:
 
 
 def generate_key(path: str | os.PathLike) -> Path:
-    """A new EC P-256 private key at ``path`` (mode 600) and its public key beside it (``.pub.pem``)."""
+    """A new EC P-256 private key at ``path`` (mode 600) and its public key beside it (``.pub.pem``).
+
+    Both files appear whole (written aside, then renamed or linked into place), the public
+    one first: whoever sees the private key also finds its public half, never a partial file."""
+    import tempfile
+
     from cryptography.hazmat.primitives import serialization
     from cryptography.hazmat.primitives.asymmetric import ec
 
@@ -187,12 +192,35 @@ def generate_key(path: str | os.PathLike) -> Path:
     path.parent.mkdir(parents=True, exist_ok=True)
     key = ec.generate_private_key(ec.SECP256R1())
     pem = key.private_bytes(serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8, serialization.NoEncryption())
-    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
-    with os.fdopen(fd, "wb") as fh:
-        fh.write(pem)
     public = path.with_name(path.name.removesuffix(".pem") + ".pub.pem")
-    public.write_bytes(public_pem(key.public_key()))
+    fd, aside = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.")  # mode 600
+    try:
+        with os.fdopen(fd, "wb") as fh:
+            fh.write(pem)
+        public_aside = Path(aside + ".pub")
+        public_aside.write_bytes(public_pem(key.public_key()))
+        os.replace(public_aside, public)
+        try:
+            os.link(aside, path)  # fails if the name exists: never overwrites a private key
+        except FileExistsError as exc:
+            raise InputError(f"{path}: already exists; refusing to overwrite a private key") from exc
+    finally:
+        Path(aside).unlink(missing_ok=True)
     return public
+
+
+def _create_once(path: Path, timeout_s: float = 60.0) -> None:
+    """This clone's local key, created by exactly one of the processes that need it at once
+    (two `register` runs on a fresh clone): the others wait for it and then use it."""
+    from filelock import FileLock, Timeout
+
+    path.parent.mkdir(parents=True, exist_ok=True)
+    try:
+        with FileLock(f"{path}.lock", timeout=timeout_s):
+            if not path.exists():
+                generate_key(path)
+    except Timeout as exc:
+        raise InputError(f"{path}: another process held the key-creation lock {path}.lock for {timeout_s:.0f} s") from exc
 
 
 def signing_key(local_dir: str | os.PathLike, *, create: bool) -> SigningKey:
@@ -208,7 +236,7 @@ def signing_key(local_dir: str | os.PathLike, *, create: bool) -> SigningKey:
         if not create:
             raise InputError(f"no signing key: set ${SIGNING_KEY_ENV} to a PEM private key, or register once on this clone "
                              f"to create the local key {path}")
-        generate_key(path)
+        _create_once(path)
     password = os.environ.get(SIGNING_KEY_PASSWORD_ENV)
     try:
         private = serialization.load_pem_private_key(path.read_bytes(), password.encode() if password else None)
