@@ -162,14 +162,11 @@ def scan(index: HeldoutIndex, units: Sequence[tuple[ScanTarget, str]], max_share
     Identical texts (one tokenizer in every policy folder, again in each registered model's
     run artifacts) are checked once and every location holding one is reported: the verdict
     on a text does not depend on where it lies, and the largest files repeat the most."""
-    slot: dict[str, int] = {}
-    locations: list[list[ScanTarget]] = []
+    places: dict[str, list[ScanTarget]] = {}
     for target, text in units:
-        k = slot.setdefault(text, len(slot))
-        if k == len(locations):
-            locations.append([])
-        locations[k].append(target)
-    text_units = [TextUnit(source="text", record_id=str(k), field="text", text=text) for text, k in slot.items()]
+        places.setdefault(text, []).append(target)
+    locations = list(places.values())
+    text_units = [TextUnit(source="text", record_id=str(k), field="text", text=text) for k, text in enumerate(places)]
     hits = check_units(index, text_units, max_shared=max_shared) if text_units else []
     return [
         {"kind": target.kind, "location": target.location, "answer_id": h.answer_id, "detector": h.detector,

@@ -176,51 +176,44 @@ class SigningKey:
         return self.private_key.public_key()
 
 
-def generate_key(path: str | os.PathLike) -> Path:
+def generate_key(path: str | os.PathLike, *, exist_ok: bool = False, timeout_s: float = 60.0) -> Path:
     """A new EC P-256 private key at ``path`` (mode 600) and its public key beside it (``.pub.pem``).
 
-    Both files appear whole (written aside, then renamed or linked into place), the public
-    one first: whoever sees the private key also finds its public half, never a partial file."""
+    One process at a time makes a key at ``path`` (a file lock beside it), so of several that
+    need this clone's key at once (two `register` runs on a fresh clone) exactly one creates
+    it and the others, with ``exist_ok``, use it. Both files appear whole (written aside,
+    then renamed or linked into place), the public one first: whoever sees the private key
+    also finds its public half, never a partial file."""
     import tempfile
 
     from cryptography.hazmat.primitives import serialization
     from cryptography.hazmat.primitives.asymmetric import ec
-
-    path = Path(path)
-    if path.exists():
-        raise InputError(f"{path}: already exists; refusing to overwrite a private key")
-    path.parent.mkdir(parents=True, exist_ok=True)
-    key = ec.generate_private_key(ec.SECP256R1())
-    pem = key.private_bytes(serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8, serialization.NoEncryption())
-    public = path.with_name(path.name.removesuffix(".pem") + ".pub.pem")
-    fd, aside = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.")  # mode 600
-    try:
-        with os.fdopen(fd, "wb") as fh:
-            fh.write(pem)
-        public_aside = Path(aside + ".pub")
-        public_aside.write_bytes(public_pem(key.public_key()))
-        os.replace(public_aside, public)
-        try:
-            os.link(aside, path)  # fails if the name exists: never overwrites a private key
-        except FileExistsError as exc:
-            raise InputError(f"{path}: already exists; refusing to overwrite a private key") from exc
-    finally:
-        Path(aside).unlink(missing_ok=True)
-    return public
-
-
-def _create_once(path: Path, timeout_s: float = 60.0) -> None:
-    """This clone's local key, created by exactly one of the processes that need it at once
-    (two `register` runs on a fresh clone): the others wait for it and then use it."""
     from filelock import FileLock, Timeout
 
+    path = Path(path)
+    public = path.with_name(path.name.removesuffix(".pem") + ".pub.pem")
     path.parent.mkdir(parents=True, exist_ok=True)
     try:
         with FileLock(f"{path}.lock", timeout=timeout_s):
-            if not path.exists():
-                generate_key(path)
+            if path.exists():
+                if exist_ok:
+                    return public
+                raise InputError(f"{path}: already exists; refusing to overwrite a private key")
+            key = ec.generate_private_key(ec.SECP256R1())
+            pem = key.private_bytes(serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8, serialization.NoEncryption())
+            fd, aside = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.")  # mode 600
+            try:
+                with os.fdopen(fd, "wb") as fh:
+                    fh.write(pem)
+                public_aside = Path(aside + ".pub")
+                public_aside.write_bytes(public_pem(key.public_key()))
+                os.replace(public_aside, public)
+                os.link(aside, path)  # never overwrites: the name is free under the lock
+            finally:
+                Path(aside).unlink(missing_ok=True)
     except Timeout as exc:
         raise InputError(f"{path}: another process held the key-creation lock {path}.lock for {timeout_s:.0f} s") from exc
+    return public
 
 
 def signing_key(local_dir: str | os.PathLike, *, create: bool) -> SigningKey:
@@ -236,7 +229,7 @@ def signing_key(local_dir: str | os.PathLike, *, create: bool) -> SigningKey:
         if not create:
             raise InputError(f"no signing key: set ${SIGNING_KEY_ENV} to a PEM private key, or register once on this clone "
                              f"to create the local key {path}")
-        _create_once(path)
+        generate_key(path, exist_ok=True)
     password = os.environ.get(SIGNING_KEY_PASSWORD_ENV)
     try:
         private = serialization.load_pem_private_key(path.read_bytes(), password.encode() if password else None)
