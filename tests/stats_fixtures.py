@@ -93,13 +93,23 @@ def claim(report: dict, claim_id: str) -> dict:
 # ----------------------------------------------------------------------------- an honest upstream
 
 
+def honest_generate(generations: int, seed: int = 0):
+    """The generate settings whose sampling plan ``honest_upstream`` holds: ``generations`` evals
+    of one sample per vignette."""
+    from reappreg.settings.generate import GenerateSettings
+
+    return GenerateSettings(evals=generations, samples_per_vignette=1, seed=seed)
+
+
 def honest_upstream(rates: list[float], *, generations: int = 8, answers_per_vignette: int = 4,
                     opponents: tuple[str, ...] = ("gpt-4-0314", "claude-3-opus"), answers_per_generation: int = 2,
                     seed: int = 0) -> dict:
     """Vignettes, held-out answers and generations as the split and generate stages write them,
     and the judged orders of exactly the contests the judge would plan (its own build_contests),
     with a share ``rates[v]`` of vignette v's contests won in both orders, the rest lost.
-    Verdicts come from label probabilities whose argmax they are (method logprob)."""
+    Verdicts come from label probabilities whose argmax they are (method logprob). The
+    generations are the sampling plan of ``honest_generate(generations, seed)``."""
+    from reappreg.eval.plan import plan_samples
     from reappreg.judge.contests import build_contests
 
     rng = np.random.default_rng(seed)
@@ -107,9 +117,12 @@ def honest_upstream(rates: list[float], *, generations: int = 8, answers_per_vig
     answers = [{"answer_id": f"{src}-v{i}-{j:02d}", "vignette_id": f"v{i}", "source": src,
                 "text": f"{src} answer {j} for vignette {i}" + "." * int(rng.integers(0, 40))}
                for src in opponents for i in range(len(rates)) for j in range(answers_per_vignette)]
-    gens = [{"generation_id": f"none-e{k}-v{i}-s0", "vignette_id": f"v{i}", "eval_k": k, "selection": "none",
-             "selected": True, "scenario": f"scenario {i}", "answer": "you " + "x" * int(rng.integers(40, 200)),
-             "sampling_seed": int(1000 * i + k)} for i in range(len(rates)) for k in range(generations)]
+    plan = plan_samples([v["vignette_id"] for v in vignettes], honest_generate(generations, seed))
+    gens = [{"generation_id": s.generation_id, "pool_id": s.pool_id, "vignette_id": s.vignette_id, "eval_k": s.eval_k,
+             "sample_index": s.sample_index, "candidate_index": s.candidate_index, "selection": "none",
+             "selected": True, "scenario": f"scenario {s.vignette_id[1:]}",
+             "answer": "you " + "x" * int(rng.integers(40, 200)), "sampling_seed": s.seed}
+            for s in sorted(plan, key=lambda s: (int(s.vignette_id[1:]), s.eval_k))]
     contests = build_contests(gens, answers, list(opponents), answers_per_generation)
     rows = []
     by_vignette: dict[str, list] = {}
@@ -134,7 +147,8 @@ def honest_upstream(rates: list[float], *, generations: int = 8, answers_per_vig
                     "judge_model": JUDGE, "judge_fingerprint": FINGERPRINT, "selection": c.selection,
                 })
     return {"vignettes": vignettes, "answers": answers, "generations": gens, "judgments": rows,
-            "opponents": list(opponents), "answers_per_generation": answers_per_generation}
+            "opponents": list(opponents), "answers_per_generation": answers_per_generation,
+            "generate": honest_generate(generations, seed)}
 
 
 def write_upstream(upstream: dict, folder) -> dict:
@@ -149,4 +163,99 @@ def write_upstream(upstream: dict, folder) -> dict:
         path = folder / f"{name}.jsonl"
         path.write_text("".join(json.dumps(r) + "\n" for r in upstream[name]), encoding="utf-8")
         paths[name] = path
+    return paths
+
+
+def bind_to_upstream(rows: list[dict], folder, *, texts: dict[str, str] | None = None) -> tuple[list[dict], "object", int]:
+    """Write the upstream files whose plan holds exactly the contests of ``rows`` (a vignette
+    list, held-out answers, the generations with ``texts`` as their answers), and return the
+    rows relabelled to the planned contest and answer ids and lengths, with the
+    ``DesignSources`` that bind them and the answers per generation. Planted outcomes stay as they were: only labels the
+    design derives are rewritten, as an honest judge stage would have written them."""
+    import json
+    from pathlib import Path
+
+    from reappreg.judge.contests import build_contests
+    from reappreg.stats.design import DesignSources
+
+    folder = Path(folder)
+    folder.mkdir(parents=True, exist_ok=True)
+    first: dict[str, dict] = {}
+    contests_of: dict[tuple[str, str], list[str]] = {}
+    for r in rows:
+        first.setdefault(r["generation_id"], r)
+        seen = contests_of.setdefault((r["generation_id"], r["opponent_source"]), [])
+        if r["contest_id"] not in seen:
+            seen.append(r["contest_id"])
+    per_generation = {len(v) for v in contests_of.values()}
+    assert len(per_generation) == 1, f"planted rows pair generations with unequal numbers of answers: {per_generation}"
+    answers_per_generation = per_generation.pop()
+    opponents = sorted({r["opponent_source"] for r in rows})
+    vignettes = sorted({r["vignette_id"] for r in rows})
+    answers = [{"answer_id": f"{src}-{vid}-a{j:02d}", "vignette_id": vid, "source": src,
+                "text": f"{src} on {vid}, answer {j}: a reading of its own."}
+               for src in opponents for vid in vignettes for j in range(max(10, answers_per_generation))]
+    gens = [{"generation_id": gid, "vignette_id": r["vignette_id"], "eval_k": r["eval_k"], "selection": r["selection"],
+             "selected": True, "scenario": f"scenario {r['vignette_id']}", "sampling_seed": r["sampling_seed"],
+             "answer": (texts or {}).get(gid, f"Answer {gid}: a reading of its own.")} for gid, r in first.items()]
+    planned: dict[tuple[str, str], list] = {}
+    for c in build_contests(gens, answers, opponents, answers_per_generation):
+        planned.setdefault((c.generation_id, c.opponent_source), []).append(c)
+    relabel = {}
+    for key, ids in contests_of.items():
+        for cid, contest in zip(ids, planned[key]):
+            relabel[(key, cid)] = contest
+    bound = []
+    for r in rows:
+        c = relabel[((r["generation_id"], r["opponent_source"]), r["contest_id"])]
+        bound.append({**r, "contest_id": c.contest_id, "opponent_answer_id": c.opponent_answer_id,
+                      "policy_chars": len(c.policy_answer), "opponent_chars": len(c.opponent_answer)})
+    for name, records in (("vignettes", [{"vignette_id": v, "scenario": f"scenario {v}"} for v in vignettes]),
+                          ("answers", answers), ("generations", gens)):
+        (folder / f"{name}.jsonl").write_text("".join(json.dumps(x) + "\n" for x in records), encoding="utf-8")
+    design = DesignSources(folder / "generations.jsonl", folder / "answers.jsonl", folder / "vignettes.jsonl",
+                           opponents=tuple(opponents))
+    return bound, design, answers_per_generation
+
+
+def sampled_upstream(folder, generate, judge, rates: dict[str, float], *, seed: int = 0, id_prefix: str = "") -> dict:
+    """Vignettes, held-out answers, and per condition in ``rates`` the generations of the
+    sampling plan of ``generate`` (``eval.plan``) with judged orders of the contests ``judge``
+    plans, a share ``rate`` won in both orders; written where the pipeline lays them out
+    (``policy/`` and ``conditions/<name>/``). Returns the paths."""
+    import json
+    from pathlib import Path
+
+    from reappreg.eval.plan import plan_samples, select_vignettes
+    from reappreg.judge.contests import build_contests
+
+    folder = Path(folder)
+    rng = np.random.default_rng(seed)
+    vignettes = [{"vignette_id": f"v{i}", "title": f"t{i}", "scenario": f"scenario {i}"} for i in range(6)]
+    answers = [{"answer_id": f"{src}-v{i}-{j:02d}", "vignette_id": f"v{i}", "source": src,
+                "text": f"{src} answer {j} for vignette {i}"} for src in judge.opponents for i in range(6) for j in range(4)]
+
+    def write(path: Path, records: list[dict]) -> Path:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text("".join(json.dumps(r) + "\n" for r in records), encoding="utf-8")
+        return path
+
+    paths = {"vignettes": write(folder / "vignettes.jsonl", vignettes), "answers": write(folder / "answers.jsonl", answers)}
+    for name, rate in rates.items():
+        where = folder / "policy" if name == "policy" else folder / "conditions" / name
+        gens = [{"generation_id": s.generation_id, "pool_id": s.pool_id, "vignette_id": s.vignette_id,
+                 "eval_k": s.eval_k, "sample_index": s.sample_index, "candidate_index": s.candidate_index,
+                 "selection": s.selection, "selected": True, "sampling_seed": s.seed, "seed": s.seed,
+                 "scenario": f"scenario {s.vignette_id[1:]}", "answer": f"{name} answer of {s.generation_id}"}
+                for s in plan_samples([v["vignette_id"] for v in select_vignettes(vignettes, generate.vignettes)],
+                                      generate, id_prefix)]
+        rows = []
+        for c in build_contests(gens, answers, judge.opponents, judge.answers_per_generation):
+            score = float(rng.random() < rate)
+            rows += [order_row(contest=c.contest_id, generation=c.generation_id, vignette=c.vignette_id,
+                               answer=c.opponent_answer_id, order=o, score=score, opponent=c.opponent_source,
+                               eval_k=c.eval_k, seed=c.sampling_seed, policy_chars=len(c.policy_answer),
+                               opponent_chars=len(c.opponent_answer)) for o in ORDERS]
+        paths[f"{name}/generations"] = write(where / "generations.jsonl", gens)
+        paths[f"{name}/judgments"] = write(where / "judgments.jsonl", rows)
     return paths

@@ -100,6 +100,22 @@ def test_plan_has_plain_samples_plus_two_pools_of_n_for_best_of_n():
     assert len({x.seed for x in bon}) == len(bon) and len({x.generation_id for x in bon}) == len(bon)
 
 
+def test_a_fresh_pool_plans_new_ids_with_its_own_seeds():
+    """A fresh confirmation pool (generate run --seed N) is its own plan: ids under
+    fresh-s<N>- (never the selection pool's) and seeds from N, every id and pool prefixed."""
+    from reappreg.eval.plan import fresh_pool_prefix
+
+    config = GenerateSettings(evals=2, samples_per_vignette=2, best_of_n=3, seed=5)
+    main = plan_samples(["v1", "v2"], config)
+    fresh = plan_samples(["v1", "v2"], config.model_copy(update={"seed": 77}), fresh_pool_prefix(77))
+    assert all(x.generation_id.startswith("fresh-s77-") and x.pool_id.startswith("fresh-s77-") for x in fresh)
+    assert not {x.generation_id for x in main} & {x.generation_id for x in fresh}
+    assert not {x.seed for x in main} & {x.seed for x in fresh}
+    rows = generate_evaluations(VIGNETTES[:2], FakeGenerator(), GenerateSettings(evals=1, samples_per_vignette=1, seed=77),
+                                template=PROMPT_FILE, id_prefix=fresh_pool_prefix(77))
+    assert all(r["generation_id"].startswith("fresh-s77-none-e0-") for r in rows)
+
+
 def test_generations_use_the_training_prompt_and_split_think():
     from reappreg.policy import render_prompt
 

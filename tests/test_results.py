@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import hashlib
 import json
 from pathlib import Path
 
@@ -10,14 +11,15 @@ import pandas as pd
 import pytest
 
 from reappreg.errors import InputError
+from reappreg.settings.judge import JudgeSettings
 from reappreg.io import write_json, write_jsonl
 from reappreg.eval.results import (
     ConditionInput,
     DeclaredStrength,
+    FreshPool,
     ResultsInputs,
     best_of_k_optimism,
     build_results,
-    checkpoint_inputs,
     missing_rows,
 )
 from reappreg.eval.results_outputs import render_markdown, write_results
@@ -28,8 +30,10 @@ from stats_fixtures import (
     POLICY,
     REFERENCE,
     TRUSTED,
+    bind_to_upstream,
     order_row,
     planted,
+    sampled_upstream,
 )
 
 VIGNETTES = [f"v{i}" for i in range(6)]
@@ -53,37 +57,34 @@ def random_judgments(p_win: float | list[float], *, rng: np.random.Generator, ge
     return rows
 
 
-def write_generations(judgments: Path, rows: list[dict], texts: dict[str, str] | None = None) -> None:
-    """The generations file the generate stage writes next to judgments: one answer per
-    generation id (its own words unless ``texts`` names them)."""
-    ids = sorted({r["generation_id"] for r in rows})
-    write_jsonl(judgments.parent / "generations.jsonl",
-                [{"generation_id": g, "answer": (texts or {}).get(g, f"Answer {g}: a reading of its own.")} for g in ids])
-
-
 def inputs_for(tmp_path: Path, judged: dict[str, list[dict] | None], *, kinds: dict[str, str] | None = None,
                sources: dict[str, str] | None = None, ood: set[str] = frozenset(), candidates=("policy",),
                fresh: tuple[str, list[dict]] | None = None, declared=None, calibration=TRUSTED,
-               fresh_texts: dict[str, str] | None = None) -> ResultsInputs:
-    conditions = []
+               fresh_texts: dict[str, str] | None = None, steps: dict[str, int] | None = None) -> ResultsInputs:
+    """Each condition's planted rows bound to an upstream (generations, answers, vignettes) that
+    plans exactly their contests, written beside its judgments as the pipeline lays them out."""
+    conditions, per_generation = [], {1}
     for name, rows in judged.items():
         path = tmp_path / name / "judgments.jsonl"
+        design = None
         if rows is not None:
-            path.parent.mkdir(parents=True, exist_ok=True)
+            rows, design, n = bind_to_upstream(rows, path.parent)
+            per_generation.add(n)
             write_jsonl(path, rows)
-            write_generations(path, rows)
         kind = (kinds or {}).get(name, "policy" if name == "policy" else "model")
-        conditions.append(ConditionInput(name, kind, path, answer_source=(sources or {}).get(name), ood=name in ood))
+        conditions.append(ConditionInput(name, kind, path, answer_source=(sources or {}).get(name), ood=name in ood,
+                                         step=(steps or {}).get(name), design=design))
     fresh_pools = {}
     if fresh is not None:
         path = tmp_path / f"fresh-{fresh[0]}" / "judgments.jsonl"
-        path.parent.mkdir(parents=True, exist_ok=True)
-        write_jsonl(path, fresh[1])
-        write_generations(path, fresh[1], texts=fresh_texts)
-        fresh_pools[fresh[0]] = path
+        rows, design, n = bind_to_upstream(fresh[1], path.parent, texts=fresh_texts)
+        per_generation.add(n)
+        write_jsonl(path, rows)
+        fresh_pools[fresh[0]] = FreshPool(path, design)
     return ResultsInputs(conditions=conditions, calibration=calibration, reference=REFERENCE, settings=FAST,
-                         trust_policy=POLICY, selection_candidates=candidates, fresh_pools=fresh_pools,
-                         declared_strengths=declared or {}, optimism_iterations=500)
+                         trust_policy=POLICY, judge=JudgeSettings(answers_per_generation=max(per_generation)),
+                         selection_candidates=candidates,
+                         fresh_pools=fresh_pools, declared_strengths=declared or {}, optimism_iterations=500)
 
 
 def row(results: dict, row_id: str) -> dict:
@@ -118,17 +119,15 @@ def test_every_condition_and_checkpoint_has_a_row_with_both_interval_kinds(tmp_p
     """Matrix completeness: the final policy, each kept checkpoint (policy-step-<n>) and every other
     condition get an evaluated row with the iid screening AND the worst-case cluster interval."""
     rng = np.random.default_rng(3)
-    steps = [3, 6]
-    checkpoints = checkpoint_inputs(steps, tmp_path / "conditions")
-    assert [(c.name, c.kind, c.step) for c in checkpoints] == [("policy-step-3", "checkpoint", 3),
-                                                             ("policy-step-6", "checkpoint", 6)]
-    for i, cond in enumerate(checkpoints):
-        write_jsonl(cond.judgments, random_judgments(0.5 + 0.05 * i, rng=rng, prefix=f"c{i}-",
-                                                     seed_offset=20_000 * (i + 1)))
-    base = inputs_for(tmp_path, {"policy": random_judgments(0.7, rng=rng, prefix="p-"),
-                                 "base": random_judgments(0.4, rng=rng, prefix="b-", seed_offset=90_000)})
-    conditions = [base.conditions[0], *checkpoints, base.conditions[1]]
-    base.conditions = conditions
+    judged = {"policy": random_judgments(0.7, rng=rng, prefix="p-")}
+    for i, step in enumerate((3, 6)):
+        judged[f"policy-step-{step}"] = random_judgments(0.5 + 0.05 * i, rng=rng, prefix=f"c{i}-",
+                                                         seed_offset=20_000 * (i + 1))
+    judged["base"] = random_judgments(0.4, rng=rng, prefix="b-", seed_offset=90_000)
+    base = inputs_for(tmp_path, judged, kinds={"policy-step-3": "checkpoint", "policy-step-6": "checkpoint"},
+                      steps={"policy-step-3": 3, "policy-step-6": 6})
+    checkpoints = base.conditions[1:3]
+    conditions = base.conditions
     results = build_results(base)
     names = [c.name for c in conditions]
     assert [r["condition"] for r in results["rows"]] == names == ["policy", "policy-step-3", "policy-step-6", "base"]
@@ -151,11 +150,10 @@ def test_every_condition_and_checkpoint_has_a_row_with_both_interval_kinds(tmp_p
 
 def test_a_kept_checkpoint_may_be_a_selection_candidate(tmp_path):
     rng = np.random.default_rng(5)
-    [checkpoint] = checkpoint_inputs([3], tmp_path / "conditions")
-    write_jsonl(checkpoint.judgments, random_judgments(0.8, rng=rng, prefix="c-", seed_offset=40_000))
-    inputs = inputs_for(tmp_path, {"policy": random_judgments(0.5, rng=rng, prefix="p-")},
-                        candidates=("policy", "policy-step-3"))
-    inputs.conditions = [*inputs.conditions, checkpoint]
+    inputs = inputs_for(tmp_path, {"policy": random_judgments(0.5, rng=rng, prefix="p-"),
+                                   "policy-step-3": random_judgments(0.8, rng=rng, prefix="c-", seed_offset=40_000)},
+                        candidates=("policy", "policy-step-3"), kinds={"policy-step-3": "checkpoint"},
+                        steps={"policy-step-3": 3})
     selection = build_results(inputs)["selection"]
     assert selection["k"] == 2 and selection["selected"] == "policy-step-3"
     assert selection["candidate_win_rates"]["policy-step-3"] > selection["candidate_win_rates"]["policy"]
@@ -336,7 +334,7 @@ def test_fresh_pool_of_another_candidate_does_not_promote_the_selected_one(tmp_p
 def _ood_rows(rng, opponent: str, rate: float) -> list[dict]:
     scenarios = [f"sharma-{i}" for i in range(8)]
     return random_judgments(rate, rng=rng, prefix="o-", seed_offset=300_000, opponent=opponent, vignettes=scenarios,
-                            generations=10, answers=3)
+                            generations=15, answers=2)
 
 
 def test_ood_win_against_a_weak_opponent_is_labelled_and_supports_nothing(tmp_path):
@@ -401,19 +399,17 @@ def test_judge_model_name_in_rows(tmp_path):
 def test_results_command_reads_every_declared_condition(tmp_path):
     """The stage command: the policy, each kept checkpoint (policy.train.checkpoint_steps: [3]) and
     stats.model_conditions under --conditions-dir, outputs written."""
+    from reappreg.settings import load_params
+
     repo = Path(__file__).resolve().parents[1]
-    rng = np.random.default_rng(31)
-    write_jsonl(tmp_path / "policy.jsonl", random_judgments(0.6, rng=rng, prefix="p-", generations=4))
-    (tmp_path / "conditions" / "base").mkdir(parents=True)
-    write_jsonl(tmp_path / "conditions" / "base" / "judgments.jsonl",
-                random_judgments(0.4, rng=rng, prefix="b-", seed_offset=50_000, generations=4))
-    (tmp_path / "conditions" / "policy-step-3").mkdir(parents=True)
-    write_jsonl(tmp_path / "conditions" / "policy-step-3" / "judgments.jsonl",
-                random_judgments(0.5, rng=rng, prefix="c-", seed_offset=70_000, generations=4))
+    p = load_params(repo / "params.yaml")
+    up = sampled_upstream(tmp_path, p.generate, p.judge, {"policy": 0.6, "base": 0.4, "policy-step-3": 0.5})
     write_json(tmp_path / "calibration.json", TRUSTED)
     out = tmp_path / "out"
     args = ["stats", "results", "--params", str(repo / "params.yaml"), "--models", str(repo / "registry/models.yaml"),
-            "--policy-judgments", str(tmp_path / "policy.jsonl"), "--conditions-dir", str(tmp_path / "conditions"),
+            "--policy-judgments", str(up["policy/judgments"]), "--policy-generations", str(up["policy/generations"]),
+            "--conditions-dir", str(tmp_path / "conditions"), "--answers", str(up["answers"]),
+            "--vignettes", str(up["vignettes"]),
             "--calibration", str(tmp_path / "calibration.json"), "--json", str(out / "results.json"),
             "--markdown", str(out / "results.md"), "--plot", str(out / "forest.png")]
     from reappreg.cli import main
@@ -424,7 +420,9 @@ def test_results_command_reads_every_declared_condition(tmp_path):
     results = json.loads((out / "results.json").read_text())
     assert [r["row_id"] for r in results["rows"]] == ["policy/gpt-4-0314", "policy-step-3/gpt-4-0314", "base/gpt-4-0314"]
     assert results["reference_bar"]["bar"] == 0.608 and results["selection"]["promotable"] is False
-    assert all(r["bar_status"] == "not_tested" for r in results["rows"])   # 48 contests < min_n_confirm
+    assert all(r["bar_status"] == "not_tested" for r in results["rows"])   # 36 contests < min_n_confirm
+    assert {r["row_id"]: r["design"]["planned_contests"] for r in results["rows"]} == {
+        "policy/gpt-4-0314": 36, "policy-step-3/gpt-4-0314": 36, "base/gpt-4-0314": 36}
     # a declared condition whose judgments are missing is a not-run row, never silently dropped
     (tmp_path / "conditions" / "base" / "judgments.jsonl").unlink()
     with pytest.raises(SystemExit):
@@ -470,6 +468,8 @@ def test_a_selection_candidate_that_is_not_a_kept_checkpoint_is_refused(tmp_path
     result = CliRunner().invoke(app, [
         "stats", "results", "--params", str(tmp_path / "params.yaml"), "--models", str(repo / "registry/models.yaml"),
         "--policy-judgments", str(tmp_path / "policy.jsonl"), "--conditions-dir", str(tmp_path / "conditions"),
+        "--policy-generations", str(tmp_path / "g.jsonl"), "--answers", str(tmp_path / "a.jsonl"),
+        "--vignettes", str(tmp_path / "v.jsonl"),
         "--calibration", str(tmp_path / "calibration.json"), "--json", str(tmp_path / "r.json"),
         "--markdown", str(tmp_path / "r.md"), "--plot", str(tmp_path / "f.png")])
     assert result.exit_code != 0
@@ -490,3 +490,100 @@ def test_each_row_says_how_its_verdicts_were_read(tmp_path):
     assert row(results, "policy/gpt-4-0314")["verdict_methods"] == {"guided": len(policy)}
     assert row(results, "base/gpt-4-0314")["verdict_methods"] == {"free_text": 40, "guided": len(base) - 40}
     assert "| free_text 40, guided 440 |" in render_markdown(results)
+
+
+# ----------------------------------------------------------------------------- every condition bound to its design
+
+def _stage(out, params, up):
+    """The results stage over the upstream ``up`` (sampled_upstream), writing under ``out``."""
+    from reappreg.eval.results import ResultsFiles, results_stage
+
+    repo = Path(__file__).resolve().parents[1]
+    root = Path(up["answers"]).parent
+    out.mkdir(parents=True, exist_ok=True)
+    write_json(out / "calibration.json", TRUSTED)
+    files = ResultsFiles(policy_judgments=up["policy/judgments"], policy_generations=up["policy/generations"],
+                         conditions_dir=root / "conditions", answers=up["answers"], vignettes=up["vignettes"],
+                         ood_dir=root / "ood")
+    return results_stage(params, files, calibration=out / "calibration.json", models=repo / "registry/models.yaml",
+                         out_json=out / "results.json", markdown=out / "results.md", plot=out / "forest.png")
+
+
+def _jsonl(path):
+    return [json.loads(line) for line in Path(path).read_text(encoding="utf-8").splitlines()]
+
+
+@pytest.mark.parametrize("attack, message", [
+    ("split_vignette", "differ only by case, width, whitespace or invisible"),
+    ("drop_lost_generations", "planned generation\\(s\\) are absent"),
+    ("drop_lost_orders", None),   # judged orders deleted: planned, so they come back as worst case
+    ("weaker_opponent", "label\\(s\\) differ from the planned contest's"),
+])
+def test_every_condition_is_bound_to_its_own_design(attack, message, tmp_path):
+    """The other conditions' files get the same binding as the policy's: a model condition whose
+    judgments or generations were edited is refused (naming it) or can only get harder."""
+    from reappreg.settings import load_params
+
+    p = load_params(Path(__file__).resolve().parents[1] / "params.yaml")
+    up = sampled_upstream(tmp_path, p.generate, p.judge, {"policy": 0.5, "base": 0.5})
+    honest = row(_stage(tmp_path / "honest", p, up), "base/gpt-4-0314")
+    gens, rows = _jsonl(up["base/generations"]), _jsonl(up["base/judgments"])
+    lost = {r["generation_id"] for r in rows if r["policy_score"] == 0.0}
+    if attack == "split_vignette":
+        rows = [{**r, "vignette_id": r["vignette_id"].upper()} if r["eval_k"] == 1 else r for r in rows]
+    elif attack == "drop_lost_generations":
+        gens = [g for g in gens if g["generation_id"] not in lost]
+        rows = [r for r in rows if r["generation_id"] not in lost]
+    elif attack == "drop_lost_orders":
+        rows = [r for r in rows if r["generation_id"] not in lost]
+    elif attack == "weaker_opponent":
+        rows = [{**r, "opponent_source": "weak-model"} if r["generation_id"] in lost else r for r in rows]
+    write_jsonl(up["base/generations"], gens)
+    write_jsonl(up["base/judgments"], rows)
+    if message is None:
+        edited = row(_stage(tmp_path / "edited", p, up), "base/gpt-4-0314")
+        assert edited["design"]["missing_orders"] == 2 * len(lost)
+        # the point over the judged orders is all wins; the bound the bar reads counts the rest as losses
+        assert edited["cluster_low"] <= honest["cluster_low"] and edited["bar_supported"] is False
+        return
+    with pytest.raises(InputError, match=message) as refused:
+        _stage(tmp_path / "edited", p, up)
+    assert "base" in str(refused.value)
+
+
+def test_a_fresh_pool_is_its_own_sampling_plan(tmp_path):
+    """A fresh pool sampled with its own seed binds; the selection pool's generations passed off as
+    fresh under new ids (so no id, seed or contest is shared) are not the fresh seed's plan."""
+    from reappreg.settings import load_params
+
+    p = load_params(Path(__file__).resolve().parents[1] / "params.yaml")
+    fresh_seed = 4321
+    p = p.model_copy(update={"stats": p.stats.model_copy(update={
+        "fresh_pools": [type(p.stats).model_fields["fresh_pools"].annotation.__args__[0](
+            condition="policy", model="models/policy/grpo", seed=fresh_seed)]})})
+    up = sampled_upstream(tmp_path, p.generate, p.judge, {"policy": 0.5})
+    from reappreg.eval.plan import fresh_pool_prefix
+
+    fresh = sampled_upstream(tmp_path / "f", p.generate.model_copy(update={"seed": fresh_seed}), p.judge,
+                             {"fresh-policy": 0.5}, seed=1, id_prefix=fresh_pool_prefix(fresh_seed))
+    target = tmp_path / "conditions" / "fresh-policy"
+    target.mkdir(parents=True)
+    for name in ("generations", "judgments"):
+        (target / f"{name}.jsonl").write_text(Path(fresh[f"fresh-policy/{name}"]).read_text())
+    results = _stage(tmp_path / "out", p, up)
+    assert results["selection"]["fresh_pools"] == ["policy"]
+    assert results["selection"]["fresh_pool_win_rate"] is not None
+    # the selection pool's own generations and verdicts under the fresh pool's ids (contest ids
+    # follow), so no id, contest or seed is shared: the seeds are not the fresh seed's plan
+    prefix = fresh_pool_prefix(fresh_seed)
+    gens = [{**g, "generation_id": prefix + g["generation_id"], "pool_id": prefix + g["pool_id"],
+             "sampling_seed": g["sampling_seed"] + 1} for g in _jsonl(up["policy/generations"])]
+    rows = []
+    for r in _jsonl(up["policy/judgments"]):
+        gid = prefix + r["generation_id"]
+        rows.append({**r, "generation_id": gid, "sampling_seed": r["sampling_seed"] + 1,
+                     "contest_id": hashlib.sha256(f"{gid}|{r['opponent_answer_id']}".encode()).hexdigest()[:16]})
+    write_jsonl(target / "generations.jsonl", gens)
+    write_jsonl(target / "judgments.jsonl", rows)
+    with pytest.raises(InputError, match="not the sampling plan of the generate params .* seed 4321.*sampling_seed"):
+        _stage(tmp_path / "again", p, up)

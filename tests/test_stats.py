@@ -188,6 +188,7 @@ def test_stats_command_writes_outputs_and_logs_one_mlflow_run(tmp_path, monkeypa
         "tracking": {"uri": uri, "artifact_root": str(tmp_path / "mlart"), "experiment": "stats-test"},
         "stats": {"bootstrap_iterations": 500, "lc_bootstrap_iterations": 50},
         "judge": {"opponents": upstream["opponents"], "answers_per_generation": upstream["answers_per_generation"]},
+        "generate": {"evals": 20, "samples_per_vignette": 1, "seed": 0},   # the plan honest_upstream sampled
     }))
     args = ["stats", "run", "--params", "params.yaml", "--judgments", "judgments.jsonl", "--generations",
             "generations.jsonl", "--answers", "answers.jsonl", "--vignettes", "vignettes.jsonl", "--calibration",

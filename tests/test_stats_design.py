@@ -31,7 +31,7 @@ def _run(upstream: dict, tmp_path):
     paths = write_upstream(upstream, tmp_path / "in")
     judge = JudgeSettings(opponents=upstream["opponents"], answers_per_generation=upstream["answers_per_generation"])
     frame, design = load_bound_judgments(paths["judgments"], paths["generations"], paths["answers"], paths["vignettes"],
-                                         judge)
+                                         judge, generate=upstream["generate"])
     return analyze(frame, TRUSTED, settings=FAST, reference=REFERENCE, trust_policy=POLICY, design=design), design
 
 
@@ -89,7 +89,7 @@ def test_vignettes_left_out_come_back_as_worst_case(tmp_path):
 def test_a_generations_file_without_some_vignettes_is_refused(tmp_path):
     edited = copy.deepcopy(_upstream())
     edited["generations"] = [g for g in edited["generations"] if g["vignette_id"] != "v5"]
-    with pytest.raises(InputError, match=r"vignette\(s\) \['v5'\] of the split have no selected generation"):
+    with pytest.raises(InputError, match=r"20 planned generation\(s\) are absent \(none-e0-v5-s0"):
         _run(edited, tmp_path)
 
 
@@ -192,3 +192,81 @@ def test_logprob_rows_without_probabilities_are_refused(tmp_path):
     edited = _edit(_upstream(), _lost, lambda r: {**r, "p_a": None, "p_b": None, "p_tie": None})
     with pytest.raises(InputError, match="method logprob with verdict .* but no probabilities"):
         _run(edited, tmp_path)
+
+
+# ----------------------------------------------------------------------------- the sampling plan
+
+def _sampled(tmp_path, rates=None, **generate):
+    import json
+
+    from reappreg.settings.generate import GenerateSettings
+    from stats_fixtures import sampled_upstream
+
+    g = GenerateSettings(**{"evals": 3, "samples_per_vignette": 2, "seed": 7, **generate})
+    judge = JudgeSettings(opponents=["gpt-4-0314"], answers_per_generation=1)
+    paths = sampled_upstream(tmp_path, g, judge, rates or {"policy": 0.6})
+    read = {k: [json.loads(x) for x in open(v, encoding="utf-8")] for k, v in paths.items()}
+    return g, judge, paths, read
+
+
+def _bind_sampled(g, judge, paths):
+    return load_bound_judgments(paths["policy/judgments"], paths["policy/generations"], paths["answers"],
+                                paths["vignettes"], judge, generate=g)
+
+
+def _rewrite(path, records):
+    import json
+
+    path.write_text("".join(json.dumps(r) + "\n" for r in records), encoding="utf-8")
+
+
+def test_the_sampling_plan_binds_the_generations_clean_control(tmp_path):
+    g, judge, paths, _ = _sampled(tmp_path)
+    _, design = _bind_sampled(g, judge, paths)
+    assert design["generations"] == 36 and design["missing_orders"] == 0
+    assert design["sampling_plan"] == {"evals": 3, "samples_per_vignette": 2, "best_of_n": 1, "seed": 7}
+    # generate.vignettes selects some vignettes: the plan covers exactly those
+    g2, judge2, paths2, read2 = _sampled(tmp_path / "some", vignettes=["v1", "v4"])
+    _, design = _bind_sampled(g2, judge2, paths2)
+    assert design["vignettes"] == ["v1", "v4"] and design["generations"] == 12
+
+
+@pytest.mark.parametrize("attack, message", [
+    # lost generations deleted from the generations file and the judgments alike
+    ("drop_lost", "planned generation\\(s\\) are absent"),
+    # a won generation copied under a new id, with its contests
+    ("copy_won", "generation\\(s\\) the plan does not have"),
+    # every seed moved (another pool's seeds, or seeds chosen after the fact)
+    ("reseed", "sampling_seed"),
+    # a generation moved to another vignette
+    ("move", "vignette_id"),
+])
+def test_generations_that_are_not_the_sampling_plan_are_refused(attack, message, tmp_path):
+    import hashlib
+
+    g, judge, paths, read = _sampled(tmp_path)
+    gens, rows = read["policy/generations"], read["policy/judgments"]
+    lost = {r["generation_id"] for r in rows if r["policy_score"] == 0.0}
+    won = sorted({r["generation_id"] for r in rows} - lost)
+    if attack == "drop_lost":
+        gens = [x for x in gens if x["generation_id"] not in lost]
+        rows = [r for r in rows if r["generation_id"] not in lost]
+    elif attack == "copy_won":
+        source = won[0]
+        original = next(x for x in gens if x["generation_id"] == source)
+        seed = original["sampling_seed"] + 12345   # a seed of its own, so no row-level check can tell
+        gens.append({**original, "generation_id": f"{source}-b", "pool_id": f"{source}-b", "sampling_seed": seed,
+                     "seed": seed})
+        for r in [r for r in rows if r["generation_id"] == source]:
+            cid = hashlib.sha256(f"{source}-b|{r['opponent_answer_id']}".encode()).hexdigest()[:16]
+            rows.append({**r, "generation_id": f"{source}-b", "contest_id": cid, "sampling_seed": seed})
+    elif attack == "reseed":
+        gens = [{**x, "sampling_seed": x["sampling_seed"] + 1, "seed": x["seed"] + 1} for x in gens]
+        rows = [{**r, "sampling_seed": r["sampling_seed"] + 1} for r in rows]
+    elif attack == "move":
+        gens = [{**x, "vignette_id": "v0"} if x["generation_id"] == won[-1] else x for x in gens]
+    _rewrite(paths["policy/generations"], gens)
+    _rewrite(paths["policy/judgments"], rows)
+    with pytest.raises(InputError, match=message) as refused:
+        _bind_sampled(g, judge, paths)
+    assert "not the sampling plan of the generate params" in str(refused.value)

@@ -17,7 +17,8 @@ def run(
     prompt_file: Path = typer.Option(..., help="The GRPO prompt file (system prompt + user template)"),
     out: Path = typer.Option(..., help="Generations JSONL to write"),
     rm_ensemble: Path = typer.Option(None, help="RM ensemble folder; required when generate.best_of_n > 1"),
-    seed: int = typer.Option(None, help="Override generate.seed (a fresh confirmation pool: stats.fresh_pools)"),
+    seed: int = typer.Option(None, help="Override generate.seed: a fresh confirmation pool (stats.fresh_pools), "
+                                        "whose generation ids start with fresh-s<seed>-"),
     params: Path = typer.Option(Path("params.yaml"), help="Params file"),
 ) -> None:
     """Answer every eval vignette K times with fresh sampling seeds; optional best-of-N with the RM."""
@@ -28,12 +29,14 @@ def run(
     from reappreg.eval.generate import (
         build_generator, generate_evaluations, plan_samples, select_vignettes, summarise_generations,
     )
+    from reappreg.eval.plan import fresh_pool_prefix
     from reappreg.io import read_jsonl, write_jsonl
     from reappreg.settings import load_params
     from reappreg.tracking import stage_run
 
     p = load_params(params)
     g = p.generate if seed is None else p.generate.model_copy(update={"seed": seed})
+    id_prefix = "" if seed is None else fresh_pool_prefix(seed)
     inputs = {"vignettes": vignettes, "model": model, "prompt_file": prompt_file}
     if g.best_of_n > 1:
         if rm_ensemble is None:
@@ -50,14 +53,14 @@ def run(
 
             scorer = load_ensemble(rm_ensemble)
         generator = build_generator(g, model)
-        total = len(plan_samples([v["vignette_id"] for v in rows_in], g))
+        total = len(plan_samples([v["vignette_id"] for v in rows_in], g, id_prefix))
         started = time.perf_counter()
         with Progress(TextColumn("generate"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn()) as bar:
             task = bar.add_task("generate", total=total)
             rows = generate_evaluations(rows_in, generator, g, template=prompt_file, scorer=scorer,
                                         thinking=p.policy.reward.thinking,
                                         missing_close_tag=p.policy.reward.missing_close_tag,
-                                        progress=lambda n: bar.advance(task, n))
+                                        progress=lambda n: bar.advance(task, n), id_prefix=id_prefix)
         seconds = time.perf_counter() - started
         write_jsonl(out, rows)
         metrics = summarise_generations(rows)

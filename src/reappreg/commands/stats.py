@@ -49,7 +49,7 @@ def run(
     inputs = {"judgments": judgments, "calibration": calibration, "models": models, "generations": generations,
               "answers": answers, "vignettes": vignettes}
     with stage_run("stats", tracking=p.tracking, params=p.stats.model_dump(), inputs=inputs) as stage:
-        frame, design = load_bound_judgments(judgments, generations, answers, vignettes, p.judge)
+        frame, design = load_bound_judgments(judgments, generations, answers, vignettes, p.judge, generate=p.generate)
         calib = load_calibration(calibration)
         with console.status(f"stats: intervals for {len(frame)} judged orders"):
             report = analyze(frame, calib, settings=p.stats, reference=reference, trust_policy=trust_policy,
@@ -89,7 +89,12 @@ def run(
 @app.command("results")
 def results_cmd(
     policy_judgments: Path = typer.Option(..., help="Judgments of the GRPO policy (the judge stage's output)"),
-    conditions_dir: Path = typer.Option(..., help="Folder of the other conditions: <name>/judgments.jsonl"),
+    policy_generations: Path = typer.Option(..., help="Generations of the GRPO policy (the generate stage's output)"),
+    conditions_dir: Path = typer.Option(..., help="Folder of the other conditions: <name>/judgments.jsonl next to "
+                                                  "<name>/generations.jsonl"),
+    answers: Path = typer.Option(..., help="The split's held-out answers JSONL (what the judge paired against)"),
+    vignettes: Path = typer.Option(..., help="The split's vignette list JSONL"),
+    ood_dir: Path = typer.Option(Path("data/eval/ood"), help="Folder of the off-distribution sets: <name>/"),
     calibration: Path = typer.Option(..., help="Judge calibration JSON"),
     out_json: Path = typer.Option(..., "--json", help="Results table to write (metrics/results.json)"),
     markdown: Path = typer.Option(..., help="Results table in Markdown to write (reports/results.md)"),
@@ -97,43 +102,14 @@ def results_cmd(
     models: Path = typer.Option(Path("registry/models.yaml"), help="Registry declarations (reference_bar:)"),
     params: Path = typer.Option(Path("params.yaml"), help="Params file"),
 ) -> None:
-    """The results table: one row per condition with both interval kinds, selection and claims."""
-    from reappreg.eval.conditions import CHECKPOINT_PREFIX
-    from reappreg.errors import InputError
-    from reappreg.eval.results import ConditionInput, DeclaredStrength, ResultsInputs, build_results, checkpoint_inputs
-    from reappreg.eval.results_outputs import write_results
+    """The results table: one row per condition, each bound to its design, with both interval kinds."""
+    from reappreg.eval.results import ResultsFiles, results_stage
     from reappreg.settings import load_params
-    from reappreg.stats import TrustPolicy, load_calibration, load_reference_bar
-    from reappreg.stats.reference import check_decision_settings, decision_values
 
-    p = load_params(params)
-    s = p.stats
-    reference = load_reference_bar(models)
-    check_decision_settings(reference, decision_values(p.stats, p.judge), str(models))
-    conditions = [ConditionInput("policy", "policy", policy_judgments)]
-    # One row per kept GRPO checkpoint (policy.train.checkpoint_steps): stages generate_checkpoint / judge_checkpoint.
-    conditions += checkpoint_inputs(p.policy.train.checkpoint_steps, conditions_dir)
-    known = {c.name for c in conditions}
-    stray = [c for c in s.selection_candidates if c.startswith(CHECKPOINT_PREFIX) and c not in known]
-    if stray:
-        raise InputError(f"stats.selection_candidates {stray}: no such kept checkpoint (policy.train.checkpoint_steps "
-                         f"{p.policy.train.checkpoint_steps})")
-    conditions += [ConditionInput(name, "model", conditions_dir / name / "judgments.jsonl")
-                   for name in s.model_conditions]
-    conditions += [ConditionInput(ref.name, "reference", conditions_dir / ref.name / "judgments.jsonl",
-                                  answer_source=ref.source) for ref in s.reference_conditions]
-    conditions += [ConditionInput(f"ood-{o.name}", "ood", conditions_dir / f"ood-{o.name}" / "judgments.jsonl",
-                                  ood=True) for o in s.ood_sets]
-    # fresh pools: <conditions-dir>/fresh-<candidate>/judgments.jsonl (stages generate_fresh / judge_fresh)
-    fresh = {f.condition: conditions_dir / f"fresh-{f.condition}" / "judgments.jsonl" for f in s.fresh_pools}
-    inputs = ResultsInputs(
-        conditions=conditions, calibration=load_calibration(calibration), reference=reference,
-        settings=s, trust_policy=TrustPolicy.from_settings(s, p.judge),
-        selection_candidates=s.selection_candidates, fresh_pools=fresh,
-        declared_strengths={k: DeclaredStrength(v.win_rate, v.source) for k, v in s.opponent_strength.items()},
-        optimism_iterations=s.optimism_bootstrap_iterations)
-    results = build_results(inputs)
-    write_results(results, json_path=out_json, markdown_path=markdown, plot_path=plot, settings=s)
+    files = ResultsFiles(policy_judgments=policy_judgments, policy_generations=policy_generations,
+                         conditions_dir=conditions_dir, answers=answers, vignettes=vignettes, ood_dir=ood_dir)
+    results = results_stage(load_params(params), files, calibration=calibration, models=models, out_json=out_json,
+                            markdown=markdown, plot=plot)
     sel = results["selection"]
     for row in results["rows"]:
         ci = "-" if row["cluster_low"] is None else f"[{row['cluster_low']:.3f}, {row['cluster_high']:.3f}]"

@@ -60,14 +60,8 @@ import numpy as np
 
 from reappreg.errors import InputError
 from reappreg.lm import load_causal_lm, load_tokenizer, resolve_model
+from reappreg.eval.plan import POOLS, Sample, plan_samples, sampling_seed, select_vignettes
 from reappreg.settings.generate import GenerateSettings
-
-POOLS = {
-    # selection label -> (id prefix, spawn-key code); codes keep the three seed streams apart
-    "none": ("none", 0),
-    "best_of_n_selection_pool": ("bon_sel", 1),
-    "best_of_n_fresh": ("bon_fresh", 2),
-}
 
 ProgressFn = Callable[[int], None]
 
@@ -77,20 +71,6 @@ class Completion:
     text: str
     n_tokens: int
     hit_max_new_tokens: bool
-
-
-@dataclass(frozen=True)
-class Sample:
-    """One sequence to generate: where it belongs and the seed it is sampled with."""
-
-    generation_id: str
-    pool_id: str
-    selection: str
-    eval_k: int
-    vignette_id: str
-    sample_index: int
-    candidate_index: int
-    seed: int
 
 
 class Generator(Protocol):
@@ -106,42 +86,6 @@ class Generator(Protocol):
 
 class Scorer(Protocol):
     def score(self, scenarios: list[str], answers: list[str]) -> Any: ...
-
-
-def _stable_int(text: str) -> int:
-    return int(hashlib.sha256(text.encode("utf-8")).hexdigest()[:8], 16)
-
-
-def sampling_seed(base_seed: int, selection: str, eval_k: int, vignette_id: str, sample_index: int,
-                  candidate_index: int = 0) -> int:
-    """A 31-bit seed for one sequence, independent across pools, evals, vignettes and samples."""
-    _, code = POOLS[selection]
-    seq = np.random.SeedSequence(
-        base_seed, spawn_key=(code, eval_k, _stable_int(vignette_id), sample_index, candidate_index)
-    )
-    return int(seq.generate_state(1, dtype=np.uint32)[0] & 0x7FFFFFFF)
-
-
-def plan_samples(vignette_ids: Sequence[str], config: GenerateSettings) -> list[Sample]:
-    """Every sequence of the stage: plain samples, and both best-of-N pools when N > 1."""
-    samples: list[Sample] = []
-    for k in range(config.evals):
-        for vid in vignette_ids:
-            for s in range(config.samples_per_vignette):
-                gid = f"none-e{k}-{vid}-s{s}"
-                samples.append(Sample(gid, gid, "none", k, vid, s, 0, sampling_seed(config.seed, "none", k, vid, s)))
-            if config.best_of_n > 1:
-                for selection in ("best_of_n_selection_pool", "best_of_n_fresh"):
-                    prefix, _ = POOLS[selection]
-                    for s in range(config.samples_per_vignette):
-                        pool = f"{prefix}-e{k}-{vid}-s{s}"
-                        for c in range(config.best_of_n):
-                            samples.append(Sample(f"{pool}-c{c}", pool, selection, k, vid, s, c,
-                                                  sampling_seed(config.seed, selection, k, vid, s, c)))
-    seeds = [x.seed for x in samples]
-    if len(set(seeds)) != len(seeds):  # 31-bit seeds: a collision is unlikely but must not pass silently
-        raise InputError(f"generate: sampling seeds collide for base seed {config.seed}; choose another seed")
-    return samples
 
 
 # ----------------------------------------------------------------------------- backends
@@ -295,31 +239,12 @@ def build_generator(config: GenerateSettings, model_path: str | os.PathLike) -> 
 # ----------------------------------------------------------------------------- the stage
 
 
-def select_vignettes(vignettes: Sequence[dict], wanted: Sequence[str] | None, *, source: str = "vignettes"
-                     ) -> list[dict]:
-    rows = []
-    seen: set[str] = set()
-    for i, v in enumerate(vignettes, start=1):
-        for key in ("vignette_id", "scenario"):
-            if not isinstance(v.get(key), str) or not v[key].strip():
-                raise InputError(f"{source}: row {i} has no non-empty string '{key}'")
-        if v["vignette_id"] in seen:
-            raise InputError(f"{source}: row {i} repeats vignette_id {v['vignette_id']!r}")
-        seen.add(v["vignette_id"])
-        rows.append(v)
-    if wanted:
-        missing = sorted(set(wanted) - seen)
-        if missing:
-            raise InputError(f"{source}: eval vignette(s) {', '.join(missing)} not found")
-        rows = [v for v in rows if v["vignette_id"] in set(wanted)]
-    if not rows:
-        raise InputError(f"{source}: no vignettes to generate for")
-    return rows
 
 
 def generate_evaluations(vignettes: Sequence[dict], generator: Any, config: GenerateSettings, *,
                          template: Any, scorer: Scorer | None = None, thinking: bool = False,
-                         missing_close_tag: str = "penalize", progress: ProgressFn | None = None) -> list[dict]:
+                         missing_close_tag: str = "penalize", progress: ProgressFn | None = None,
+                         id_prefix: str = "") -> list[dict]:
     """Generate every sequence, split ``</think>``, score with the RM and pick best-of-N winners.
 
     ``template`` is the GRPO prompt (a path or a loaded ``PromptTemplate``), rendered with
@@ -337,7 +262,7 @@ def generate_evaluations(vignettes: Sequence[dict], generator: Any, config: Gene
         raise InputError(f"missing_close_tag must be 'penalize' or 'score_whole', got {missing_close_tag!r}")
     by_id = {v["vignette_id"]: v for v in vignettes}
     prompts = {vid: render_prompt(generator.tokenizer, v["scenario"], template) for vid, v in by_id.items()}
-    samples = plan_samples(list(by_id), config)
+    samples = plan_samples(list(by_id), config, id_prefix)
     completions = generator.generate([prompts[x.vignette_id] for x in samples], samples, progress=progress)
     if len(completions) != len(samples):
         raise InputError(f"generator returned {len(completions)} completions for {len(samples)} samples")

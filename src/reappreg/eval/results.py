@@ -65,6 +65,8 @@ import pandas as pd
 
 from reappreg.errors import InputError
 from reappreg.io import read_jsonl
+from reappreg.settings import Params
+from reappreg.settings.judge import JudgeSettings
 from reappreg.settings.stats import StatsSettings
 from reappreg.stats import (
     BLOCKING_FLAGS,
@@ -76,6 +78,7 @@ from reappreg.stats import (
     summarize_contests,
 )
 from reappreg.stats.contests import order_figures, position_biased
+from reappreg.stats.design import DesignSources, bind_files
 from reappreg.stats.intervals import finite
 
 RESULTS_SCHEMA_VERSION = 1
@@ -93,6 +96,17 @@ class ConditionInput:
     answer_source: str | None = None   # reference conditions: whose answers (their strength as an opponent)
     ood: bool = False
     step: int | None = None            # checkpoint conditions: the GRPO step of the kept checkpoint
+    # What the judgments are bound to (stats.design): every judged condition needs it, so a
+    # condition's labels are re-derived from its generations, answers, vignettes and plan.
+    design: DesignSources | None = None
+
+
+@dataclass(frozen=True)
+class FreshPool:
+    """A selection candidate's fresh pool: its judgments and what they are bound to."""
+
+    judgments: Path
+    design: DesignSources
 
 
 @dataclass(frozen=True)
@@ -108,20 +122,94 @@ class ResultsInputs:
     reference: ReferenceBar
     settings: StatsSettings
     trust_policy: TrustPolicy
+    judge: JudgeSettings
     selection_candidates: Sequence[str] = ()
     # Fresh-pool judgments per selection candidate (new generations judged like the first); the
-    # selected candidate's is the promotion evidence. A path that does not exist = no fresh pool.
-    fresh_pools: Mapping[str, Path] = field(default_factory=dict)
+    # selected candidate's is the promotion evidence. Judgments that do not exist = no fresh pool.
+    fresh_pools: Mapping[str, FreshPool] = field(default_factory=dict)
     declared_strengths: Mapping[str, DeclaredStrength] = field(default_factory=dict)
     optimism_iterations: int = 2000
 
 
-def checkpoint_inputs(steps: Sequence[int], conditions_dir: Path) -> list[ConditionInput]:
-    """The conditions of the kept GRPO checkpoints: ``policy-step-<n>``, judgments under ``conditions_dir``."""
-    from reappreg.eval.conditions import checkpoint_condition
+@dataclass(frozen=True)
+class ResultsFiles:
+    """Where the results stage reads: the policy's judgments and generations, the folder of the
+    other conditions (``<name>/judgments.jsonl`` next to its ``generations.jsonl``), the split's
+    held-out answers and vignettes, and the off-distribution sets' folders (``<name>/``)."""
 
-    return [ConditionInput(checkpoint_condition(n), "checkpoint", Path(conditions_dir) / checkpoint_condition(n) /
-                           "judgments.jsonl", step=n) for n in steps]
+    policy_judgments: Path
+    policy_generations: Path
+    conditions_dir: Path
+    answers: Path
+    vignettes: Path
+    ood_dir: Path
+
+
+def condition_inputs(params: Params, files: ResultsFiles) -> tuple[list[ConditionInput], dict[str, FreshPool]]:
+    """Every condition the params declare, each with the files its judgments are bound to, and
+    the fresh pools: the policy, every kept checkpoint, model, reference and off-distribution
+    condition (``stats.*``). Sampled conditions carry the generate settings (a fresh pool its
+    own seed); a reference file was not sampled; an off-distribution set has its own vignettes,
+    answers and opponent."""
+    from reappreg.eval.conditions import CHECKPOINT_PREFIX, checkpoint_condition
+    from reappreg.eval.plan import fresh_pool_prefix
+
+    s, generate, root = params.stats, params.generate, Path(files.conditions_dir)
+
+    def sampled(folder: Path, seed: int | None = None) -> DesignSources:
+        if seed is None:
+            return DesignSources(folder / "generations.jsonl", files.answers, files.vignettes, generate=generate)
+        return DesignSources(folder / "generations.jsonl", files.answers, files.vignettes,
+                             generate=generate.model_copy(update={"seed": seed}), id_prefix=fresh_pool_prefix(seed))
+
+    conditions = [ConditionInput("policy", "policy", files.policy_judgments,
+                                 design=DesignSources(files.policy_generations, files.answers, files.vignettes,
+                                                      generate=generate))]
+    steps = params.policy.train.checkpoint_steps
+    conditions += [ConditionInput(checkpoint_condition(n), "checkpoint", root / checkpoint_condition(n) /
+                                  "judgments.jsonl", step=n, design=sampled(root / checkpoint_condition(n)))
+                   for n in steps]
+    known = {c.name for c in conditions}
+    stray = [c for c in s.selection_candidates if c.startswith(CHECKPOINT_PREFIX) and c not in known]
+    if stray:
+        raise InputError(f"stats.selection_candidates {stray}: no such kept checkpoint (policy.train.checkpoint_steps "
+                         f"{steps})")
+    conditions += [ConditionInput(name, "model", root / name / "judgments.jsonl", design=sampled(root / name))
+                   for name in s.model_conditions]
+    conditions += [ConditionInput(ref.name, "reference", root / ref.name / "judgments.jsonl", answer_source=ref.source,
+                                  design=DesignSources(root / ref.name / "generations.jsonl", files.answers,
+                                                       files.vignettes))
+                   for ref in s.reference_conditions]
+    for o in s.ood_sets:
+        folder, data = root / f"ood-{o.name}", Path(files.ood_dir) / o.name
+        conditions.append(ConditionInput(f"ood-{o.name}", "ood", folder / "judgments.jsonl", ood=True, design=DesignSources(
+            folder / "generations.jsonl", data / "answers.jsonl", data / "vignettes.jsonl", opponents=(o.opponent,),
+            generate=generate)))
+    # fresh pools: <conditions_dir>/fresh-<candidate>/ (stages generate_fresh / judge_fresh), their own seed
+    fresh = {f.condition: FreshPool(root / f"fresh-{f.condition}" / "judgments.jsonl",
+                                    sampled(root / f"fresh-{f.condition}", seed=f.seed)) for f in s.fresh_pools}
+    return conditions, fresh
+
+
+def results_stage(params: Params, files: ResultsFiles, *, calibration: Path, models: Path, out_json: Path,
+                  markdown: Path, plot: Path) -> dict[str, Any]:
+    """The ``results`` stage: every condition bound to its design, the table written; returns it."""
+    from reappreg.eval.results_outputs import write_results
+    from reappreg.stats import load_calibration, load_reference_bar
+    from reappreg.stats.reference import check_decision_settings, decision_values
+
+    s = params.stats
+    reference = load_reference_bar(models)
+    check_decision_settings(reference, decision_values(s, params.judge), str(models))
+    conditions, fresh = condition_inputs(params, files)
+    results = build_results(ResultsInputs(
+        conditions=conditions, calibration=load_calibration(calibration), reference=reference, settings=s,
+        trust_policy=TrustPolicy.from_settings(s, params.judge), judge=params.judge,
+        selection_candidates=s.selection_candidates, fresh_pools=fresh,
+        declared_strengths={k: DeclaredStrength(v.win_rate, v.source) for k, v in s.opponent_strength.items()},
+        optimism_iterations=s.optimism_bootstrap_iterations))
+    write_results(results, json_path=out_json, markdown_path=markdown, plot_path=plot, settings=s)
+    return results
 
 
 def missing_rows(results: Mapping[str, Any], conditions: Sequence[str], opponent: str) -> list[str]:
@@ -363,22 +451,36 @@ def generalisation_claim(row: Mapping[str, Any], summary: Mapping[str, Any], str
 # ----------------------------------------------------------------------------- the table
 
 
+def _bound(name: str, judgments: Path, design: DesignSources | None, judge: JudgeSettings
+           ) -> tuple[pd.DataFrame, dict[str, Any]]:
+    """A condition's judged orders bound to its upstream design, and what was checked."""
+    if design is None:
+        raise InputError(f"results: condition {name!r} has judgments ({judgments}) but no design sources "
+                         "(generations, answers, vignettes): its labels cannot be bound, so they are not counted")
+    frame, summary = bind_files(judgments, design, judge, source=f"{name}: {judgments}")
+    return frame, {k: summary[k] for k in ("planned_contests", "judged_orders", "missing_orders", "generations",
+                                            "opponents", "sampling_plan")}
+
+
 def build_results(inputs: ResultsInputs) -> dict[str, Any]:
     """Every row, the opponents' strengths, the selection and the generalisation claims."""
-    from reappreg.stats import load_judgments
-
     settings, reference = inputs.settings, inputs.reference
     names = [c.name for c in inputs.conditions]
     dup = sorted({n for n in names if names.count(n) > 1})
     if dup:
         raise InputError(f"results: condition name(s) declared twice: {dup}")
-    frames = {c.name: load_judgments(c.judgments) for c in inputs.conditions
-              if c.judgments is not None and c.judgments.exists()}
+    frames, designs = {}, {}
+    for c in inputs.conditions:
+        if c.judgments is not None and c.judgments.exists():
+            frames[c.name], designs[c.name] = _bound(c.name, c.judgments, c.design, inputs.judge)
     unknown = sorted(set(inputs.fresh_pools) - set(inputs.selection_candidates))
     if unknown:
         raise InputError(f"results: fresh pools for {unknown}, which are not selection candidates "
                          f"({list(inputs.selection_candidates)})")
-    fresh_frames = {name: load_judgments(path) for name, path in inputs.fresh_pools.items() if Path(path).exists()}
+    fresh_frames = {}
+    for name, pool in inputs.fresh_pools.items():
+        if Path(pool.judgments).exists():
+            fresh_frames[name], _ = _bound(f"fresh-{name}", pool.judgments, pool.design, inputs.judge)
     judge, blocked = _judge_state([*frames.values(), *fresh_frames.values()], inputs.calibration,
                                   inputs.trust_policy, settings)
     rows, summaries, contests_of = [], {}, {}
@@ -397,6 +499,7 @@ def build_results(inputs: ResultsInputs) -> dict[str, Any]:
                 contests_of[(cond.name, pool, opponent)] = part
                 rows.append(_row(cond, pool, opponent, summary, reference, settings, blocked))
                 rows[-1]["verdict_methods"] = verdict_method_mix(frames[cond.name], part["contest_id"])
+                rows[-1]["design"] = designs[cond.name]
 
     opponents = sorted({r["opponent"] for r in rows})
     strengths = opponent_strengths(rows, inputs.conditions, opponents, reference, inputs.declared_strengths)
@@ -418,7 +521,7 @@ def build_results(inputs: ResultsInputs) -> dict[str, Any]:
         fresh = fresh[(fresh["condition"] == "policy") & (fresh["opponent_source"] == reference.opponent)]
         if name in candidates:   # every fresh pool must be fresh, selected or not: ids, seeds and words
             texts = (judged_answers(judgments_of[name], candidates[name]["generation_id"]),
-                     judged_answers(inputs.fresh_pools[name], fresh["generation_id"]))
+                     judged_answers(inputs.fresh_pools[name].judgments, fresh["generation_id"]))
             check_fresh_pool(candidates[name], fresh, name, texts)
         if name == selection.get("selected"):
             fresh_summary = summarize_contests(fresh, settings)
@@ -434,7 +537,7 @@ def build_results(inputs: ResultsInputs) -> dict[str, Any]:
             "selection": selection, "claims": claims, "complete": not not_run, "not_run": not_run}
 
 
-__all__ = ["KINDS", "RESULTS_SCHEMA_VERSION", "ConditionInput", "DeclaredStrength", "ResultsInputs",
-           "best_of_k_optimism", "build_results", "check_fresh_pool", "checkpoint_inputs", "generalisation_claim",
+__all__ = ["KINDS", "RESULTS_SCHEMA_VERSION", "ConditionInput", "DeclaredStrength", "FreshPool", "ResultsInputs",
+           "ResultsFiles", "best_of_k_optimism", "build_results", "check_fresh_pool", "condition_inputs", "generalisation_claim",
            "missing_rows", "opponent_strengths",
-           "promotion"]
+           "promotion", "results_stage"]

@@ -11,6 +11,13 @@ re-derives the design from the outputs it came from, and binds every judged orde
   the split's held-out answer table (answer id -> vignette, source, text) and the judge
   params (opponents, answers per generation). The same call here gives every contest that
   was planned, with its true labels and both answers' lengths.
+* **The sampling plan.** Where generations were sampled (the policy, model and checkpoint
+  conditions, fresh pools, off-distribution sets), ``eval.plan.plan_samples`` re-derives
+  every sequence the generate stage drew from the vignettes and the generate params (K evals,
+  samples per vignette, best-of-N, the base seed or a fresh pool's own). The generations
+  file must hold exactly those ids, each with its planned vignette, eval, pool and seed, and
+  one selected winner per best-of-N pool: a lost generation cannot be deleted from both files,
+  nor a copy added under a new id, because the count per vignette is a params fact.
 * **Binding.** A judged order whose contest is not planned, or whose labels differ from the
   plan's (vignette, eval_k, pool, seed, opponent source, opponent answer, either length), is
   refused with its rows named. Every vignette of the split's vignette list must be planned.
@@ -31,6 +38,7 @@ import math
 import unicodedata
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 import pandas as pd
@@ -38,6 +46,8 @@ import regex
 
 from reappreg import verdicts
 from reappreg.errors import InputError
+from reappreg.eval.plan import plan_samples, select_vignettes
+from reappreg.settings.generate import GenerateSettings
 
 # Probabilities are written as floats after renormalisation; a verdict whose probability is
 # this close to the top one is still the argmax (float noise, never a real preference).
@@ -110,6 +120,58 @@ def derive_plan(generations: Sequence[Mapping[str, Any]], answers: Sequence[Mapp
         "policy_chars": len(c.policy_answer), "opponent_chars": len(c.opponent_answer),
     } for c in contests])
     return Plan(contests=table, vignettes=tuple(sorted(planned_vignettes)), labels=labels)
+
+
+SAMPLED_FIELDS = ("vignette_id", "eval_k", "selection", "pool_id", "sample_index", "candidate_index",
+                  "sampling_seed")
+
+
+def check_sampling_plan(generations: Sequence[Mapping[str, Any]], vignettes: Sequence[Mapping[str, Any]],
+                        generate: GenerateSettings, source: str = "generations", id_prefix: str = "") -> list[str]:
+    """Refuse generations that are not exactly the sampling plan of ``generate`` over ``vignettes``.
+
+    Returns the vignette ids the plan covers (``generate.vignettes`` may select some).
+    """
+    rows = select_vignettes(vignettes, generate.vignettes, source=source)
+    planned = {s.generation_id: s for s in plan_samples([v["vignette_id"] for v in rows], generate, id_prefix)}
+    seen: dict[str, int] = {}
+    for g in generations:
+        gid = str(g.get("generation_id"))
+        seen[gid] = seen.get(gid, 0) + 1
+    problems = [f"{gid!r} appears {n} times" for gid, n in seen.items() if n > 1]
+    missing = sorted(set(planned) - set(seen))
+    if missing:
+        problems.append(f"{len(missing)} planned generation(s) are absent ({_examples(missing)})")
+    extra = sorted(set(seen) - set(planned))
+    if extra:
+        problems.append(f"{len(extra)} generation(s) the plan does not have ({_examples(extra)})")
+    winners: dict[str, int] = {}
+    for g in generations:
+        sample = planned.get(str(g.get("generation_id")))
+        if sample is None:
+            continue
+        expected = {"vignette_id": sample.vignette_id, "eval_k": sample.eval_k, "selection": sample.selection,
+                    "pool_id": sample.pool_id, "sample_index": sample.sample_index,
+                    "candidate_index": sample.candidate_index, "sampling_seed": sample.seed}
+        for field in SAMPLED_FIELDS:
+            if str(g.get(field)) != str(expected[field]):
+                problems.append(f"{sample.generation_id} {field}: {g.get(field)!r} (planned {expected[field]!r})")
+        if sample.selection == "none" and g.get("selected") is not True:
+            problems.append(f"{sample.generation_id}: a plain sample is always evaluated, but selected is "
+                            f"{g.get('selected')!r}")
+        if g.get("selected") is True:
+            winners[sample.pool_id] = winners.get(sample.pool_id, 0) + 1
+    pools = {planned[gid].pool_id for gid in seen if gid in planned}   # absent ones are named above
+    wrong = sorted(p for p in pools if winners.get(p, 0) != 1)
+    if wrong:
+        problems.append(f"{len(wrong)} pool(s) without exactly one selected generation "
+                        f"({_examples([f'{p} ({winners.get(p, 0)})' for p in wrong])})")
+    if problems:
+        raise InputError(f"{source}: not the sampling plan of the generate params (generate.evals "
+                         f"{generate.evals} x samples_per_vignette {generate.samples_per_vignette} x best_of_n "
+                         f"{generate.best_of_n} over {len(rows)} vignette(s), seed {generate.seed}: {len(planned)} "
+                         f"sequences): {_examples(problems)}")
+    return [v["vignette_id"] for v in rows]
 
 
 def _verdict_problem(row: Mapping[str, Any], labels: tuple[str, ...]) -> str | None:
@@ -217,10 +279,41 @@ def bind(frame: pd.DataFrame, plan: Plan, source: str = "judgments") -> tuple[pd
     return bound, summary
 
 
-def load_bound_judgments(judgments: str, generations: str, answers: str, vignettes: str, judge) -> tuple[pd.DataFrame, dict]:
+@dataclass(frozen=True)
+class DesignSources:
+    """The upstream files a condition's judgments are bound to, and how they were made.
+
+    ``opponents``: the answer sources it was judged against (None: ``judge.opponents``; an
+    off-distribution set names its own). ``generate``: the generate settings its answers
+    were sampled under, with a fresh pool's own seed (None: answers that were not sampled,
+    a reference condition's file).
+    """
+
+    generations: Path
+    answers: Path
+    vignettes: Path
+    opponents: tuple[str, ...] | None = None
+    generate: GenerateSettings | None = None
+    id_prefix: str = ""   # a fresh pool's generation ids start with eval.plan.fresh_pool_prefix(seed)
+
+
+def bind_files(judgments: str | Path, sources: DesignSources, judge, *, source: str | None = None
+               ) -> tuple[pd.DataFrame, dict]:
+    """``load_bound_judgments`` over a condition's ``DesignSources``."""
+    return load_bound_judgments(judgments, sources.generations, sources.answers, sources.vignettes, judge,
+                                generate=sources.generate, opponents=sources.opponents, source=source,
+                                id_prefix=sources.id_prefix)
+
+
+def load_bound_judgments(judgments: str, generations: str, answers: str, vignettes: str, judge, *,
+                         generate: GenerateSettings | None = None, opponents: Sequence[str] | None = None,
+                         source: str | None = None, id_prefix: str = "") -> tuple[pd.DataFrame, dict]:
     """Read the judgments and bind them to the design derived from the upstream files.
 
-    ``judge`` is the validated ``JudgeSettings`` (opponents, answers per generation, ties).
+    ``judge`` is the validated ``JudgeSettings`` (opponents, answers per generation, ties);
+    ``opponents`` overrides its opponents (an off-distribution set's own). ``generate`` is
+    the generate settings the generations were sampled under (with a fresh pool's seed);
+    None only for answers that were not sampled (a reference condition's file).
     Returns the bound frame and what was checked (``design`` of the claims file).
     """
     from reappreg.io import read_jsonl
@@ -228,18 +321,28 @@ def load_bound_judgments(judgments: str, generations: str, answers: str, vignett
     from reappreg.stats.inputs import validate_judgments
 
     labels = verdict_labels(judge.allow_tie)
+    source = source or str(judgments)
     records = read_jsonl(judgments)
     if not records:
-        raise InputError(f"{judgments}: no judgments (empty file)")
-    frame = validate_judgments(records, str(judgments))
-    methods = check_verdicts(records, labels, str(judgments))
-    vignette_ids = [str(v["vignette_id"]) for v in read_jsonl(vignettes)]
-    plan = derive_plan(read_jsonl(generations), read_jsonl(answers), vignette_ids, opponents=judge.opponents,
+        raise InputError(f"{source}: no judgments (empty file)")
+    frame = validate_judgments(records, source)
+    methods = check_verdicts(records, labels, source)
+    vignette_rows = read_jsonl(vignettes)
+    generation_rows = read_jsonl(generations)
+    vignette_ids = [str(v["vignette_id"]) for v in vignette_rows]
+    if generate is not None:
+        vignette_ids = check_sampling_plan(generation_rows, vignette_rows, generate, source=str(generations),
+                                           id_prefix=id_prefix)
+    opponents = list(judge.opponents if opponents is None else opponents)
+    plan = derive_plan(generation_rows, read_jsonl(answers), vignette_ids, opponents=opponents,
                        answers_per_generation=judge.answers_per_generation, labels=labels,
                        source=f"{generations} + {answers}")
-    bound, summary = bind(frame, plan, str(judgments))
-    return bound, {**summary, "verdict_methods": methods, "opponents": list(judge.opponents),
-                   "answers_per_generation": judge.answers_per_generation}
+    bound, summary = bind(frame, plan, source)
+    sampling = ({"evals": generate.evals, "samples_per_vignette": generate.samples_per_vignette,
+                 "best_of_n": generate.best_of_n, "seed": generate.seed} if generate is not None else None)
+    return bound, {**summary, "verdict_methods": methods, "opponents": opponents,
+                   "answers_per_generation": judge.answers_per_generation, "sampling_plan": sampling}
 
 
-__all__ = ["ARGMAX_TOLERANCE", "Plan", "bind", "canonical_id", "check_distinct_ids", "check_verdicts", "derive_plan", "load_bound_judgments"]
+__all__ = ["ARGMAX_TOLERANCE", "DesignSources", "Plan", "bind", "bind_files", "canonical_id", "check_distinct_ids", "check_sampling_plan", "check_verdicts",
+           "derive_plan", "load_bound_judgments"]
