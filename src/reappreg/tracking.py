@@ -75,6 +75,10 @@ def input_tags(inputs: Mapping[str, str | os.PathLike]) -> dict[str, str]:
     return {f"input.{name}.md5": dvc_md5(path) for name, path in inputs.items()}
 
 
+def output_tags(outputs: Mapping[str, str | os.PathLike]) -> dict[str, str]:
+    return {f"output.{name}.md5": dvc_md5(path) for name, path in outputs.items()}
+
+
 @contextlib.contextmanager
 def stage_run(
     stage: str,
@@ -83,10 +87,13 @@ def stage_run(
     params: Mapping[str, Any] | None = None,
     inputs: Mapping[str, str | os.PathLike] | None = None,
     tags: Mapping[str, str] | None = None,
+    outputs: Mapping[str, str | os.PathLike] | None = None,
 ) -> Iterator[Any]:
     """Start an MLflow run for one stage with params and lineage tags; yields the run.
 
-    ``tracking`` is a TrackingSettings (uri, experiment, artifact_root).
+    ``tracking`` is a TrackingSettings (uri, experiment, artifact_root). ``outputs``: files the
+    stage writes; when the block finishes, their md5s become ``output.<name>.md5`` tags, so a
+    file can later be matched to the finished run that wrote it (``registry.lineage``).
     A failing stage ends its run as FAILED (mlflow does this when the block raises).
     """
     import mlflow
@@ -100,3 +107,5 @@ def stage_run(
             for i in range(0, len(items), 100):  # mlflow caps a batch at 100 params
                 mlflow.log_params(dict(items[i : i + 100]))
         yield run
+        if outputs:
+            mlflow.set_tags(output_tags(outputs))

@@ -44,7 +44,7 @@ def run(
         inputs["rm_ensemble"] = rm_ensemble
     logged = {**g.model_dump(), "thinking": p.policy.reward.thinking,
               "missing_close_tag": p.policy.reward.missing_close_tag}
-    with stage_run("generate", tracking=p.tracking, params=logged, inputs=inputs,
+    with stage_run("generate", tracking=p.tracking, params=logged, inputs=inputs, outputs={"generations": out},
                    tags={"generate.backend": g.backend}):
         rows_in = select_vignettes(read_jsonl(vignettes), g.vignettes, source=str(vignettes))
         scorer = None

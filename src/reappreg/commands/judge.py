@@ -60,7 +60,8 @@ def run(
         inputs["calibration"] = calibration
         trusted = bool(read_json(calibration)["trusted"])
         tags["judge.trusted"] = str(trusted).lower()
-    with stage_run("judge", tracking=p.tracking, params=_logged_params(j, judge_model), inputs=inputs, tags=tags):
+    with stage_run("judge", tracking=p.tracking, params=_logged_params(j, judge_model), inputs=inputs, tags=tags,
+                   outputs={"judgments": out}):
         contests = build_contests(read_jsonl(generations), read_jsonl(answers), opponent or j.opponents,
                                   j.answers_per_generation, generations_name=str(generations),
                                   answers_name=str(answers))

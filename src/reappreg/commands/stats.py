@@ -48,7 +48,8 @@ def run(
     console = Console()
     inputs = {"judgments": judgments, "calibration": calibration, "models": models, "generations": generations,
               "answers": answers, "vignettes": vignettes}
-    with stage_run("stats", tracking=p.tracking, params=p.stats.model_dump(), inputs=inputs) as stage:
+    with stage_run("stats", tracking=p.tracking, params=p.stats.model_dump(), inputs=inputs,
+                   outputs={"claims": claims, "metrics": metrics}) as stage:
         frame, design = load_bound_judgments(judgments, generations, answers, vignettes, p.judge, generate=p.generate)
         calib = load_calibration(calibration)
         with console.status(f"stats: intervals for {len(frame)} judged orders"):

@@ -14,6 +14,14 @@ anything is registered, :func:`check_claims_lineage` derives what those files mu
 
 A claims file edited by hand, drawn from other judgments, or from a stats run DVC never
 recorded is refused, naming each difference.
+
+``dvc.lock`` is a text file: judgments edited together with a lock rewritten to agree pass
+the checks above. :func:`check_tracked_lineage` asks a second, independent record: the
+tracking store, where every stage run tags the md5 of what it wrote when it finished
+(``tracking.stage_run(outputs=...)``). The claims must be the output of a finished ``stats``
+run that read exactly the claimed inputs, and the judgments and generations it read the
+outputs of finished ``judge`` and ``generate`` runs. Forging that needs write access to the
+tracking store as well as the repository.
 """
 
 from __future__ import annotations
@@ -88,3 +96,49 @@ def check_claims_lineage(claims_path: Path, claims: Sequence[Mapping[str, Any]],
         raise GateFailed(f"claims not as the pipeline drew them ({lock_path}): " + "; ".join(shown))
     return (f"{len(claims)} claims: {key} is the '{stage}' stage's output and every claim read "
             f"{', '.join(sorted(read))} at the md5s {lock_path} records")
+
+
+def _finished_runs(client: Any, experiment_id: str, stage: str, output: str, md5: str) -> list[Any]:
+    query = (f"tags.stage = '{stage}' and tags.`output.{output}.md5` = '{md5}' "
+             "and attributes.status = 'FINISHED'")
+    found, token = [], None
+    while True:
+        page = client.search_runs([experiment_id], filter_string=query, max_results=1000, page_token=token)
+        found += list(page)
+        token = page.token
+        if not token:
+            return found
+
+
+def check_tracked_lineage(client: Any, experiment: str, claims: Sequence[Mapping[str, Any]], *,
+                          claims_md5: str, where: str = "the tracking store") -> str:
+    """Raise GateFailed unless finished runs in the tracking store wrote these claims (from
+    exactly their recorded inputs) and the judgments and generations they read.
+
+    ``client`` is an ``mlflow.MlflowClient`` on the stages' tracking store, ``experiment`` its
+    experiment name. Returns a one-line account of what was checked."""
+    exp = client.get_experiment_by_name(experiment)
+    if exp is None:
+        raise GateFailed(f"{where}: no experiment {experiment!r}, so no stage run wrote these claims; register from "
+                         "the clone (or tracking server) where `dvc repro` ran the stats stage")
+    problems: list[str] = []
+    stats_runs = _finished_runs(client, exp.experiment_id, "stats", "claims", claims_md5)
+    inputs = [c.get("inputs") for c in claims if isinstance(c.get("inputs"), Mapping)]
+    claimed = inputs[0] if inputs else {}
+    if not stats_runs:
+        problems.append(f"no finished 'stats' run wrote claims with md5 {claims_md5}")
+    elif not any(all(r.data.tags.get(f"input.{role}.md5") == md5 for role, md5 in claimed.items()) for r in stats_runs):
+        problems.append(f"the 'stats' run(s) that wrote claims md5 {claims_md5} ({', '.join(r.info.run_id for r in stats_runs[:3])}) "
+                        "read other inputs than the claims record")
+    for stage, role in (("judge", "judgments"), ("generate", "generations")):
+        md5 = claimed.get(role)
+        if md5 is None:
+            problems.append(f"the claims record no {role} md5")
+        elif not _finished_runs(client, exp.experiment_id, stage, role, md5):
+            problems.append(f"no finished '{stage}' run wrote {role} with md5 {md5}")
+    if problems:
+        raise GateFailed(f"claims not drawn by runs recorded in {where} (experiment {experiment!r}): "
+                         + "; ".join(problems) + ". dvc.lock and the files agree, but no tracked run of the pipeline "
+                         "made them: a lock rewritten to match edited files, or outputs copied in from elsewhere")
+    return (f"claims md5 {claims_md5} written by finished stats run {stats_runs[0].info.run_id} from the judgments and "
+            f"generations finished judge and generate runs wrote ({where})")
