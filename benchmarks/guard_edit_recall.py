@@ -116,7 +116,8 @@ def main(argv: list[str] | None = None) -> int:
     print(f"scanned {len(units)} planted texts ({chars:,} characters) in {seconds:.1f}s", flush=True)
 
     # ------------------------------------------------------------------ recall table
-    print(f"\nrecall at edits.threshold = {default_t} (edits detector / whole guard), {args.per_cell} copies per cell")
+    print(f"\nrecall at edits.threshold = {default_t}: edits detector / the other detectors (the guard without it) / "
+          f"whole guard; {args.per_cell} copies per cell")
     header = f"{'kind':<20}{'rate':>6}" + "".join(f"{p:>22}" for p in PLACEMENTS)
     print(header)
     print("-" * len(header))
@@ -129,8 +130,9 @@ def main(argv: list[str] | None = None) -> int:
             for placement in PLACEMENTS:
                 values = cells[(kind, rate, placement)]
                 ed = sum(s >= default_t for s, _ in values) / len(values)
+                others = sum(o for _, o in values) / len(values)
                 whole = sum(s >= default_t or o for s, o in values) / len(values)
-                row += f"{ed:>13.2f} / {whole:.2f}"
+                row += f"{ed:>8.2f} / {others:.2f} / {whole:.2f}"
             print(row)
     print(f"\nedits-detector recall by threshold (all placements; rate 10% / 20% / 33%)")
     print(f"{'threshold':<12}" + "".join(f"{k:>26}" for k in EDIT_KINDS))
