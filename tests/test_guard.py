@@ -95,13 +95,68 @@ def brute_force_pairs(heldout: list[str], texts: list[str], config: GuardConfig)
             run_letters = min(best + n - 1, len(a_view)) if best else 0
             if contained >= config.chars_containment or (config.chars_min_run and run_letters >= config.chars_min_run):
                 out[(i, a, "chars")] = contained
+    if config.edits_enabled:
+        out.update(brute_force_edits(heldout, texts, config))
+    return out
+
+
+def brute_force_edits(heldout: list[str], texts: list[str], config: GuardConfig) -> dict[tuple[int, int, str], float]:
+    """The ``edits`` detector by its definition, on strings: content words (skeletons, function
+    words dropped); two match when their Snowball stems are equal or {word} and its one-letter
+    deletions (words of 4+ letters) meet; the best LCS by dynamic programming over stretches
+    of span x L content words starting at multiples of L, over L."""
+    import math
+
+    from snowballstemmer.english_stemmer import EnglishStemmer
+
+    from reappreg.guard.edits import MIN_TYPO_LETTERS, STOP_WORDS
+    from reappreg.guard.normalise import skeleton
+
+    stemmer, stop = EnglishStemmer(), {skeleton(w) for w in STOP_WORDS} | STOP_WORDS
+
+    def content(text):
+        out = []
+        for tok in tokens(text):
+            skel = skeleton(tok)
+            if tok in stop or skel in stop:
+                continue
+            near = {skel} | ({skel[:i] + skel[i + 1 :] for i in range(len(skel))} if len(skel) >= MIN_TYPO_LETTERS else set())
+            out.append((stemmer.stemWord(skel), near))
+        return out
+
+    def lcs(xs, ys, match):
+        row = [0] * (len(ys) + 1)
+        for x in xs:
+            prev, new = 0, [0]
+            for j, y in enumerate(ys):
+                new.append(max(row[j + 1], new[j], row[j] + match(x, y)))
+            row = new
+        return row[-1]
+
+    def match(x, y):
+        return x[0] == y[0] or bool(x[1] & y[1])
+
+    out = {}
+    answers = [content(a) for a in heldout]
+    for i, text in enumerate(texts):
+        words = content(text)
+        for a, answer in enumerate(answers):
+            length = len(answer)
+            if length < config.edits_min_answer_words:
+                continue
+            if sum(any(match(w, y) for w in words) for y in answer) < config.edits_threshold * length:
+                continue  # the in-order match is never more than the answer words matched at all
+            width = math.ceil(config.edits_span * length)
+            best = max(lcs(words[k : k + width], answer, match) for k in range(0, max(len(words), 1), length))
+            if best / length >= config.edits_threshold:
+                out[(i, a, "edits")] = best / length
     return out
 
 
 def assert_matches_brute_force(found: dict[tuple[int, int, str], float], truth: dict[tuple[int, int, str], float]):
     """n-gram hits are exact; MinHash hits are true pairs with exact scores, and LSH may miss only
     pairs near the threshold (a pair with J >= 0.45 is missed with probability < 0.001)."""
-    for exact in ("ngram", "chars"):
+    for exact in ("ngram", "chars", "edits"):
         assert {k for k in found if k[2] == exact} == {k for k in truth if k[2] == exact}, exact
     assert set(found) <= set(truth)
     for key, score in found.items():

@@ -15,6 +15,7 @@ Modules
 * ``detect``: the detectors ``ngram``, ``minhash`` and ``chars`` and the scan behind
   ``check_units`` (worker processes, tokenizer views, groups);
 * ``fragments``: the ``fragments`` detector (an answer spread over a group's records);
+* ``edits``: the ``edits`` detector (a copy with many words edited: content words in order);
 * ``spans``: the shared passages a hit reports;
 * ``views``: tokenizer views (``decode(encode(text))``), tokenizers named by file hash;
 * ``semantic``: the report-only MiniLM similarity list;

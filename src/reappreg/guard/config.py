@@ -11,6 +11,7 @@ from dataclasses import asdict, dataclass
 from typing import Any
 
 from reappreg.errors import InputError
+from reappreg.guard.edits import EDITS_VERSION
 from reappreg.guard.normalise import NORMALISATION
 
 MINHASH_SCHEME = "affine32"  # datasketch >= 2.0 permutation scheme used for every signature
@@ -18,8 +19,8 @@ MINHASH_SCHEME = "affine32"  # datasketch >= 2.0 permutation scheme used for eve
 
 @dataclass(frozen=True)
 class GuardConfig:
-    """Detector parameters (the ``guard.ngram``, ``guard.minhash``, ``guard.chars`` and
-    ``guard.fragments`` params)."""
+    """Detector parameters (the ``guard.ngram``, ``guard.minhash``, ``guard.chars``,
+    ``guard.fragments`` and ``guard.edits`` params)."""
 
     ngram_n: int
     ngram_containment: float
@@ -41,12 +42,17 @@ class GuardConfig:
     fragments_group_fields: tuple[str, ...]
     fragments_whole_file: bool
     fragments_stock_answers: int
+    edits_enabled: bool
+    edits_threshold: float
+    edits_min_answer_words: int
+    edits_span: float
 
     @classmethod
     def from_dict(cls, detectors: dict[str, Any]) -> "GuardConfig":
         """From the nested form used in params.yaml and the certificate."""
         try:
             ng, mh, ch, fr = detectors["ngram"], detectors["minhash"], detectors["chars"], detectors["fragments"]
+            ed = detectors["edits"]
             config = cls(
                 ngram_n=int(ng["n"]),
                 ngram_containment=float(ng["containment"]),
@@ -68,9 +74,16 @@ class GuardConfig:
                 fragments_group_fields=tuple(str(f) for f in fr["group_fields"]),
                 fragments_whole_file=bool(fr["whole_file"]),
                 fragments_stock_answers=int(fr["stock_answers"]),
+                edits_enabled=bool(ed["enabled"]),
+                edits_threshold=float(ed["threshold"]),
+                edits_min_answer_words=int(ed["min_answer_words"]),
+                edits_span=float(ed["span"]),
             )
         except (KeyError, TypeError, ValueError) as exc:
             raise InputError(f"guard detector settings incomplete or malformed: missing or bad {exc!r}") from exc
+        if ed.get("version", EDITS_VERSION) != EDITS_VERSION:  # settings from params carry none
+            raise InputError(f"guard edits detector version '{ed.get('version')}' is not this version's "
+                             f"'{EDITS_VERSION}' (its keys would not match)")
         return config.resolved()
 
     def resolved(self) -> "GuardConfig":
@@ -98,7 +111,11 @@ class GuardConfig:
             problems.append(f"fragments.coverage must be in (0, 1] (got {self.fragments_coverage})")
         if self.fragments_stock_answers < 2:
             problems.append(f"fragments.stock_answers must be >= 2 (got {self.fragments_stock_answers})")
-        for name, span in (("ngram", self.ngram_span), ("chars", self.chars_span)):
+        if not 0 < self.edits_threshold <= 1:
+            problems.append(f"edits.threshold must be in (0, 1] (got {self.edits_threshold})")
+        if self.edits_min_answer_words < 2:
+            problems.append(f"edits.min_answer_words must be >= 2 (got {self.edits_min_answer_words})")
+        for name, span in (("ngram", self.ngram_span), ("chars", self.chars_span), ("edits", self.edits_span)):
             if span < 2:
                 problems.append(f"{name}.span must be >= 2 answer lengths (got {span})")
         if self.fragments_min_piece < self.chars_n:
@@ -145,6 +162,8 @@ class GuardConfig:
                 "whole_file": self.fragments_whole_file,
                 "stock_answers": self.fragments_stock_answers,
             },
+            "edits": {"enabled": self.edits_enabled, "threshold": self.edits_threshold,
+                      "min_answer_words": self.edits_min_answer_words, "span": self.edits_span, "version": EDITS_VERSION},
         }
 
 

@@ -27,6 +27,11 @@ letters.
   ``fragments.stock_answers`` held-out answers (an opener or closer many answers share,
   decided from the held-out side alone) are removed before pieces are measured. Exact.
 
+* ``edits``: a copy with an edit in many of its words (typos, inserted words, function words
+  swapped, tenses shifted): the answer's content words (stems, one-edit typo neighbourhoods)
+  matched in order (LCS) inside a stretch of ``edits.span`` x the answer's content words;
+  a hit when the match covers ``edits.threshold`` of them (``edits`` module). Exact.
+
 Locality: ``ngram`` and ``chars`` containment is counted inside a stretch of the text
 ``span`` times the answer's length (words or letters), the best such stretch, so phrases an
 answer shares with a long unrelated document never add up across its whole length.
@@ -51,6 +56,7 @@ import numpy as np
 
 from reappreg.errors import InputError
 from reappreg.guard.decode import DECODE_VIEWS
+from reappreg.guard.edits import edit_hits
 from reappreg.guard.fragments import Group, _letters_per_text, fragment_hits
 from reappreg.guard.hashing import _NGRAM, _SHINGLE, FastHasher
 from reappreg.guard.index import TEXT_VIEW, AnswerMeta, GramTable, HeldoutIndex, TextView
@@ -61,7 +67,7 @@ from reappreg.guard.text import TextUnit
 
 __all__ = ["DETECTORS", "TEXT_VIEW", "AnswerMeta", "Group", "HeldoutIndex", "Hit", "check_units", "scan_texts"]
 
-DETECTORS = ("ngram", "minhash", "chars", "fragments")
+DETECTORS = ("ngram", "minhash", "chars", "fragments", "edits")
 
 
 # ----------------------------------------------------------------------------- hits
@@ -77,12 +83,12 @@ class Hit:
     answer_id: str
     answer_source: str | None
     detector: str          # one of DETECTORS
-    score: float           # exact containment / Jaccard / group coverage
+    score: float           # exact containment / Jaccard / group coverage / in-order matched fraction
     threshold: float
-    reason: str            # "containment" | "min_run" | "jaccard" | "coverage"
-    shared_count: int      # distinct shared grams
+    reason: str            # "containment" | "min_run" | "jaccard" | "coverage" | "lcs"
+    shared_count: int      # distinct shared grams (edits: answer content words matched in order)
     longest_run: int       # longest shared run (words for ngram, letters for chars; 0 otherwise)
-    answer_grams: int      # the answer's gram count for this detector
+    answer_grams: int      # the answer's gram count for this detector (edits: its content words)
     view: str = TEXT_VIEW  # "text" or the tokenizer view in which it was found
     members: list[str] = field(default_factory=list)  # fragments: the records that together hold it
     shared: list[str] = field(default_factory=list)   # shared passages, normalised words, in text order
@@ -322,6 +328,12 @@ def _scan(index: HeldoutIndex, texts: Sequence[str], max_shared: int = 0) -> Sca
                               min_run=config.chars_min_run, detector="chars", span=config.chars_span,
                               letter_coverage=True, looked_up=looked_up)
     spans = shared_spans_many(index, texts, [(i, a, detector) for i, a, detector, *_ in hits], max_shared) if max_shared else []
+    if config.edits_enabled:
+        word_lists = [ascii_words(b[0]) if isinstance(b[0], str) else b[0] for b in both]
+        found, found_spans = edit_hits(index, word_lists, max_shared)
+        hits += found
+        if max_shared:
+            spans += found_spans
     return ScanResult(hits, _pieces(index.letters, lg, lg_off, config.chars_n, config.fragments_min_piece, looked_up), spans)
 
 
@@ -445,8 +457,9 @@ def check_units(
     result = scan_batches(index, texts, workers=workers, chunk_size=chunk_size, progress=progress, max_shared=max_shared)
     config = index.config
     thresholds = {"ngram": config.ngram_containment, "minhash": config.jaccard, "chars": config.chars_containment,
-                  "fragments": config.fragments_coverage}
-    sizes = {"ngram": index.ngram_sets, "minhash": index.shingle_sets, "chars": index.letter_sets, "fragments": index.letter_sets}
+                  "fragments": config.fragments_coverage, "edits": config.edits_threshold}
+    sizes = {"ngram": index.ngram_sets, "minhash": index.shingle_sets, "chars": index.letter_sets, "fragments": index.letter_sets,
+             "edits": [range(n) for n, _ in index.edit_keys]}
     best: dict[tuple, Hit] = {}
 
     def offer(key: tuple, hit: Hit) -> None:

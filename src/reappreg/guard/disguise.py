@@ -20,6 +20,13 @@ together carry ``answer``. ``filler(n_words)`` supplies innocent text to hide it
   at once);
 * edited: ``reordered_clauses``, ``synonyms_15`` (about 15% of the words replaced).
 
+Per-word edits at a given rate (``edit(kind, rng, text, rate)``, ``EDIT_KINDS``; the edits
+detector's benchmark ``benchmarks/guard_edit_recall.py`` and tests): ``typo`` (one letter
+changed, dropped, doubled or swapped with its neighbour), ``inserted_word`` (a random word
+inserted after the word), ``function_word_swap`` (a function word replaced by another),
+``tense_shift`` (tense or number shifted by rule: is/was, have/had, -ed/-s/-ing, plural -s),
+each applied to ``round(rate x words)`` words chosen at random among those it applies to.
+
 Multi-record plants (``grouped``) are caught only when their records form a group (one
 author, one conversation or one file), as they do in a training source.
 """
@@ -299,6 +306,110 @@ GROUPED = frozenset({"pieces_across_records", "halves_on_rows"})
 
 
 CUT = frozenset({"pieces_in_record", "pieces_across_records", "halves_on_rows"})
+
+
+# ----------------------------------------------------------------------------- per-word edits
+
+# Closed-class words a copy can swap for one another (all of them are function words of the
+# edits detector, ``edits.STOP_WORDS``; tested).
+FUNCTION_WORDS = ["the", "a", "an", "this", "that", "these", "those", "some", "any", "each", "every", "my", "your",
+                  "his", "her", "its", "our", "their", "of", "in", "on", "at", "by", "for", "with", "about", "into",
+                  "from", "to", "over", "under", "and", "but", "or", "so", "because", "although", "while", "if",
+                  "then", "than", "as", "it", "they", "we", "you", "he", "she", "i", "me", "him", "them", "us",
+                  "is", "are", "was", "were", "be", "been", "can", "could", "will", "would", "may", "might",
+                  "should", "must", "do", "does", "did", "have", "has", "had", "not", "very", "just", "also"]
+_FUNCTION_SET = frozenset(FUNCTION_WORDS)
+INSERT_WORDS = OTHER_WORDS + ["really", "actually", "honestly", "basically", "maybe", "totally", "window", "river",
+                              "seven", "purple", "yesterday", "coffee", "engine", "planet", "garden", "silver"]
+_IRREGULAR = {"is": "was", "was": "is", "are": "were", "were": "are", "has": "had", "have": "had", "had": "has",
+              "do": "did", "does": "did", "did": "does", "can": "could", "could": "can", "will": "would",
+              "would": "will", "feel": "felt", "felt": "feels", "make": "made", "made": "makes", "take": "took",
+              "took": "takes", "give": "gave", "gave": "gives", "think": "thought", "thought": "thinks",
+              "say": "said", "said": "says", "go": "went", "went": "goes", "get": "got", "got": "gets",
+              "come": "came", "came": "comes", "know": "knew", "knew": "knows", "find": "found", "found": "finds",
+              "tell": "told", "told": "tells", "leave": "left", "left": "leaves", "see": "saw", "saw": "sees"}
+_WORD = re.compile(r"^(\W*)(.*?)(\W*)$", re.S)
+EDIT_KINDS = ("typo", "inserted_word", "function_word_swap", "tense_shift")
+EDIT_RATES = (0.10, 0.20, 0.33)
+
+
+def _case_like(template: str, word: str) -> str:
+    return word.capitalize() if template[:1].isupper() else word
+
+
+def _typo(rng: random.Random, core: str) -> str:
+    letters = [i for i, ch in enumerate(core) if ch.isalpha()]
+    if len(letters) < 2:
+        return core
+    i = rng.choice(letters)
+    op = rng.choice(["change", "drop", "double", "swap"])
+    if op == "change":
+        new = rng.choice([c for c in "abcdefghijklmnopqrstuvwxyz" if c != core[i].lower()])
+        return core[:i] + new + core[i + 1 :]
+    if op == "drop":
+        return core[:i] + core[i + 1 :]
+    if op == "double":
+        return core[:i] + core[i] + core[i:]
+    j = i + 1 if i + 1 < len(core) and core[i + 1].isalpha() else i - 1
+    a, b = min(i, j), max(i, j)
+    if core[a] == core[b]:
+        return core[:a] + core[a + 1 :]  # swapping equal letters changes nothing: drop one
+    return core[:a] + core[b] + core[a] + core[b + 1 :]
+
+
+def _shift(core: str) -> str | None:
+    """The word with its tense or number shifted by rule, or None where no rule applies."""
+    low = core.lower()
+    if low in _IRREGULAR:
+        return _case_like(core, _IRREGULAR[low])
+    if not low.isalpha() or len(low) < 4 or low in _FUNCTION_SET:
+        return None
+    if low.endswith("ied"):
+        return core[:-3] + "ies"
+    if low.endswith("ed"):
+        return core[:-2] + ("ing" if len(low) > 5 else "s")
+    if low.endswith("ing") and len(low) > 5:
+        return core[:-3] + "ed"
+    if low.endswith("ies"):
+        return core[:-3] + "ied"
+    if low.endswith("s") and not low.endswith("ss"):
+        return core[:-1]
+    if low.endswith("y"):
+        return core[:-1] + "ies"
+    return core + ("es" if low.endswith(("sh", "ch", "x")) else "s")
+
+
+def edit(kind: str, rng: random.Random, text: str, rate: float) -> str:
+    """``text`` with ``round(rate x words)`` of its words edited as ``kind`` (``EDIT_KINDS``),
+    the words chosen at random among those the kind applies to (all of them where fewer)."""
+    if kind not in EDIT_KINDS:
+        raise KeyError(f"unknown edit kind '{kind}' (known: {EDIT_KINDS})")
+    words = text.split()
+    parts = [_WORD.match(w).groups() for w in words]  # (leading punctuation, core, trailing)
+    if kind == "typo":
+        eligible = [i for i, (_, core, _) in enumerate(parts) if sum(ch.isalpha() for ch in core) >= 2]
+    elif kind == "inserted_word":
+        eligible = list(range(len(words)))
+    elif kind == "function_word_swap":
+        eligible = [i for i, (_, core, _) in enumerate(parts) if core.lower() in _FUNCTION_SET]
+    else:
+        eligible = [i for i, (_, core, _) in enumerate(parts) if _shift(core) is not None]
+    count = min(round(rate * len(words)), len(eligible))
+    chosen = set(rng.sample(eligible, count))
+    out = []
+    for i, (lead, core, trail) in enumerate(parts):
+        if i not in chosen:
+            out.append(words[i])
+        elif kind == "typo":
+            out.append(lead + _typo(rng, core) + trail)
+        elif kind == "inserted_word":
+            out.extend([words[i], rng.choice(INSERT_WORDS)])
+        elif kind == "function_word_swap":
+            new = rng.choice([w for w in FUNCTION_WORDS if w != core.lower()])
+            out.append(lead + _case_like(core, new) + trail)
+        else:
+            out.append(lead + (_shift(core) or core) + trail)
+    return " ".join(out)
 
 
 def disguise(kind: str, rng: random.Random, answer: str, filler: Filler) -> Plant:

@@ -2,21 +2,24 @@
 
 ``HeldoutIndex`` holds, per answer (and per tokenizer-view variant of it), the integer keys
 of its word n-grams, word shingles and letter windows (``hashing``), its MinHash signature
-and datasketch's LSH index over the signatures; ``GramTable`` turns one kind of keys into a
-sorted array and a (keys x answers) matrix for exact joins. Built from held-out texts
-(``HeldoutIndex.build``) or from a keyed sketch (``sketch.index_from_sketch``).
+and datasketch's LSH index over the signatures, and the keys of its content words with
+their (masked) positions for the ``edits`` detector (``edits.EditsTable``); ``GramTable``
+turns one kind of keys into a sorted array and a (keys x answers) matrix for exact joins.
+Built from held-out texts (``HeldoutIndex.build``) or from a keyed sketch
+(``sketch.index_from_sketch``).
 """
 
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, Protocol
 
 import numpy as np
 
 from reappreg.errors import InputError
 from reappreg.guard.config import MINHASH_SCHEME, GuardConfig
+from reappreg.guard.edits import EditsTable, answer_keys
 from reappreg.guard.hashing import _NGRAM, _SHINGLE
 from reappreg.guard.minhash import BandLookup, lsh_candidates, minhash_permutations, minhash_signatures
 from reappreg.guard.normalise import text_views
@@ -105,10 +108,14 @@ class HeldoutIndex:
     letter_sets: list[frozenset[int]]
     letter_counts: list[int]
     view_names: tuple[str, ...] = ()  # tokenizer views the answers were expanded with
+    # ``edits``: per answer (content words, k x 2 array of (key, masked position)), ``edits.answer_keys``
+    edit_keys: list[tuple[int, np.ndarray]] = field(default_factory=list)
 
     def __post_init__(self) -> None:
         if not self.answers:
             raise InputError("held-out set is empty: there is nothing to guard against")
+        if len(self.edit_keys) != len(self.answers):
+            raise InputError(f"held-out index: {len(self.edit_keys)} edits entries for {len(self.answers)} answers")
         self._derive()
 
     def _derive(self) -> None:
@@ -119,6 +126,7 @@ class HeldoutIndex:
         self.shingles = GramTable(self.shingle_sets, [len(s) for s in self.shingle_sets])
         self.stock = stock_windows(self.letters, self.answers, self.config.fragments_stock_answers)
         self.shingle_sizes = np.array([len(s) for s in self.shingle_sets], dtype=np.int64)
+        self.edits = EditsTable(self.edit_keys, self.hasher)
         self._permutations = minhash_permutations(self.config.num_perm, self.config.seed)
         self._lsh = MinHashLSH(num_perm=self.config.num_perm, params=(self.config.bands, self.config.rows))
         with self._lsh.insertion_session() as session:
@@ -134,7 +142,7 @@ class HeldoutIndex:
 
     def __getstate__(self) -> dict:
         return {k: self.__dict__[k] for k in ("config", "hasher", "answers", "ngram_sets", "shingle_sets", "signatures",
-                                              "token_counts", "letter_sets", "letter_counts", "view_names")}
+                                              "token_counts", "letter_sets", "letter_counts", "view_names", "edit_keys")}
 
     def __setstate__(self, state: dict) -> None:
         self.__dict__.update(state)
@@ -176,7 +184,7 @@ class HeldoutIndex:
         signatures = minhash_signatures(sh, sh_off, minhash_permutations(config.num_perm, config.seed))
         return cls(config, hasher, metas, sets(ng, ng_off), sets(sh, sh_off), signatures,
                    [len(t) for t in token_lists], sets(lg, lg_off), [len(v) for v in views_text],
-                   tuple(v.name for v in views))
+                   tuple(v.name for v in views), answer_keys(hasher, token_lists))
 
 
 def stock_windows(table: GramTable, answers: Sequence[AnswerMeta], min_answers: int) -> np.ndarray:

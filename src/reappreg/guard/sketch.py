@@ -16,7 +16,11 @@ Design
   its id, source, vignette id and view, the keyed hashes (``KeyedHasher``: HMAC-SHA256 under
   the sketch key, 64 bits) of its normalised word n-grams and shingles, the keyed hashes
   (BLAKE2b under the sketch key) of its letter windows, all sorted (not in text order), its
-  word and letter counts, and its MinHash signature over the keyed shingle hashes; plus the
+  word and letter counts, its MinHash signature over the keyed shingle hashes, and for the
+  ``edits`` detector its content-word count and the keyed hashes of its content words' stems
+  and one-edit typo variants, each paired with the word's position XOR-masked by a keyed
+  value (``edits``: the pairs are sorted by hash, so without the key nobody can tell which
+  hashes belong to one word, how long the words are, or their order); plus the
   normalisation version, the detector settings, the tokenizers (by file hash) and a key
   fingerprint. It contains no held-out text (tests check that no answer n-gram, word
   sequence or answer text appears in it, and the leak scan checks it again).
@@ -26,7 +30,10 @@ Design
   a PRF). A key holder can confirm guesses, and by enumerating all word pairs of a large
   vocabulary (~10^8-10^9 HMACs for 2-word shingles) could recover shingles and chain them
   into answers: the key is confidential, and ``minhash.shingle_words`` below 2 would make
-  that enumeration trivial (guessing 5-word n-grams blind is infeasible).
+  that enumeration trivial (guessing 5-word n-grams blind is infeasible). The ``edits``
+  part keys single words: a key holder enumerating a vocabulary (~10^6 HMACs) recovers each
+  answer's content words in order. Treat the key as confidential as the held-out answers
+  (give a team the key only where checking edited copies outside the pipeline is worth that).
 """
 
 from __future__ import annotations
@@ -48,7 +55,7 @@ from reappreg.guard.minhash import minhash_permutations, minhash_signatures
 from reappreg.guard.normalise import NORMALISATION
 from reappreg.io import read_json, write_text
 
-SKETCH_SCHEMA = "reappreg.guard.sketch/v2"
+SKETCH_SCHEMA = "reappreg.guard.sketch/v3"  # v3: the ``edits`` detector's keys (a v2 sketch lacks them: refused)
 SECRET_FILE = "secret.key"
 _HEX_KEY = re.compile(r"^[0-9a-f]{64}$")
 
@@ -111,6 +118,10 @@ def build_sketch(answers: list[AnswerMeta], texts: list[str], config: GuardConfi
                 "shingles": sorted(f"{k:016x}" for k in index.shingle_sets[i]),
                 "letter_grams": sorted(f"{k:016x}" for k in index.letter_sets[i]),
                 "minhash": [int(v) for v in index.signatures[i]],
+                "content_words": index.edit_keys[i][0],
+                # (key, position XOR mask) pairs, sorted by key: without the key neither which
+                # keys belong to one word nor where it stands can be told (``edits``)
+                "edit_keys": [f"{int(k):016x}{int(m):016x}" for k, m in index.edit_keys[i][1]],
             }
         )
     return {
@@ -148,6 +159,7 @@ def index_from_sketch(sketch: dict[str, Any], key: bytes, source: str = "sketch"
         )
     config = GuardConfig.from_dict(sketch["detectors"])
     answers, ngram_sets, shingle_sets, signatures, words, letter_sets, letter_counts = [], [], [], [], [], [], []
+    edit_keys: list[tuple[int, np.ndarray]] = []
     for i, entry in enumerate(sketch["answers"]):
         try:
             answers.append(AnswerMeta(str(entry["answer_id"]), entry.get("source"), entry.get("vignette_id"), str(entry["view"])))
@@ -157,6 +169,10 @@ def index_from_sketch(sketch: dict[str, Any], key: bytes, source: str = "sketch"
             signatures.append(np.array(entry["minhash"], dtype=np.uint32))
             words.append(int(entry["words"]))
             letter_counts.append(int(entry["letters"]))
+            pairs = [(int(h[:16], 16), int(h[16:], 16)) for h in entry["edit_keys"]]
+            if any(len(h) != 32 for h in entry["edit_keys"]):
+                raise ValueError("edit_keys entries are 32 hex digits")
+            edit_keys.append((int(entry["content_words"]), np.array(pairs, dtype=np.uint64).reshape(-1, 2)))
         except (KeyError, TypeError, ValueError) as exc:
             raise InputError(f"{source}: answer entry {i + 1} is malformed ({exc!r})") from exc
         if not ngram_sets[-1] or not shingle_sets[-1] or len(signatures[-1]) != config.num_perm:
@@ -172,7 +188,7 @@ def index_from_sketch(sketch: dict[str, Any], key: bytes, source: str = "sketch"
         raise InputError(f"{source}: MinHash signature of answer '{answers[bad[0]].answer_id}' does not match its shingles")
     views = tuple(t["name"] for t in sketch.get("tokenizers", []))
     return HeldoutIndex(config, KeyedHasher(key), answers, ngram_sets, shingle_sets, signatures_arr, words,
-                        letter_sets, letter_counts, views)
+                        letter_sets, letter_counts, views, edit_keys)
 
 
 def sketch_digest(sketch: dict[str, Any]) -> str:

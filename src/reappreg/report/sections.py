@@ -191,6 +191,7 @@ DETECTOR_SETTINGS = {
     "minhash": ("MinHash-LSH (datasketch)", ("threshold", "num_perm", "bands", "rows", "shingle_words"), "hits_minhash"),
     "chars": ("character n-grams", ("n", "min_run", "containment"), "hits_chars"),
     "fragments": ("fragments spread over records", ("min_piece", "coverage", "group_fields"), "hits_fragments"),
+    "edits": ("edited copies: content words in order", ("enabled", "threshold", "min_answer_words", "span"), "hits_edits"),
 }
 
 

@@ -49,6 +49,17 @@ class FragmentsSettings(Section):
     stock_answers: int = Field(3, ge=2)
 
 
+class EditsSettings(Section):
+    # A copy with an edit in many of its words (typos, inserted words, function words swapped,
+    # tenses shifted): the answer's content words (function words dropped, Snowball stems,
+    # one-edit typo neighbourhoods) matched in order (LCS) inside a stretch of span x the
+    # answer's content words; see ``reappreg.guard.edits``.
+    enabled: bool = True
+    threshold: float = Field(0.75, gt=0, le=1)    # matched fraction of the answer's content words
+    min_answer_words: int = Field(10, ge=2)       # answers with fewer content words: the exact detectors only
+    span: float = Field(3.0, ge=2)                # in-order match counted inside a stretch of span x the answer's content words
+
+
 class SemanticSettings(Section):
     # Report only (never blocks): training texts with cosine >= threshold to a held-out answer.
     enabled: bool = True
@@ -66,6 +77,7 @@ class GuardSettings(Section):
     minhash: MinHashSettings = MinHashSettings()
     chars: CharsSettings = CharsSettings()
     fragments: FragmentsSettings = FragmentsSettings()
+    edits: EditsSettings = EditsSettings()
     semantic: SemanticSettings = SemanticSettings()
     workers: int = Field(2, ge=1)                # processes for large inputs (one per core)
     chunk_size: int = Field(2000, ge=1)          # texts per work unit; inputs of one chunk run in-process
@@ -77,4 +89,5 @@ class GuardSettings(Section):
         """The nested detector settings ``reappreg.guard.GuardConfig.from_dict`` takes."""
         return {"ngram": self.ngram.model_dump(), "minhash": {**self.minhash.model_dump(), "weights": list(self.minhash.weights)},
                 "chars": self.chars.model_dump(),
-                "fragments": {**self.fragments.model_dump(), "group_fields": list(self.fragments.group_fields)}}
+                "fragments": {**self.fragments.model_dump(), "group_fields": list(self.fragments.group_fields)},
+                "edits": self.edits.model_dump()}
