@@ -134,6 +134,37 @@ def test_refused_keys_are_real_grpo_fields():
     assert len(fields) > 150  # the whole dataclass (GRPOConfig + TrainingArguments), not a subset
 
 
+# policy.train keys that set no GRPOConfig field, and why (a new key must be marked grpo(...) or listed here).
+PROJECT_ONLY = {
+    "checkpoint_steps": "which saved steps become models of their own (the export callback)",
+    "completions_logged_per_step": "the stage's own MLflow completions table",
+    "cpu_threads": "torch's thread count, set before the trainer exists",
+    "trl": "the pass-through itself",
+}
+
+
+def test_every_grpo_knob_is_declared_once_in_the_schema(tmp_path):
+    """Which project key sets which GRPOConfig field is declared once, by the grpo(...) markers of
+    PolicyTrainSettings: the refusals and the trainer's config are derived from them, and every
+    key is either marked or listed as the project's own."""
+    from reappreg.policy.train import project_grpo_fields
+    from reappreg.settings.policy import PolicyTrainSettings, grpo_markers
+
+    marked = grpo_markers(PolicyTrainSettings)
+    assert set(marked) | set(PROJECT_ONLY) == set(PolicyTrainSettings.model_fields)
+    assert not set(marked) & set(PROJECT_ONLY)
+    assert {f for fields, aliases in marked.values() for f in (*fields, *aliases)} == set(PROJECT_KEYS)
+    train = PolicyTrainSettings(learning_rate=3e-6, seed=5, precision="float32", gradient_checkpointing=True,
+                                max_steps=4, save_steps=2, checkpoint_steps=[2])
+    config = grpo_config(_spec(train, tmp_path))
+    derived = project_grpo_fields(train)
+    assert derived["data_seed"] == derived["seed"] == 5 and derived["bf16"] is False and derived["fp16"] is False
+    assert all(getattr(config, field) == value for field, value in derived.items())
+    # every refused name is one a project key sets, and the refusal names that key
+    with pytest.raises(InputError, match="set policy.train.gradient_checkpointing instead"):
+        check_trl_overrides({"gradient_checkpointing": True})
+
+
 @pytest.mark.parametrize("profile", ["full", "rehearsal"])
 def test_profile_builds_a_grpo_config_trl_accepts(profile, tmp_path, monkeypatch):
     """The vLLM path is tested by config validation only (no vLLM wheel, no GPU here): TRL's

@@ -42,7 +42,7 @@ from reappreg.policy.launch import BatchGeometry
 from reappreg.policy.checkpoints import TRAINER_STATE, checkpoint_step, export_callback_class, export_missing
 from reappreg.policy.reward import EnsembleReward
 from reappreg.policy.trl_args import check_trl_overrides
-from reappreg.settings.policy import PolicyHealthSettings, PolicyRewardSettings, PolicyTrainSettings
+from reappreg.settings.policy import PolicyHealthSettings, PolicyRewardSettings, PolicyTrainSettings, grpo_markers
 
 CHECKPOINTS = "checkpoints"
 EXPORTS = "exports"
@@ -315,6 +315,20 @@ def _mlflow_callback_class():
 # ---------------------------------------------------------------------------- training
 
 
+# The GRPOConfig fields whose value is not the project key's value as it is.
+_CONVERTED = {
+    "bf16": lambda t: t.precision == "bfloat16",
+    "fp16": lambda t: t.precision == "float16",
+}
+
+
+def project_grpo_fields(t: PolicyTrainSettings) -> dict[str, Any]:
+    """``{GRPOConfig field: value}`` of the project keys, from their ``grpo(...)`` markers in the
+    params schema (``seed`` also seeds the data order: ``data_seed``)."""
+    return {field: _CONVERTED[field](t) if field in _CONVERTED else getattr(t, key)
+            for key, (fields, _) in grpo_markers(type(t)).items() for field in fields}
+
+
 def grpo_config(spec: GrpoSpec):
     """TRL's GRPOConfig: the project's keys, the keys it owns, then ``policy.train.trl`` as is."""
     import torch
@@ -322,25 +336,9 @@ def grpo_config(spec: GrpoSpec):
 
     t = spec.train
     project = dict(
+        **project_grpo_fields(t),
         output_dir=str(spec.checkpoint_dir),
-        learning_rate=t.learning_rate,
-        beta=t.beta,
-        num_generations=t.num_generations,
-        max_steps=t.max_steps,
-        max_completion_length=t.max_completion_length,
-        temperature=t.temperature,
-        top_p=t.top_p,
-        seed=t.seed,
-        data_seed=t.seed,  # the data order is seeded, not drawn from the clock
-        bf16=t.precision == "bfloat16",
-        fp16=t.precision == "float16",
-        per_device_train_batch_size=t.per_device_train_batch_size,
-        gradient_accumulation_steps=t.gradient_accumulation_steps,
-        # transformers' current name for gradient checkpointing (the old one is a deprecated alias)
-        activation_checkpointing=t.gradient_checkpointing,
         save_strategy="steps",
-        save_steps=t.save_steps,
-        save_total_limit=t.save_total_limit,
         logging_steps=1,
         # MLflow logging is ours (one run per stage, owned by the stage); no auto-integrations.
         report_to="none",

@@ -24,26 +24,12 @@ import functools
 import typing
 from typing import Any
 
-# GRPOConfig field -> the project key that sets it (policy.train.<key>).
-PROJECT_KEYS: dict[str, str] = {
-    "learning_rate": "learning_rate",
-    "beta": "beta",
-    "num_generations": "num_generations",
-    "max_steps": "max_steps",
-    "max_completion_length": "max_completion_length",
-    "temperature": "temperature",
-    "top_p": "top_p",
-    "seed": "seed",
-    "data_seed": "seed",
-    "bf16": "precision",
-    "fp16": "precision",
-    "per_device_train_batch_size": "per_device_train_batch_size",
-    "gradient_accumulation_steps": "gradient_accumulation_steps",
-    "save_steps": "save_steps",
-    "save_total_limit": "save_total_limit",
-    "gradient_checkpointing": "gradient_checkpointing",
-    "activation_checkpointing": "gradient_checkpointing",
-}
+from reappreg.settings.policy import PolicyTrainSettings, grpo_markers
+
+# GRPOConfig field (or an alias of one) -> the project key that sets it (policy.train.<key>),
+# derived from the grpo(...) markers of the params schema: declared there, once.
+PROJECT_KEYS: dict[str, str] = {field: key for key, (fields, aliases) in grpo_markers(PolicyTrainSettings).items()
+                                for field in (*fields, *aliases)}
 
 # GRPOConfig fields the project sets itself, and why a param may not change them.
 OWNED_BY_PROJECT: dict[str, str] = {

@@ -19,6 +19,24 @@ from reappreg.settings.base import Section
 Precision = Literal["float32", "bfloat16", "float16"]
 
 
+def grpo(*fields: str, aliases: tuple[str, ...] = ()) -> dict[str, Any]:
+    """Field marker of a project key that sets TRL ``GRPOConfig`` ``fields`` (``aliases``: other
+    names TRL accepts for them). The one declaration of which knob sets what: the trainer's
+    config is built from it and ``policy.train.trl`` may set none of these names
+    (``reappreg.policy.trl_args``)."""
+    return {"json_schema_extra": {"grpo": list(fields), "grpo_aliases": list(aliases)}}
+
+
+def grpo_markers(settings: type) -> dict[str, tuple[list[str], list[str]]]:
+    """``{project key: (GRPOConfig fields it sets, aliases)}`` of the marked fields of ``settings``."""
+    marked = {}
+    for name, info in settings.model_fields.items():
+        extra = info.json_schema_extra if isinstance(info.json_schema_extra, dict) else {}
+        if "grpo" in extra:
+            marked[name] = (list(extra["grpo"]), list(extra.get("grpo_aliases", [])))
+    return marked
+
+
 class PolicyBaseSettings(Section):
     # gguf_package: a GGUF file inside an installed Python package (CPU default);
     # local: a local folder holding a hub model (config.json, *.safetensors, tokenizer);
@@ -78,25 +96,28 @@ PINNED_TRL_KEYS = ("loss_type", "scale_rewards")  # GRPOConfig fields every prof
 
 
 class PolicyTrainSettings(Section):
-    learning_rate: float = Field(1e-5, gt=0)
+    # Keys marked grpo(...) set those GRPOConfig fields (the trainer's config is built from
+    # the markers; policy.train.trl may not set them). The others are the project's own.
+    learning_rate: float = Field(1e-5, gt=0, **grpo("learning_rate"))
     # KL coefficient; must be > 0 (the seeds: beta = 0 collapses and reward-hacks). Checked
     # here only: everything downstream takes this validated object.
-    beta: float = 0.04
-    num_generations: int = Field(4, ge=2)
-    max_steps: int = Field(6, ge=1)
-    max_completion_length: int = Field(48, ge=1)
-    temperature: float = Field(1.0, gt=0)
-    top_p: float = Field(1.0, gt=0, le=1)
+    beta: float = Field(0.04, **grpo("beta"))
+    num_generations: int = Field(4, ge=2, **grpo("num_generations"))
+    max_steps: int = Field(6, ge=1, **grpo("max_steps"))
+    max_completion_length: int = Field(48, ge=1, **grpo("max_completion_length"))
+    temperature: float = Field(1.0, gt=0, **grpo("temperature"))
+    top_p: float = Field(1.0, gt=0, le=1, **grpo("top_p"))
     # Seeds the model init of the trainer, the sampling and the data order (data_seed).
-    seed: int = 17
-    precision: Precision = "float32"
+    seed: int = Field(17, **grpo("seed", "data_seed"))
+    # bf16 / fp16 follow from it (float32: neither).
+    precision: Precision = Field("float32", **grpo("bf16", "fp16"))
     # Per process; the global batch per optimizer step is this x processes x accumulation
     # and must hold whole groups of num_generations completions.
-    per_device_train_batch_size: int = Field(4, ge=1)
-    gradient_accumulation_steps: int = Field(1, ge=1)
+    per_device_train_batch_size: int = Field(4, ge=1, **grpo("per_device_train_batch_size"))
+    gradient_accumulation_steps: int = Field(1, ge=1, **grpo("gradient_accumulation_steps"))
     # Checkpoint (model + optimizer + RNG state) every N steps under work/policy_train/.
-    save_steps: int = Field(3, ge=1)
-    save_total_limit: int = Field(1, ge=1)
+    save_steps: int = Field(3, ge=1, **grpo("save_steps"))
+    save_total_limit: int = Field(1, ge=1, **grpo("save_total_limit"))
     # Steps whose checkpoint is kept as a model of its own (models/policy/checkpoints/step_<n>),
     # evaluated like the final model and registered as its own version: each a multiple of
     # save_steps (a step the trainer saves) below max_steps (max_steps is the final model).
@@ -104,7 +125,8 @@ class PolicyTrainSettings(Section):
     # the top-level params: a profile lists its own, the matrix runs these. A list only means
     # something with its save_steps and max_steps: change them together ([] keeps none).
     checkpoint_steps: list[int] = [3]
-    gradient_checkpointing: bool = False
+    # transformers' current name is activation_checkpointing (the old one a deprecated alias)
+    gradient_checkpointing: bool = Field(False, **grpo("activation_checkpointing", aliases=("gradient_checkpointing",)))
     # Completions of each logging step (the first ones scored, with reward and format-gate result)
     # logged to the training run as an MLflow table completions/step_<n>.json; 0: none.
     completions_logged_per_step: int = Field(8, ge=0)
