@@ -228,3 +228,23 @@ def load_evidence(
         sources["results"] = Path(results)
     return Evidence(read_certificate(certificate), eval_obj, calib, claim_list, rm_flat, policy_flat, prompt_obj, sources,
                     results_flat)
+
+
+@dataclass(frozen=True)
+class EvidencePaths:
+    """Where the evidence files are (``reappreg card build`` and ``registry register`` take the same
+    options): what :func:`load_evidence` reads."""
+
+    certificate: Path
+    eval_metrics: Path
+    calibration: Path
+    claims: Path
+    rm_metrics: Path | None = None
+    policy_metrics: Path | None = None
+    prompt: Path | None = None
+    results: Path | None = None
+
+    def load(self) -> Evidence:
+        return load_evidence(certificate=self.certificate, eval_metrics=self.eval_metrics, calibration=self.calibration,
+                             claims=self.claims, rm_metrics=self.rm_metrics, policy_metrics=self.policy_metrics,
+                             prompt=self.prompt, results=self.results)
