@@ -227,3 +227,24 @@ def test_typer_exit_code_is_propagated(monkeypatch):
     with pytest.raises(SystemExit) as info:
         cli.main([])
     assert info.value.code == 3
+
+
+def _options(path):
+    command = dict((tuple(p), c) for p, c in TREE)[tuple(path)]
+    return [(p.name, tuple(p.opts), p.default, p.help) for p in command.params if p.param_type_name == "option"]
+
+
+@pytest.mark.parametrize("group,commands", [
+    (("certificate", "eval_metrics", "judge_calibration", "claims", "rm_metrics", "policy_metrics", "prompt", "results"),
+     [["card", "build"], ["registry", "register"]]),
+    (("params", "models", "keys", "local_keys"),
+     [["registry", "promote"], ["registry", "verify"], ["registry", "watch"], ["registry", "pull"]]),
+])
+def test_an_option_group_reads_the_same_in_every_command_that_takes_it(group, commands):
+    """Option groups declared once (reappreg.commands.options): same names, defaults and help, in order."""
+    seen = []
+    for path in commands:
+        options = [o for o in _options(path) if o[0] in group]
+        assert [o[0] for o in options] == list(group), path
+        seen.append(options)
+    assert all(s == seen[0] for s in seen)

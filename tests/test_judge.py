@@ -26,8 +26,9 @@ from reappreg.judge import (
     summarise_judgments,
     verdict_config,
 )
+from reappreg.judge.cache import cache_key
 from reappreg.judge.parse import from_free_text, from_label_probabilities
-from reappreg.settings.judge import JudgeSettings
+from reappreg.settings.judge import NOT_VERDICT, JudgeSettings
 
 REPO = Path(__file__).resolve().parents[1]
 PROMPT = load_judge_prompt(REPO / "pipelines" / "prompts" / "judge_prompt.yaml")
@@ -140,6 +141,54 @@ def test_prompt_file_is_checked_and_fills_answers_literally(tmp_path):
         load_judge_prompt(bad)
     with pytest.raises(InputError, match="not found"):
         load_judge_prompt(tmp_path / "missing.yaml")
+
+
+# ----------------------------------------------------------------------------- cache key
+
+# A different valid value for every field marked Verdict (a newly marked field needs one here).
+CHANGED = {"allow_tie": False, "max_new_tokens": 17, "temperature": 0.7, "seed": 1, "precision": "bfloat16",
+           "openai_verdict_methods": ["guided"], "openai_guided_field": "guided_choice", "top_logprobs": 5}
+
+
+def test_every_judge_setting_is_marked_as_changing_verdicts_or_listed_as_not():
+    """A new judge setting must be sorted into one of the two: none can silently miss the cache key."""
+    fields, marked = set(JudgeSettings.model_fields), set(JudgeSettings.verdict_fields())
+    assert marked and not marked & set(NOT_VERDICT)
+    assert fields == marked | set(NOT_VERDICT), f"unsorted: {sorted(fields - marked - set(NOT_VERDICT))}"
+    assert set(CHANGED) == marked
+
+
+@pytest.mark.parametrize("backend", ["transformers", "vllm", "openai"])
+def test_changing_a_verdict_setting_changes_the_cache_key_and_nothing_else_does(backend):
+    base = JudgeSettings(backend=backend)
+
+    def key(settings):
+        return cache_key(settings.backend, settings.model, "fp", [{"role": "user", "content": "x"}], verdict_config(settings))
+
+    for name, marker in JudgeSettings.verdict_fields().items():
+        changed = base.model_copy(update={name: CHANGED[name]})
+        applies = marker.backends is None or backend in marker.backends
+        assert (key(changed) != key(base)) == applies, name
+    for name in NOT_VERDICT:
+        if name in ("backend", "model"):
+            continue
+        default = JudgeSettings.model_fields[name].default
+        other = (not default if isinstance(default, bool) else default + 1 if isinstance(default, (int, float))
+                 else [*default, "x"] if isinstance(default, list) else f"{default}x")
+        assert key(base.model_copy(update={name: other})) == key(base), name
+
+
+def test_the_cache_key_of_each_backend_is_unchanged_by_deriving_it_from_the_schema():
+    """The keys the hand-kept list made (the caches already on disk stay valid)."""
+    common = {"allow_tie": True, "max_new_tokens": 16, "precision": "float32", "seed": 0, "temperature": 0.0}
+    assert verdict_config(JudgeSettings(backend="transformers")) == common
+    assert verdict_config(JudgeSettings(backend="vllm")) == {**common, "top_logprobs": 20}
+    assert verdict_config(JudgeSettings(backend="openai")) == {
+        **common, "top_logprobs": 20, "guided_field": "structured_outputs",
+        "methods": ["logprob", "guided", "json_schema", "free_text"]}
+    settings = JudgeSettings(backend="transformers")
+    assert cache_key(settings.backend, settings.model, "fp", [{"role": "user", "content": "x"}], verdict_config(settings)) == (
+        "b7719d76d90eddbc1eefd25d44c8821e154110c83aa43690b66aacda89ffdff1")
 
 
 # ----------------------------------------------------------------------------- contests

@@ -3,7 +3,8 @@
 A file's hash is the md5 of its bytes (DVC 3). A folder's hash is DVC's ``.dir`` hash:
 md5 of the JSON listing of (relpath, md5) entries, sorted by path, with a ``.dir`` suffix.
 We recompute them with dvc-data's own hashing so provenance tags can be compared with
-``dvc.lock`` and the DVC cache directly.
+``dvc.lock`` and the DVC cache directly. :func:`sha256_file` is a file's sha256 (tokenizer
+files in the guard's certificate, each file of a registered model).
 """
 
 from __future__ import annotations
@@ -16,12 +17,20 @@ from pathlib import Path
 from reappreg.errors import InputError
 
 
-def file_md5(path: str | os.PathLike) -> str:
-    digest = hashlib.md5()
+def _file_digest(path: str | os.PathLike, digest) -> str:  # noqa: ANN001 - a hashlib object
     with open(path, "rb") as fh:
         for chunk in iter(lambda: fh.read(1 << 20), b""):
             digest.update(chunk)
     return digest.hexdigest()
+
+
+def file_md5(path: str | os.PathLike) -> str:
+    return _file_digest(path, hashlib.md5())
+
+
+def sha256_file(path: str | os.PathLike) -> str:
+    """Hex sha256 of a file's bytes."""
+    return _file_digest(path, hashlib.sha256())
 
 
 def dir_entries(path: str | os.PathLike) -> list[dict[str, str]]:

@@ -4,7 +4,8 @@ Every artifact the project writes goes through these helpers: data is written to
 temporary sibling and renamed into place, so an interrupted or failing stage never
 leaves a half-written file (or folder) where DVC or a reader would pick it up.
 
-The readers are strict: a duplicated key in a JSON object or a YAML mapping (which the
+``read_versioned`` reads a JSON object that names its own format version (a certificate,
+a sketch, a manifest) and refuses any other. The readers are strict: a duplicated key in a JSON object or a YAML mapping (which the
 standard parsers silently resolve to the last value), invalid UTF-8 and syntax errors
 raise ``InputError`` naming the file and line.
 """
@@ -111,6 +112,15 @@ def read_json(path: str | os.PathLike) -> Any:
         raise InputError(f"{path}: invalid JSON at line {exc.lineno} column {exc.colno}: {exc.msg}") from exc
     except _DuplicateKey as exc:
         raise InputError(f"{path}: key {exc.key!r} appears twice in one object") from exc
+
+
+def read_versioned(path: str | os.PathLike, version: str, *, what: str, field: str = "schema") -> dict:
+    """A JSON object whose ``field`` names the format ``version`` (a certificate, sketch or manifest);
+    anything else is refused as not being ``what`` (e.g. "a guard sketch")."""
+    raw = read_json(path)
+    if not isinstance(raw, dict) or raw.get(field) != version:
+        raise InputError(f"{path}: not {what} (expected {field} '{version}')")
+    return raw
 
 
 class _StrictYamlLoader(yaml.SafeLoader):

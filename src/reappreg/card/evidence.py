@@ -19,7 +19,7 @@ from typing import Any
 from reappreg.card.health import TrainingHealth, training_health
 from reappreg.errors import InputError
 from reappreg.hashing import dvc_md5
-from reappreg.io import read_json, read_yaml
+from reappreg.io import read_json, read_versioned, read_yaml
 
 # Keys every claim in reports/claims.json carries (reappreg.stats.claims).
 CLAIM_KEYS = ("claim_id", "statement", "metric_refs", "supported", "status", "reason", "flags")
@@ -82,9 +82,7 @@ def read_certificate(path: str | os.PathLike) -> Certificate:
     from reappreg.guard.stage import CERTIFICATE_SCHEMA
 
     path = Path(path)
-    raw = read_json(path)
-    if not isinstance(raw, dict) or raw.get("schema") != CERTIFICATE_SCHEMA:
-        raise InputError(f"{path}: not a guard certificate (expected schema '{CERTIFICATE_SCHEMA}')")
+    raw = read_versioned(path, CERTIFICATE_SCHEMA, what="a guard certificate")
     for key in ("result", "training", "heldout"):
         if key not in raw:
             raise InputError(f"{path}: missing key '{key}'")
@@ -230,3 +228,23 @@ def load_evidence(
         sources["results"] = Path(results)
     return Evidence(read_certificate(certificate), eval_obj, calib, claim_list, rm_flat, policy_flat, prompt_obj, sources,
                     results_flat)
+
+
+@dataclass(frozen=True)
+class EvidencePaths:
+    """Where the evidence files are (``reappreg card build`` and ``registry register`` take the same
+    options): what :func:`load_evidence` reads."""
+
+    certificate: Path
+    eval_metrics: Path
+    calibration: Path
+    claims: Path
+    rm_metrics: Path | None = None
+    policy_metrics: Path | None = None
+    prompt: Path | None = None
+    results: Path | None = None
+
+    def load(self) -> Evidence:
+        return load_evidence(certificate=self.certificate, eval_metrics=self.eval_metrics, calibration=self.calibration,
+                             claims=self.claims, rm_metrics=self.rm_metrics, policy_metrics=self.policy_metrics,
+                             prompt=self.prompt, results=self.results)

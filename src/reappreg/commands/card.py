@@ -4,8 +4,15 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from typing import TYPE_CHECKING
+
 import typer
 from rich.console import Console
+
+from reappreg.commands.options import option_group
+
+if TYPE_CHECKING:
+    from reappreg.card.evidence import EvidencePaths
 
 app = typer.Typer(no_args_is_help=True, help="Model cards generated from tracked metrics, with a claims linter.")
 
@@ -21,28 +28,38 @@ PROMPT = typer.Option("pipelines/prompts/grpo_prompt.yaml", "--prompt", help="GR
 RESULTS = typer.Option("metrics/results.json", "--results", help="Results table (reappreg stats results)")
 
 
-def evidence_from(certificate: Path, eval_metrics: Path, judge_calibration: Path, claims: Path,
-                  rm_metrics: Path, policy_metrics: Path, prompt: Path, results: Path | None = None):
-    from reappreg.card.build import load_evidence
+# The evidence files, declared once for every command that reads them (card build, registry register):
+# parameter -> (EvidencePaths field, annotation, option), in the order --help lists them.
+EVIDENCE_OPTIONS = {
+    "certificate": ("certificate", Path, CERT),
+    "eval_metrics": ("eval_metrics", Path, EVAL),
+    "judge_calibration": ("calibration", Path, CALIB),
+    "claims": ("claims", Path, CLAIMS),
+    "rm_metrics": ("rm_metrics", Path, RM_METRICS),
+    "policy_metrics": ("policy_metrics", Path, POLICY_METRICS),
+    "prompt": ("prompt", Path, PROMPT),
+    "results": ("results", Path, RESULTS),
+}
 
-    return load_evidence(certificate=certificate, eval_metrics=eval_metrics, calibration=judge_calibration,
-                         claims=claims, rm_metrics=rm_metrics, policy_metrics=policy_metrics, prompt=prompt,
-                         results=results)
+
+def _evidence_paths(**paths: Path) -> EvidencePaths:
+    from reappreg.card.evidence import EvidencePaths
+
+    return EvidencePaths(**paths)
+
+
+def with_evidence(command):
+    """The evidence options in place of the command's ``evidence_paths`` parameter, which gets an ``EvidencePaths``."""
+    return option_group("evidence_paths", EVIDENCE_OPTIONS, _evidence_paths)(command)
 
 
 @app.command()
+@with_evidence
 def build(
     params: Path = PARAMS,
     models: Path = MODELS,
     template: Path = typer.Option("registry/card_template.md", "--template", help="Card template (Jinja2)"),
-    certificate: Path = CERT,
-    eval_metrics: Path = EVAL,
-    judge_calibration: Path = CALIB,
-    claims: Path = CLAIMS,
-    rm_metrics: Path = RM_METRICS,
-    policy_metrics: Path = POLICY_METRICS,
-    prompt: Path = PROMPT,
-    results: Path = RESULTS,
+    evidence_paths: EvidencePaths = None,
     out_dir: Path = typer.Option("reports/cards", "--out-dir", help="Output folder: one <model>.md per declared model"),
     allow_dirty: bool = typer.Option(False, "--allow-dirty",
                                      help="Record on the card that it was knowingly built from uncommitted changes"),
@@ -67,8 +84,7 @@ def build(
     if not template.exists():
         raise InputError(f"{template}: card template not found")
     template_text = template.read_text(encoding="utf-8")
-    evidence = evidence_from(certificate, eval_metrics, judge_calibration, claims, rm_metrics, policy_metrics, prompt,
-                             results)
+    evidence = evidence_paths.load()
     params_dict = settings.model_dump(by_alias=True)
     inputs = {"models": models, "template": template, **{k: v for k, v in evidence.sources.items()}}
     revision = {**source_revision(), "dirty_allowed": allow_dirty}

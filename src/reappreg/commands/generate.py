@@ -81,16 +81,14 @@ def reference(
     params: Path = typer.Option(Path("params.yaml"), help="Params file"),
 ) -> None:
     """A reference condition's answers as generations, refused if any training text overlaps them."""
-    from reappreg.eval.conditions import read_reference_answers, reference_generations
-    from reappreg.errors import InputError
+    from reappreg.eval.conditions import declared_condition, read_reference_answers, reference_generations
     from reappreg.io import read_jsonl, write_json, write_jsonl
     from reappreg.settings import load_params
 
     p = load_params(params)
-    declared = {ref.name: ref for ref in p.stats.reference_conditions}
-    if name not in declared:
-        raise InputError(f"generate reference: {name!r} is not in stats.reference_conditions ({sorted(declared)})")
-    answers_path = Path(declared[name].answers)
+    condition = declared_condition(p.stats.reference_conditions, name, field="stats.reference_conditions",
+                                   command="generate reference")
+    answers_path = Path(condition.answers)
     answers = read_reference_answers(answers_path)
     rows, summary = reference_generations(name, answers, read_jsonl(vignettes), training_specs=train, guard=p.guard,
                                           source_name=str(answers_path))
@@ -108,16 +106,12 @@ def ood(
     params: Path = typer.Option(Path("params.yaml"), help="Params file"),
 ) -> None:
     """Fresh scenarios and an opponent's answers, refused if any training text contains a scenario."""
-    from reappreg.eval.conditions import check_fresh_scenarios, load_situation_csv
-    from reappreg.errors import InputError
+    from reappreg.eval.conditions import check_fresh_scenarios, declared_condition, load_situation_csv
     from reappreg.io import write_json, write_jsonl
     from reappreg.settings import load_params
 
     p = load_params(params)
-    declared = {o.name: o for o in p.stats.ood_sets}
-    if name not in declared:
-        raise InputError(f"generate ood: {name!r} is not in stats.ood_sets ({sorted(declared)})")
-    spec = declared[name]
+    spec = declared_condition(p.stats.ood_sets, name, field="stats.ood_sets", command="generate ood")
     vignettes, answers = load_situation_csv(spec.csv, scenario_field=spec.scenario_field,
                                             answer_field=spec.answer_field, set_name=name, opponent=spec.opponent,
                                             max_scenarios=spec.max_scenarios)

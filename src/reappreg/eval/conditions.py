@@ -52,6 +52,15 @@ def checkpoint_condition(step: int) -> str:
 MAX_EXAMPLES = 5
 
 
+def declared_condition(declared: Sequence[Any], name: str, *, field: str, command: str) -> Any:
+    """The entry called ``name`` of a declared list of conditions (``stats.reference_conditions``,
+    ``stats.ood_sets``); an undeclared name is refused, listing the declared ones."""
+    by_name = {entry.name: entry for entry in declared}
+    if name not in by_name:
+        raise InputError(f"{command}: {name!r} is not in {field} ({sorted(by_name)})")
+    return by_name[name]
+
+
 def _stable_seed(*parts: str) -> int:
     """A reproducible 63-bit id for a row that was not sampled (unique per condition and row)."""
     return int.from_bytes(hashlib.sha256("|".join(parts).encode()).digest()[:8], "big") >> 1
@@ -194,5 +203,5 @@ def check_fresh_scenarios(set_name: str, vignettes: Sequence[Mapping[str, Any]],
     return {**_refuse_hits(hits, f"off-distribution set {set_name!r}", len(protected), training_specs), "ood": True}
 
 
-__all__ = ["CHECKPOINT_PREFIX", "REFERENCE_KEYS", "checkpoint_condition", "check_fresh_scenarios", "guard_hits", "load_situation_csv", "read_reference_answers",
+__all__ = ["CHECKPOINT_PREFIX", "REFERENCE_KEYS", "checkpoint_condition", "check_fresh_scenarios", "declared_condition", "guard_hits", "load_situation_csv", "read_reference_answers",
            "reference_generations"]

@@ -53,7 +53,7 @@ from reappreg.guard.index import AnswerMeta, HeldoutIndex
 from reappreg.guard.hashing import KeyedHasher
 from reappreg.guard.minhash import minhash_permutations, minhash_signatures
 from reappreg.guard.normalise import NORMALISATION
-from reappreg.io import read_json, write_text
+from reappreg.io import read_versioned, write_text
 
 SKETCH_SCHEMA = "reappreg.guard.sketch/v3"  # v3: the ``edits`` detector's keys (a v2 sketch lacks them: refused)
 SECRET_FILE = "secret.key"
@@ -137,9 +137,7 @@ def build_sketch(answers: list[AnswerMeta], texts: list[str], config: GuardConfi
 
 
 def load_sketch(path: str | Path) -> dict[str, Any]:
-    sketch = read_json(path)
-    if not isinstance(sketch, dict) or sketch.get("schema") != SKETCH_SCHEMA:
-        raise InputError(f"{path}: not a guard sketch (expected schema '{SKETCH_SCHEMA}')")
+    sketch = read_versioned(path, SKETCH_SCHEMA, what="a guard sketch")
     for field in ("key_fingerprint", "detectors", "answers"):
         if field not in sketch:
             raise InputError(f"{path}: sketch has no '{field}'")

@@ -22,6 +22,7 @@ from pathlib import Path
 from typing import Any
 
 from reappreg.errors import InputError
+from reappreg.hashing import sha256_file
 
 # The files that define what a Hugging Face tokenizer does (weights and model config do not).
 TOKENIZER_FILES = ("tokenizer.json", "tokenizer_config.json", "vocab.txt", "vocab.json", "merges.txt",
@@ -44,14 +45,6 @@ class TokenizerSpec:
         return cls(name.strip(), spec.strip())
 
 
-def _sha256(path: Path) -> str:
-    digest = hashlib.sha256()
-    with open(path, "rb") as fh:
-        for chunk in iter(lambda: fh.read(1 << 20), b""):
-            digest.update(chunk)
-    return digest.hexdigest()
-
-
 def tokenizer_files(folder: Path, gguf_file: str | None) -> dict[str, str]:
     """{file name: sha256} of the files that define the tokenizer at ``folder``."""
     if gguf_file:
@@ -66,7 +59,7 @@ def tokenizer_files(folder: Path, gguf_file: str | None) -> dict[str, str]:
         # tokenizer_config.json does not name it, and the folder loads only with it: it is part
         # of what the certificate identifies, and of what an auditor has to fetch.
         names.append("config.json")
-    return {name: _sha256(folder / name) for name in sorted(names)}
+    return {name: sha256_file(folder / name) for name in sorted(names)}
 
 
 def files_digest(files: dict[str, str]) -> str:

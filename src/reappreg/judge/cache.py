@@ -29,16 +29,10 @@ class JudgeBackend(Protocol):
 
 
 def verdict_config(settings: JudgeSettings) -> dict[str, Any]:
-    """Every setting that can change a verdict for a given prompt (part of the cache key)."""
-    config: dict[str, Any] = {"allow_tie": settings.allow_tie, "temperature": settings.temperature,
-                              "seed": settings.seed, "max_new_tokens": settings.max_new_tokens,
-                              "precision": settings.precision}
-    if settings.backend == "openai":
-        config.update(methods=list(settings.openai_verdict_methods), guided_field=settings.openai_guided_field,
-                      top_logprobs=settings.top_logprobs)
-    if settings.backend == "vllm":
-        config.update(top_logprobs=settings.top_logprobs)
-    return config
+    """Every setting that can change a verdict for a given prompt (part of the cache key): the fields
+    of ``JudgeSettings`` marked ``Verdict`` that apply to its backend, under their key names."""
+    return {marker.key or name: getattr(settings, name) for name, marker in JudgeSettings.verdict_fields().items()
+            if marker.backends is None or settings.backend in marker.backends}
 
 
 def cache_key(backend: str, model: str, fingerprint: str, prompt: Messages, config: dict[str, Any]) -> str:

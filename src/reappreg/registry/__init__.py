@@ -18,6 +18,7 @@ signed copy (a difference is tampering) and read every gate from the signed evid
 Promotion (:mod:`.promotion`): compare-and-set on the alias under a lock the store makes
 atomic, with a signed, hash-chained history. Audit and watch (:mod:`.audit`, :mod:`.watch`),
 pulls (:mod:`.pull`), the verified Python loader (:mod:`.loader`), connections (:mod:`.connection`).
+What the ``reappreg registry`` commands run, given the settings (:mod:`.stage`; not imported here).
 """
 
 from reappreg.registry.audit import AliasFinding, Audit, audit, check_alias

@@ -329,13 +329,5 @@ def verify_folder(folder: Path, signature: Path, keyring: Keyring) -> TrustedKey
     return trusted
 
 
-def sha256_file(path: Path) -> str:
-    digest = hashlib.sha256()
-    with open(path, "rb") as fh:
-        for block in iter(lambda: fh.read(1 << 20), b""):
-            digest.update(block)
-    return digest.hexdigest()
-
-
 def b64(data: bytes) -> str:
     return base64.b64encode(data).decode("ascii")

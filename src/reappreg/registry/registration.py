@@ -34,10 +34,10 @@ from pathlib import Path
 from typing import Any
 
 from reappreg.errors import GateFailed, InputError
-from reappreg.hashing import dir_entries
+from reappreg.hashing import dir_entries, sha256_file
 from reappreg.registry.connection import RegistryUnavailable, short
 from reappreg.registry.declarations import ModelDecl
-from reappreg.registry.keys import SigningKey, sha256_file, sign_folder, sign_statement
+from reappreg.registry.keys import SigningKey, sign_folder, sign_statement
 
 STATUS_TAG = "reappreg.status"
 KEY_TAG = "reappreg.registration_key"

@@ -24,7 +24,7 @@ import pandas as pd
 
 from reappreg.errors import InputError
 from reappreg.hashing import dvc_md5
-from reappreg.io import atomic_dir, read_json, write_json
+from reappreg.io import atomic_dir, read_json, read_versioned, write_json
 from reappreg.rm.encoder import EncoderLocation, TextEncoder
 from reappreg.rm.dataset import preference_pairs
 from reappreg.rm.evaluate import (
@@ -71,9 +71,7 @@ class RewardEnsemble:
         manifest_path = folder / "ensemble.json"
         if not manifest_path.exists():
             raise InputError(f"{folder}: not a reward ensemble folder (no ensemble.json)")
-        manifest = read_json(manifest_path)
-        if manifest.get("format") != FORMAT:
-            raise InputError(f"{manifest_path}: unknown format {manifest.get('format')!r} (expected {FORMAT})")
+        manifest = read_versioned(manifest_path, FORMAT, what="a reward ensemble manifest", field="format")
         self.folder = folder
         self.manifest = manifest
         self.objective: str = manifest["objective"]

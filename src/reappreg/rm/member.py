@@ -31,7 +31,7 @@ import pandas as pd
 
 from reappreg.errors import InputError
 from reappreg.hashing import dvc_md5
-from reappreg.io import atomic_dir, read_json, read_jsonl, write_json, write_jsonl
+from reappreg.io import atomic_dir, read_jsonl, read_versioned, write_json, write_jsonl
 from reappreg.rm.dataset import holdout_split, load_pool, mean_targets
 from reappreg.rm.encoder import EncoderLocation, TextEncoder, resolve_encoder
 from reappreg.rm.evaluate import (
@@ -336,9 +336,7 @@ def load_member(folder: str | Path, device: str = "cpu") -> Member:
     config_path = folder / "rm_config.json"
     if not config_path.exists():
         raise InputError(f"{folder}: not a reward-model folder (no rm_config.json)")
-    config = read_json(config_path)
-    if config.get("format") != FORMAT:
-        raise InputError(f"{config_path}: unknown format {config.get('format')!r} (expected {FORMAT})")
+    config = read_versioned(config_path, FORMAT, what="a reward-model config", field="format")
     head_cfg = config["head"]
     head = make_head(int(config["encoder"]["dim"]), int(head_cfg["hidden"]), int(head_cfg["out"]), float(head_cfg["dropout"]))
     head_file = folder / "head.safetensors"

@@ -1,0 +1,429 @@
+"""What ``reappreg registry`` register, promote, verify, watch and pull do, given the validated settings.
+
+The commands (``reappreg.commands.registry``) parse their options, call one function here and
+print what it returns (or what it reports through its callbacks); every check and every
+multi-step sequence lives here.
+
+* :func:`register_models`: every check that needs no registry first (:func:`plan_model`,
+  :func:`checkpoint_plans`: a passing certificate that covers the training inputs, metrics that
+  describe the artifact, a clean card), then each kept checkpoint and each model as a signed
+  version under the host-wide registration lock, then the receipt.
+* :func:`promote_alias`, :func:`verify_aliases`, :func:`watch_aliases`, :func:`pull_version`:
+  connect (bounded HTTP), load the keyring and run the library operation.
+
+Keys: versions and promotions are signed with ``$REAPPREG_SIGNING_KEY`` or this clone's local key
+under ``local_keys``; :func:`team_keyring` trusts the team keys under ``keys`` plus the local key
+when ``registry.trust_local_key``.
+"""
+
+from __future__ import annotations
+
+import getpass
+import os
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from reappreg.errors import InputError
+
+if TYPE_CHECKING:
+    from reappreg.card.evidence import EvidencePaths
+    from reappreg.settings import Params
+
+# The signed-history heads this clone saw at each tracking URI (beside its local key).
+HEADS_FILE = "history-heads.json"
+
+
+def client_for(settings: Params) -> tuple[Any, str]:
+    """A registry client for ``$MLFLOW_TRACKING_URI`` or ``tracking.uri``, and that URI."""
+    from reappreg.registry import connect
+    from reappreg.tracking import resolve_tracking_uri
+
+    uri = resolve_tracking_uri(settings.tracking.uri)
+    return connect(uri, attempts=settings.registry.connect_attempts, backoff_s=settings.registry.connect_backoff_s), uri
+
+
+def team_keyring(settings: Params, keys: Path, local_keys: Path):
+    """The team keys under ``keys``, plus this clone's local key when ``registry.trust_local_key``."""
+    from reappreg.registry import load_keyring
+
+    # What this clone saw of the keyring chain lives beside its local key (gitignored).
+    return load_keyring(keys, local_keys if settings.registry.trust_local_key else None, remember=local_keys.parent)
+
+
+def actor_name(actor: str | None) -> str:
+    """Who acts: ``actor``, else ``$REAPPREG_ACTOR``, else the login name."""
+    return actor or os.environ.get("REAPPREG_ACTOR") or getpass.getuser()
+
+
+def refuse_dirty_card(card: str, card_path: Path) -> None:
+    """A card built from uncommitted source cannot name the code that made the model: refuse
+    it, unless it was built with ``reappreg card build --allow-dirty`` (which the card records)."""
+    from reappreg.card.meta import card_revision
+
+    revision = card_revision(card)
+    if str(revision.get("git_dirty")).lower() == "true" and not revision.get("dirty_allowed"):
+        changed = ", ".join(map(str, (revision.get("dirty_paths") or [])[:5])) or "unknown files"
+        raise InputError(f"{card_path}: built from a working tree with uncommitted changes ({changed}); commit and "
+                         "rebuild the card, or rebuild it with `reappreg card build --allow-dirty` (recorded on the card)")
+
+
+def plan_model(name, model, evidence, cards: Path):
+    """Every check that needs no registry, and the hashes registration records (each read once)."""
+    from reappreg.hashing import dvc_md5
+    from reappreg.registry import check_certificate, check_metrics_describe, folder_md5, manifest_of, require_passed
+
+    require_passed(evidence.certificate, model=name)  # first: a failed guard leaves no guarded copies
+    missing = [p for p in model.training_inputs if not Path(p).exists()]
+    if missing:
+        raise InputError(f"{name}: training input(s) not found: {', '.join(missing)}")
+    training = {p: dvc_md5(p) for p in model.training_inputs}
+    check_certificate(evidence.certificate, training, model=name)
+    manifest = manifest_of(model.artifact)
+    metrics = evidence.policy_metrics if model.kind == "policy" else evidence.rm_metrics
+    check_metrics_describe(model, metrics, folder_md5(manifest), name=name)
+    card_path = cards / f"{name}.md"
+    if not card_path.exists():
+        raise InputError(f"{card_path}: card not found (run `reappreg card build` first)")
+    card = card_path.read_text(encoding="utf-8")
+    refuse_dirty_card(card, card_path)
+    others = {p: dvc_md5(p) for p in model.other_inputs}
+    return name, model, manifest, training, others, card
+
+
+def checkpoint_plans(plan, evidence, cards: Path, steps) -> list:
+    """A policy's kept checkpoints as registration plans, in step order: each folder's md5 must be the
+    one its training metrics recorded, and it needs its own card (``<name>.step-<n>.md``)."""
+    from reappreg.card.build import checkpoint_card_name, kept_checkpoints
+    from reappreg.registry import folder_md5, manifest_of
+    from reappreg.registry.registration import check_checkpoint_describes
+
+    name, model, _, training, others, _ = plan
+    out = []
+    for checkpoint in kept_checkpoints(model, evidence, steps):
+        manifest = manifest_of(checkpoint["folder"])
+        check_checkpoint_describes(checkpoint, folder_md5(manifest), name=name)
+        card_path = cards / f"{checkpoint_card_name(name, checkpoint['step'])}.md"
+        if not card_path.exists():
+            raise InputError(f"{card_path}: card of the step-{checkpoint['step']} checkpoint not found "
+                             "(run `reappreg card build` first)")
+        card = card_path.read_text(encoding="utf-8")
+        refuse_dirty_card(card, card_path)
+        out.append((name, model, manifest, training, others, card, checkpoint))
+    return out
+
+
+def _log_dvc_inputs(md5s: dict[str, str], context: str) -> None:
+    """The DVC-tracked inputs as MLflow dataset inputs (name = path, digest = DVC md5), for the UI's lineage."""
+    import mlflow
+    from mlflow.data.dataset_source_registry import resolve_dataset_source
+    from mlflow.data.meta_dataset import MetaDataset
+
+    for path, md5 in sorted(md5s.items()):
+        mlflow.log_input(MetaDataset(source=resolve_dataset_source(path), name=path, digest=md5), context=context)
+
+
+def register_models(
+    settings: Params,
+    *,
+    models: Path,
+    cards: Path,
+    evidence_paths: EvidencePaths,
+    keys: Path,
+    local_keys: Path,
+    lock_file: Path,
+    receipt: Path,
+    lock: Path,
+    progress=None,  # noqa: ANN001 - a rich Progress (not started), shown while hashing
+    on_registered: Callable[[str, Any], None] | None = None,
+) -> None:
+    """Register every declared model as a signed MLflow Model version (one per changed artifact; alias
+    ``registry.candidate_alias``), each kept checkpoint first in step order in a nested run of its own;
+    write the receipt. ``on_registered(name, registration)`` is called after each version."""
+    import contextlib
+    import datetime as dt
+    import importlib.metadata
+
+    import mlflow
+
+    from reappreg.card.build import results_rows_of
+    from reappreg.hashing import dvc_md5
+    from reappreg.io import write_json
+    from reappreg.registry import (
+        audit,
+        bounded_http,
+        evaluate_gates,
+        evidence_of,
+        folder_md5,
+        load_declarations,
+        readable_tags,
+        register_version,
+        registration_key,
+        registration_lock,
+        signing_key,
+        statement,
+    )
+    from reappreg.registry.audit import alias_rows
+    from reappreg.registry.declarations import gate_table
+    from reappreg.registry.lineage import check_claims_lineage
+    from reappreg.registry.provenance import material, params_md5
+    from reappreg.registry.registration import checkpoint_evidence, version_tags
+    from reappreg.registry.verification import registration_squat
+    from reappreg.tracking import git_state, stage_run
+
+    reg = settings.registry
+    decl = load_declarations(models)
+    bar_opponent = decl.reference_bar.opponent if decl.reference_bar is not None else None
+    evidence = evidence_paths.load()
+    # Derive, don't accept: the claims must be the ones the stats stage drew from the judge's output.
+    claims = evidence_paths.claims
+    claims_key = claims.resolve().relative_to(Path.cwd().resolve()) if claims.is_absolute() else claims
+    lineage = check_claims_lineage(claims_key, evidence.claims, lock, claims_md5=dvc_md5(claims))
+    key = signing_key(local_keys, create=True)
+    keyring = team_keyring(settings, keys, local_keys)
+    if reg.trust_local_key is False and key.keyid not in keyring.keys:
+        raise InputError(f"signing key {key.path} (id {key.keyid[:16]}) is not a team key in {keys} and registry.trust_local_key "
+                         "is false: its versions would fail every gate; add its public key to the keyring or set $REAPPREG_SIGNING_KEY")
+    plans = []
+    # Refuse before touching the registry: every model's training text must be certified.
+    with progress if progress is not None else contextlib.nullcontext():
+        task = progress.add_task("hashing artifacts and inputs", total=len(decl.models)) if progress is not None else None
+        for name, model in decl.models.items():
+            plan = plan_model(name, model, evidence, cards)
+            plans += [*checkpoint_plans(plan, evidence, cards, settings.policy.train.checkpoint_steps), (*plan, None)]
+            if progress is not None:
+                progress.advance(task)
+    git = git_state()
+    results = []
+    evidence_md5s = {str(p): dvc_md5(p) for p in evidence.sources.values()}
+    cert = evidence.certificate
+    builder = {"id": f"reappreg registry register ({actor_name(None)})",
+               "version": {pkg: importlib.metadata.version(pkg) for pkg in ("reappreg", "mlflow", "model-signing", "securesystemslib")}}
+    started = dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds").replace("+00:00", "Z")
+    inputs = {"models": models, "cards": cards, **evidence.sources}
+    with bounded_http(reg.http_retries, reg.http_timeout_s), registration_lock(lock_file, reg.lock_timeout_s):
+        client, tracking_uri = client_for(settings)
+        with stage_run("register", tracking=settings.tracking, params=reg.model_dump(), inputs=inputs):
+
+            def log_folder(folder: Path, artifact_path: str) -> str:
+                mlflow.log_artifacts(str(folder), artifact_path=artifact_path)
+                return mlflow.get_artifact_uri(artifact_path)
+
+            for name, model, manifest, training, others, card, checkpoint in plans:
+                # A kept checkpoint goes into a nested run of its own: a run holds one model folder per name.
+                with (mlflow.start_run(run_name=f"register {name} step {checkpoint['step']}", nested=True,
+                                       tags={"stage": "register", "register.checkpoint_step": str(checkpoint["step"])})
+                      if checkpoint else contextlib.nullcontext()):
+                    artifact = checkpoint["folder"] if checkpoint else model.artifact
+                    content = folder_md5(manifest)
+                    mlflow.set_tag(f"input.{artifact}.md5", content)
+                    mlflow.log_text(card, f"{name}/README.md")
+                    _log_dvc_inputs({**training}, "training")
+                    _log_dvc_inputs({**others, artifact: content, **evidence_md5s}, f"{name}")
+                    flat = evidence_of(model.kind, evidence, health=settings.card.health,
+                                       max_completion_length=settings.policy.train.max_completion_length)
+                    extra_tags = {}
+                    if model.kind == "policy":
+                        condition = checkpoint["condition"] if checkpoint else "policy"
+                        rows = results_rows_of(evidence, condition)
+                        if checkpoint:
+                            flat = checkpoint_evidence(flat, rows, checkpoint=checkpoint, bar_opponent=bar_opponent,
+                                                       selected=flat.get("results.selection.selected"))
+                        stem = (model.artifact_md5_metric or "train.model_md5").split(".", 1)[0]
+                        extra_tags = version_tags(checkpoint, final_step=evidence.policy_metrics.get(f"{stem}.global_step"),
+                                                  training_run_id=evidence.policy_metrics.get(f"{stem}.training_run_id"),
+                                                  results_rows=rows)
+                    checks = evaluate_gates(list(model.gates), flat)
+                    tags = readable_tags(model, flat, evidence, input_md5s={**training, **others}, git=git)
+                    tags.update(extra_tags)
+                    tags.update({f"gate.{c.gate}": "pass" if c.passed else "fail" for c in checks})
+                    materials = [material(p, m, role="training_input") for p, m in sorted(training.items())]
+                    materials += [material(p, m, role="input") for p, m in sorted(others.items())]
+                    materials += [material(str(cert.path), cert.md5, role="guard_certificate", result=cert.result)]
+                    materials += [material(p, m, role="evidence") for p, m in sorted(evidence_md5s.items()) if p != str(cert.path)]
+
+                    def attest(version, run_id, source, subjects, readable, *, _model=model, _name=name, _manifest=manifest,
+                               _training=training, _materials=materials, _flat=flat, _checks=checks, _artifact=artifact):
+                        return statement(
+                            subjects=subjects, name=_name, version=version, run_id=run_id, source=source,
+                            registration={"registration_key": registration_key(folder_md5(_manifest), _training),
+                                          "artifact": _artifact, "artifact_dvc_md5": folder_md5(_manifest),
+                                          "params_md5": params_md5(settings.model_dump(by_alias=True)),
+                                          "git_commit": git.get("git.commit", "none"), "git_dirty": git.get("git.dirty", "unknown"),
+                                          "gates": gate_table(list(_model.gates)),
+                                          # the signed keyring this version was registered under (verify checks it is still in the chain)
+                                          "keyring_head": keyring.head},
+                            materials=_materials, flat_evidence=_flat, gate_results=[c.as_dict() for c in _checks],
+                            tags=readable, builder=builder, started=started,
+                        )
+
+                    result = register_version(
+                        client, name=name, model=model, artifact_dir=Path(artifact), manifest=manifest,
+                        training_md5s=training, tags=tags, card=card, log_artifacts=log_folder, attest=attest, key=key,
+                        candidate_alias=reg.candidate_alias, stale_after_s=reg.stale_registration_s,
+                        squat=lambda mv, reg_key: registration_squat(mv, reg_key, keyring, tracking_uri=tracking_uri),
+                    )
+                    results.append(result.as_dict())
+                    mlflow.set_tag(f"registered.{name}", f"v{result.version} ({'new' if result.created else 'unchanged'})")
+                    mlflow.log_metric(f"registry/{name}/created", int(result.created))
+                    if on_registered is not None:
+                        on_registered(name, result)
+            # What a reader of the receipt (and the report) needs next: where every alias points
+            # now and whether `registry verify` passes, derived by the same audit it runs.
+            state = audit(client, decl, keyring, tracking_uri=tracking_uri)
+            write_json(receipt, {"registered": results, "signing_keyid": key.keyid, "claims_lineage": lineage,
+                                 "verify": alias_rows(state)})
+
+
+def parse_expect(expect: str | None):
+    """``--expect``: ``...`` (compare with what the alias points at when the command starts) when not
+    given, None for ``none`` (the alias must be unset), else a version number (``v`` prefix allowed)."""
+    return ... if expect is None else (None if expect.lower() == "none" else expect.removeprefix("v"))
+
+
+def promote_alias(settings: Params, *, models: Path, keys: Path, local_keys: Path, name: str, version: str, alias: str,
+                  reason: str, actor: str, expect: str | None, force: bool):
+    """Point ``alias`` at ``name``/``version`` if its signed evidence passes the gates (compare-and-set,
+    signed history entry); returns the ``Promotion``."""
+    from reappreg.registry import bounded_http, load_declarations, signing_key
+    from reappreg.registry import promote as do_promote
+
+    reg = settings.registry
+    decl = load_declarations(models)
+    key = signing_key(local_keys, create=True)
+    keyring = team_keyring(settings, keys, local_keys)
+    expected = parse_expect(expect)
+    with bounded_http(reg.http_retries, reg.http_timeout_s):
+        client, uri = client_for(settings)
+        return do_promote(client, decl, keyring, key, name=name, version=version, alias=alias, reason=reason, actor=actor,
+                          tracking_uri=uri, lock_timeout_s=reg.promotion_lock_timeout_s, lock_stale_s=reg.promotion_lock_stale_s,
+                          expected=expected, force=force)
+
+
+def _read_heads(path: Path, uri: str) -> dict:
+    """The signed-history heads this clone saw at ``uri`` on earlier verifies (its memory of length)."""
+    import json
+
+    if not path.exists():
+        return {}
+    return (json.loads(path.read_text(encoding="utf-8")) or {}).get(uri, {})
+
+
+def _write_heads(path: Path, uri: str, heads: dict) -> None:
+    import json
+
+    from reappreg.io import write_json
+
+    everything = json.loads(path.read_text(encoding="utf-8")) if path.exists() else {}
+    everything[uri] = heads
+    write_json(path, everything)
+
+
+@dataclass
+class Verified:
+    """What :func:`verify_aliases` found. ``passed``: something verified and nothing failed (then the
+    heads it saw were remembered in ``heads_file``); ``empty``: no alias of a declared model at all."""
+
+    audit: Any
+    declared: int
+    uri: str
+    heads_file: Path
+
+    @property
+    def empty(self) -> bool:
+        return not self.audit.verified and not self.audit.violations
+
+    @property
+    def passed(self) -> bool:
+        return not self.empty and not self.audit.violations and not self.audit.history_problems
+
+
+def verify_aliases(settings: Params, *, models: Path, keys: Path, local_keys: Path) -> Verified:
+    """Verify every alias (signature, bytes, tags vs signed copy, gates from signed evidence, signed
+    history no shorter than this clone saw before); when it passes, remember the heads it saw."""
+    from reappreg.registry import audit, bounded_http, load_declarations
+
+    decl = load_declarations(models)
+    keyring = team_keyring(settings, keys, local_keys)
+    heads_file = local_keys.parent / HEADS_FILE
+    with bounded_http(settings.registry.http_retries, settings.registry.http_timeout_s):
+        client, uri = client_for(settings)
+        seen = _read_heads(heads_file, uri)
+        result = audit(client, decl, keyring, tracking_uri=uri, seen_heads=seen)
+    verified = Verified(result, len(decl.models), uri, heads_file)
+    if verified.passed:
+        _write_heads(heads_file, uri, {**seen, **result.heads})
+    return verified
+
+
+WATCH_MODES = ("auto", "webhook", "poll")
+
+
+def watch_aliases(settings: Params, *, models: Path, keys: Path, local_keys: Path, mode: str, enforce: bool, actor: str,
+                  interval: float | None, max_polls: int | None, listen: str, public_url: str | None, duration: float,
+                  max_events: int, on_violation: Callable[[Any], None], on_enforced: Callable[[str], None],
+                  on_webhook: Callable[[str], None], on_polling: Callable[[float, int], None]) -> list:
+    """Watch every alias against its signed gates (webhook on an MLflow server, else polling); with
+    ``enforce`` undo each gated violation. Returns the findings (empty: nothing failed)."""
+    from reappreg.registry import audit, bounded_http, load_declarations, signing_key, watch_poll, watch_webhook
+    from reappreg.registry import enforce as do_enforce
+
+    reg = settings.registry
+    decl = load_declarations(models)
+    keyring = team_keyring(settings, keys, local_keys)
+    key = signing_key(local_keys, create=True) if enforce else None
+    if mode not in WATCH_MODES:
+        raise InputError(f"--mode must be auto, webhook or poll, got {mode!r}")
+    with bounded_http(reg.http_retries, reg.http_timeout_s):
+        client, uri = client_for(settings)
+
+        def report(finding) -> None:
+            on_violation(finding)
+            if enforce and not finding.ungated:
+                note = do_enforce(client, decl, keyring, key, finding, actor=actor, tracking_uri=uri,
+                                  lock_timeout_s=reg.promotion_lock_timeout_s, lock_stale_s=reg.promotion_lock_stale_s)
+                on_enforced(note)
+
+        def full_check():
+            return audit(client, decl, keyring, tracking_uri=uri).findings
+
+        served = uri.startswith(("http://", "https://"))
+        if mode == "webhook" and not served:
+            raise InputError(f"--mode webhook needs an `mlflow server` tracking URI; {uri} delivers no webhooks (use --mode poll)")
+        if mode == "webhook" or (mode == "auto" and served):
+            host, _, port = listen.rpartition(":")
+            if not host or not port.isdigit():
+                raise InputError(f"--listen must be HOST:PORT, got {listen!r}")
+            return watch_webhook(client, decl, keyring, tracking_uri=uri, full_check=full_check, listen_host=host,
+                                 listen_port=int(port), public_url=public_url, duration_s=duration, max_events=max_events,
+                                 report=report, on_ready=on_webhook)
+        every = min(max(interval if interval is not None else reg.watch_interval_s, 1.0), 3600.0)
+        polls = max_polls if max_polls is not None else reg.watch_max_polls
+        if polls < 1:
+            raise InputError("--max-polls must be at least 1")
+        on_polling(every, polls)
+        return watch_poll(full_check, interval_s=every, max_polls=polls, report=report)
+
+
+def pull_version(settings: Params, *, models: Path, keys: Path, local_keys: Path, spec: str, to: Path | None,
+                 allow_failing_gates: bool, actor: str):
+    """Download the version ``spec`` names into ``to`` (default ``./<name>-v<version>``), verified
+    against its signed statement; returns the ``Pulled``."""
+    from reappreg.registry import bounded_http, load_declarations, resolve_version
+    from reappreg.registry import pull as do_pull
+
+    decl = load_declarations(models)
+    keyring = team_keyring(settings, keys, local_keys)
+    with bounded_http(settings.registry.http_retries, settings.registry.http_timeout_s):
+        client, uri = client_for(settings)
+        if to is None:
+            mv = resolve_version(client, spec)
+            to = Path(f"{mv.name}-v{mv.version}")
+        return do_pull(client, decl, keyring, spec, to, tracking_uri=uri, allow_failing_gates=allow_failing_gates,
+                       actor=actor)
+
+
+__all__ = ["HEADS_FILE", "WATCH_MODES", "Verified", "actor_name", "checkpoint_plans", "client_for", "parse_expect",
+           "plan_model", "promote_alias", "pull_version", "refuse_dirty_card", "register_models", "team_keyring",
+           "verify_aliases", "watch_aliases"]
