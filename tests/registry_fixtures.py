@@ -147,6 +147,24 @@ def bind_claims_to_lock(root: Path, *, judge_wrote: str | None = None) -> None:
     (root / "dvc.lock").write_text(yaml.safe_dump(lock, sort_keys=False))
 
 
+def plant_stage_runs(root: Path) -> None:
+    """The finished generate, judge and stats runs `dvc repro` leaves in the tracking store (the
+    current ``MLFLOW_TRACKING_URI``, else the repo's own), each tagged with the md5 of what it
+    wrote, as ``registry.lineage.check_tracked_lineage`` looks for them. Run with cwd = ``root``."""
+    from reappreg.settings import load_params
+    from reappreg.tracking import stage_run
+
+    tracking = load_params(root / "params.yaml").tracking
+    paths = {role: root / rel for role, rel in stats_paths().items()}
+    with stage_run("generate", tracking=tracking, outputs={"generations": paths["generations"]}):
+        pass
+    with stage_run("judge", tracking=tracking, inputs={"generations": paths["generations"]},
+                   outputs={"judgments": paths["judgments"]}):
+        pass
+    with stage_run("stats", tracking=tracking, inputs=paths, outputs={"claims": root / "reports/claims.json"}):
+        pass
+
+
 # What `reappreg card build` records in a card's front matter on a committed tree.
 CLEAN_REVISION = ("reappreg:\n  revision: {git_commit: 0123abc, git_dirty: 'false', dirty_paths: [], "
                   "dirty_allowed: false}\n")

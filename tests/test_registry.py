@@ -46,6 +46,7 @@ from registry_fixtures import (
     POLICY,
     RM,
     bind_claims_to_lock,
+    plant_stage_runs,
     fail_guard,
     json_file,
     jsonl_file,
@@ -90,6 +91,7 @@ def make_repo(tmp_path, monkeypatch, templates, **kwargs) -> Path:
     monkeypatch.chdir(root)
     monkeypatch.setenv("MLFLOW_TRACKING_URI", f"sqlite:///{root / 'registry/mlflow.db'}")
     monkeypatch.delenv("REAPPREG_SIGNING_KEY", raising=False)  # this clone's local key signs
+    plant_stage_runs(root)
     return root
 
 
@@ -136,6 +138,7 @@ def store(request) -> str | None:
 def on_store(root: Path, store: str | None, monkeypatch) -> Path:
     if store is not None:
         monkeypatch.setenv("MLFLOW_TRACKING_URI", store)
+        plant_stage_runs(root)   # the stage runs live in the store the stages tracked to
     return root
 
 
@@ -282,7 +285,15 @@ def _other_judgments(root: Path) -> None:
      "bar/policy/gpt-4-0314: records no inputs"),
     (_other_judgments, "the 'stats' stage read md5 {judgments}, the 'judge' stage wrote"),
     (lambda root: (root / "dvc.lock").unlink(), "dvc.lock: not found"),
-], ids=["claims-edited", "claim-names-other-judgments", "claim-without-inputs", "judgments-swapped", "no-lock"])
+    # judgments relabelled, claims re-stamped and the whole dvc.lock rewritten to agree: only the
+    # tracking store's record of what the judge and stats runs wrote can tell
+    (lambda root: (jsonl_file(root / stats_paths()["judgments"], [{"planted": "judgments", "verdict": "relabelled"}]),
+                   bind_claims_to_lock(root)),
+     "no finished 'judge' run wrote judgments with md5"),
+    (lambda root: (_edit_claims(root, supported=True, status="confirmed", flags=[]), _relock_claims(root)),
+     "no finished 'stats' run wrote claims with md5 {claims}"),
+], ids=["claims-edited", "claim-names-other-judgments", "claim-without-inputs", "judgments-swapped", "no-lock",
+        "lock-rewritten-to-agree", "claims-edited-lock-rewritten"])
 def test_registration_refuses_claims_the_pipeline_did_not_draw(repo, attack, expect):
     attack(repo)
     code, out, exc = run_cli("registry", "register")
@@ -291,6 +302,24 @@ def test_registration_refuses_claims_the_pipeline_did_not_draw(repo, attack, exp
                            judgments=dvc_md5(repo / stats_paths()["judgments"]))
     assert code != 0 and expect in message, (out, message)
     assert client_for(repo).search_registered_models() == [], "something was registered"
+
+
+def test_a_pipeline_tracked_locally_registers_on_another_store_and_its_runs_are_found(repo, monkeypatch):
+    """The stages tracked to the clone's own store (params tracking.uri); the maintainer registers on
+    another store: the runs that wrote the claims are looked up in both, and found in the first."""
+    monkeypatch.setenv("MLFLOW_TRACKING_URI", f"sqlite:///{repo / 'elsewhere.db'}")
+    register_ok()
+    receipt = json.loads((repo / "reports/registry/registration.json").read_text())
+    assert "written by finished stats run" in receipt["claims_tracked"]
+    assert receipt["claims_tracked"].endswith("(sqlite:///registry/mlflow.db)")
+    # with no stage runs in either store, nothing is registered and both stores are named
+    params = yaml.safe_load((repo / "params.yaml").read_text())
+    params["tracking"]["uri"] = "sqlite:///no-stage-runs.db"
+    (repo / "params.yaml").write_text(yaml.safe_dump(params))
+    monkeypatch.setenv("MLFLOW_TRACKING_URI", f"sqlite:///{repo / 'empty.db'}")
+    code, _, exc = run_cli("registry", "register")
+    assert isinstance(exc, GateFailed) and "empty.db" in str(exc) and "no-stage-runs.db" in str(exc)
+    assert "no experiment 'reappraisal-registry'" in str(exc)
 
 
 def test_the_receipt_says_how_the_claims_were_bound_to_the_lock(repo):

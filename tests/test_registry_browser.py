@@ -20,7 +20,14 @@ import pytest
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from card_fixtures import write_pipeline  # noqa: E402
-from registry_fixtures import POLICY, bind_claims_to_lock, make_unique_policy, registered_version, run_cli  # noqa: E402
+from registry_fixtures import (  # noqa: E402
+    POLICY,
+    bind_claims_to_lock,
+    make_unique_policy,
+    plant_stage_runs,
+    registered_version,
+    run_cli,
+)
 
 CHROMIUM = Path("/usr/bin/chromium")
 CHROMEDRIVER = Path("/usr/bin/chromedriver")
@@ -66,6 +73,7 @@ def test_model_version_page_shows_the_card_and_provenance_tags(tmp_path, monkeyp
     make_unique_policy(root)
     monkeypatch.chdir(root)
     monkeypatch.setenv("MLFLOW_TRACKING_URI", url)
+    plant_stage_runs(root)
     driver = None
     try:
         assert run_cli("card", "build")[0] == 0

@@ -44,6 +44,27 @@ def client_for(settings: Params) -> tuple[Any, str]:
     return connect(uri, attempts=settings.registry.connect_attempts, backoff_s=settings.registry.connect_backoff_s), uri
 
 
+def tracked_lineage(settings: Params, client: Any, uri: str, claims: list, *, claims_md5: str) -> str:
+    """``lineage.check_tracked_lineage`` in the store the stages tracked to: this registry's
+    (``$MLFLOW_TRACKING_URI``, where a team tracks every stage), else ``tracking.uri`` of the
+    params (a pipeline run locally, registered on a team server afterwards)."""
+    import mlflow
+
+    from reappreg.errors import GateFailed
+    from reappreg.registry.lineage import check_tracked_lineage
+
+    stores = [(client, uri)]
+    if settings.tracking.uri != uri:
+        stores.append((mlflow.MlflowClient(tracking_uri=settings.tracking.uri), settings.tracking.uri))
+    refusals = []
+    for store, where in stores:
+        try:
+            return check_tracked_lineage(store, settings.tracking.experiment, claims, claims_md5=claims_md5, where=where)
+        except GateFailed as refused:
+            refusals.append(str(refused))
+    raise GateFailed(" | ".join(refusals))
+
+
 def team_keyring(settings: Params, keys: Path, local_keys: Path):
     """The team keys under ``keys``, plus this clone's local key when ``registry.trust_local_key``."""
     from reappreg.registry import load_keyring
@@ -204,6 +225,9 @@ def register_models(
     inputs = {"models": models, "cards": cards, **evidence.sources}
     with bounded_http(reg.http_retries, reg.http_timeout_s), registration_lock(lock_file, reg.lock_timeout_s):
         client, tracking_uri = client_for(settings)
+        # ... and a lock made to agree with edited files is not enough: finished runs the stages
+        # tracked wrote them (checked before anything is registered).
+        tracked = tracked_lineage(settings, client, tracking_uri, evidence.claims, claims_md5=dvc_md5(claims))
         with stage_run("register", tracking=settings.tracking, params=reg.model_dump(), inputs=inputs):
 
             def log_folder(folder: Path, artifact_path: str) -> str:
@@ -273,6 +297,7 @@ def register_models(
             # now and whether `registry verify` passes, derived by the same audit it runs.
             state = audit(client, decl, keyring, tracking_uri=tracking_uri)
             write_json(receipt, {"registered": results, "signing_keyid": key.keyid, "claims_lineage": lineage,
+                                 "claims_tracked": tracked,
                                  "verify": alias_rows(state)})
 
 
