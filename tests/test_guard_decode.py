@@ -11,7 +11,7 @@ from urllib.parse import quote
 import pytest
 
 from reappreg.errors import InputError
-from reappreg.guard import AnswerMeta, FastHasher, GuardConfig, HeldoutIndex, TextUnit, check_units
+from reappreg.guard import AnswerMeta, FastHasher, HeldoutIndex, TextUnit, check_units
 from reappreg.guard.decode import DECODE_VIEW_NAMES, decode_escapes, strip_markup, transliterate, unleet
 from reappreg.guard.text import check_sizes
 from reappreg.settings.guard import GuardSettings
@@ -23,7 +23,7 @@ OTHER = "Perhaps the team meeting ran long and nobody noticed how quiet you had 
 
 @pytest.fixture(scope="module")
 def index() -> HeldoutIndex:
-    config = GuardConfig.from_dict(GuardSettings().detectors())
+    config = GuardSettings()
     return HeldoutIndex.build([AnswerMeta("a1", "gpt-4-0314", "v1"), AnswerMeta("a2", "gpt-4-0314", "v2")],
                               [ANSWER, OTHER], config, FastHasher())
 

@@ -18,15 +18,15 @@ from typing import Any, Protocol
 import numpy as np
 
 from reappreg.errors import InputError
-from reappreg.guard.config import MINHASH_SCHEME, GuardConfig
+from reappreg.guard.detector import TEXT_VIEW
 from reappreg.guard.edits import EditsTable, answer_keys
 from reappreg.guard.hashing import _NGRAM, _SHINGLE
-from reappreg.guard.minhash import BandLookup, lsh_candidates, minhash_permutations, minhash_signatures
+from reappreg.guard.minhash import MINHASH_SCHEME, BandLookup, lsh_candidates, minhash_permutations, minhash_signatures
 from reappreg.guard.normalise import text_views
+from reappreg.settings.guard import GuardSettings
 
 _PREFILTER_BITS = 22
 _U64_MASK = np.uint64((1 << _PREFILTER_BITS) - 1)
-TEXT_VIEW = "text"
 
 
 class TextView(Protocol):
@@ -98,7 +98,7 @@ class HeldoutIndex:
     ``answers`` may hold several variants of one answer (its tokenizer views).
     """
 
-    config: GuardConfig
+    settings: GuardSettings  # the detector settings (``guard.*`` params, or a certificate / sketch)
     hasher: Any
     answers: list[AnswerMeta]
     ngram_sets: list[frozenset[int]]
@@ -124,24 +124,24 @@ class HeldoutIndex:
         self.ngrams = GramTable(self.ngram_sets, self.token_counts)
         self.letters = GramTable(self.letter_sets, self.letter_counts)
         self.shingles = GramTable(self.shingle_sets, [len(s) for s in self.shingle_sets])
-        self.stock = stock_windows(self.letters, self.answers, self.config.fragments_stock_answers)
+        self.stock = stock_windows(self.letters, self.answers, self.settings.fragments.stock_answers)
         self.shingle_sizes = np.array([len(s) for s in self.shingle_sets], dtype=np.int64)
         self.edits = EditsTable(self.edit_keys, self.hasher)
-        self._permutations = minhash_permutations(self.config.num_perm, self.config.seed)
-        self._lsh = MinHashLSH(num_perm=self.config.num_perm, params=(self.config.bands, self.config.rows))
+        self._permutations = minhash_permutations(self.settings.minhash.num_perm, self.settings.minhash.seed)
+        self._lsh = MinHashLSH(num_perm=self.settings.minhash.num_perm, params=(self.settings.minhash.bands, self.settings.minhash.rows))
         with self._lsh.insertion_session() as session:
             for i, sig in enumerate(self.signatures):
-                session.insert(i, LeanMinHash(seed=self.config.seed, hashvalues=sig, scheme=MINHASH_SCHEME))
+                session.insert(i, LeanMinHash(seed=self.settings.minhash.seed, hashvalues=sig, scheme=MINHASH_SCHEME))
         self._bands = BandLookup(self._lsh, self.signatures)
         # The batched lookups must give exactly what datasketch's own query gives.
         probe = self.signatures[: min(len(self.signatures), 64)]
-        expected = [set(self._lsh.query(LeanMinHash(seed=self.config.seed, hashvalues=s, scheme=MINHASH_SCHEME)))
+        expected = [set(self._lsh.query(LeanMinHash(seed=self.settings.minhash.seed, hashvalues=s, scheme=MINHASH_SCHEME)))
                     for s in probe]
         if lsh_candidates(self._bands, probe) != expected:
             raise RuntimeError("guard: batched LSH lookups disagree with MinHashLSH.query (datasketch changed)")
 
     def __getstate__(self) -> dict:
-        return {k: self.__dict__[k] for k in ("config", "hasher", "answers", "ngram_sets", "shingle_sets", "signatures",
+        return {k: self.__dict__[k] for k in ("settings", "hasher", "answers", "ngram_sets", "shingle_sets", "signatures",
                                               "token_counts", "letter_sets", "letter_counts", "view_names", "edit_keys")}
 
     def __setstate__(self, state: dict) -> None:
@@ -154,7 +154,7 @@ class HeldoutIndex:
         return list(dict.fromkeys(a.answer_id for a in self.answers))
 
     @classmethod
-    def build(cls, answers: Sequence[AnswerMeta], texts: Sequence[str], config: GuardConfig, hasher: Any,
+    def build(cls, answers: Sequence[AnswerMeta], texts: Sequence[str], settings: GuardSettings, hasher: Any,
               views: Sequence[TextView] = ()) -> "HeldoutIndex":
         if not answers:
             raise InputError("held-out set is empty: there is nothing to guard against")
@@ -174,15 +174,15 @@ class HeldoutIndex:
                     token_lists.append(view_tokens)
                     views_text.append(view_letters)
         (ng, ng_off), (sh, sh_off) = hasher.grams_many(
-            token_lists, [(config.ngram_n, _NGRAM), (config.shingle_words, _SHINGLE)]
+            token_lists, [(settings.ngram.n, _NGRAM), (settings.minhash.shingle_words, _SHINGLE)]
         )
-        lg, lg_off = hasher.letter_grams(views_text, config.chars_n)
+        lg, lg_off = hasher.letter_grams(views_text, settings.chars.n)
 
         def sets(keys, off):
             return [frozenset(keys[off[i] : off[i + 1]].tolist()) for i in range(len(metas))]
 
-        signatures = minhash_signatures(sh, sh_off, minhash_permutations(config.num_perm, config.seed))
-        return cls(config, hasher, metas, sets(ng, ng_off), sets(sh, sh_off), signatures,
+        signatures = minhash_signatures(sh, sh_off, minhash_permutations(settings.minhash.num_perm, settings.minhash.seed))
+        return cls(settings, hasher, metas, sets(ng, ng_off), sets(sh, sh_off), signatures,
                    [len(t) for t in token_lists], sets(lg, lg_off), [len(v) for v in views_text],
                    tuple(v.name for v in views), answer_keys(hasher, token_lists))
 
