@@ -108,6 +108,7 @@ def test_certificate_names_tokenizers_by_file_hash_and_the_audit_rechecks_them(s
     cert = outcome.certificate
     assert outcome.passed, [(h.record_id, h.answer_id, h.detector) for h in outcome.hits]
     assert [t["name"] for t in cert["tokenizers"]] == ["rm-encoder", "policy"]
+    assert set(cert["views"]["scripts_folded"]) == {"text", *cert["decode_views"], "rm-encoder", "policy"}
     assert all(len(t["files_sha256"]) == 64 and t["files"] for t in cert["tokenizers"])
     # the model config too: AutoTokenizer may pick the tokenizer class from it, and an auditor
     # who fetches only the named files must be able to load the tokenizer

@@ -27,6 +27,7 @@ from reappreg.guard.fragments import fragment_groups, group_counts
 from reappreg.guard.hashing import FastHasher
 from reappreg.guard.normalise import NORMALISATION
 from reappreg.guard.run import Heldout, Progress, _all_units, _flagged, _progress_adapter, load_heldout
+from reappreg.guard.scripts import scripts_folded
 from reappreg.guard.sketch import build_sketch, derive_key, key_fingerprint, load_sketch, read_secret, sketch_digest
 from reappreg.guard.text import SourceSpec, TextUnit, read_source
 from reappreg.guard.views import TokenizerSpec, TokenizerView, files_digest
@@ -99,6 +100,9 @@ def audit(
     tokenizers = _audit_tokenizers(report, cert.get("tokenizers", []), root)
     if tokenizers is None:
         return report
+    if "views" in cert and scripts_folded(tokenizers) != cert["views"]:
+        report.notes.append("the scripts each view folds to Latin letters (views.scripts_folded) differ here from the "
+                            "certified table (other Unicode, ICU or AnyAscii data): the re-check sees them as measured here")
     if cert.get("versions", {}).get("datasketch") != versions()["datasketch"]:
         report.notes.append(f"datasketch {versions()['datasketch']} re-checks a certificate made with "
                             f"{cert.get('versions', {}).get('datasketch')}")

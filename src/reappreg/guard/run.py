@@ -23,6 +23,7 @@ from reappreg.guard.detect import DETECTORS, AnswerMeta, HeldoutIndex, Hit, chec
 from reappreg.guard.fragments import fragment_groups, group_counts
 from reappreg.guard.hashing import FastHasher
 from reappreg.guard.normalise import NORMALISATION
+from reappreg.guard.scripts import scripts_folded
 from reappreg.guard.sketch import build_sketch, derive_key, ensure_secret, key_fingerprint, write_key
 from reappreg.guard.text import SourceSpec, SourceTexts, TextUnit, check_sizes, read_source, record_ids
 from reappreg.guard.views import TokenizerView
@@ -238,6 +239,7 @@ def run_guard(
         "detectors": detectors_section(settings),
         "tokenizers": tokenizer_entries,
         "decode_views": list(DECODE_VIEW_NAMES),
+        "views": scripts_folded(tokenizers),
         "groups": group_counts(groups),
         "counts": {
             "sources": len(sources),
