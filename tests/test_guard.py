@@ -617,6 +617,33 @@ def test_audit_catches_tampered_artifacts_and_a_doctored_certificate(stage):
     assert any("sketch" in x for x in report.problems)  # the sketch no longer derives from this held-out set
 
 
+def test_audit_refuses_detector_settings_that_are_incomplete_edited_or_of_another_version(stage):
+    p = stage["paths"]
+    run_stage(stage)
+    cert_path, secret = p["certificate_path"], p["secret_dir"]
+    pristine = json.loads(cert_path.read_text())
+    assert audit(cert_path, secret_dir=secret).ok
+
+    def audited(change):
+        cert = json.loads(json.dumps(pristine))
+        change(cert["detectors"])
+        cert_path.write_text(json.dumps(cert))
+        return audit(cert_path, secret_dir=secret)
+
+    with pytest.raises(InputError, match=r"incomplete: 'detectors.ngram' lacks \['min_run'\]"):
+        audited(lambda d: d["ngram"].pop("min_run"))
+    with pytest.raises(InputError, match=r"incomplete: 'detectors.fragments' is missing"):
+        audited(lambda d: d.pop("fragments"))
+    with pytest.raises(InputError, match="edits detector version 'v0' is not this version's"):
+        audited(lambda d: d["edits"].update(version="v0"))
+    with pytest.raises(InputError, match="minhash scheme 'affine64'"):
+        audited(lambda d: d["minhash"].update(scheme="affine64"))
+    report = audited(lambda d: d.update(normalisation="reappreg-guard-normalise/v0"))
+    assert any("normalisation" in x and "cannot re-check" in x for x in report.problems)
+    report = audited(lambda d: d["minhash"]["lsh"].update(fn_integral=0.0))  # derived numbers edited
+    assert any("do not round-trip" in x for x in report.problems)
+
+
 def test_audit_rederives_the_sketch_and_catches_a_swapped_one(stage):
     p = stage["paths"]
     run_stage(stage)
