@@ -40,14 +40,30 @@ the banding in use (``detectors.minhash.lsh``).
 
 from reappreg.guard.audit import AuditReport, audit
 from reappreg.guard.certificate import CERTIFICATE_SCHEMA, require_certified
-from reappreg.guard.detect import DETECTORS, AnswerMeta, Group, HeldoutIndex, Hit, check_units, scan_texts
+from reappreg.guard.detect import (
+    DETECTORS,
+    AnswerMeta,
+    Group,
+    HeldoutIndex,
+    Hit,
+    check_units,
+    scan_texts,
+)
 from reappreg.guard.fragments import fragment_groups
 from reappreg.guard.hashing import FastHasher, KeyedHasher
-from reappreg.guard.normalise import NORMALISATION, letters, normalise, tokens
-from reappreg.guard.sketch import build_sketch, derive_key, ensure_secret, index_from_sketch, key_fingerprint, load_sketch, read_key
 from reappreg.guard.minhash import lsh_error_rates
+from reappreg.guard.normalise import NORMALISATION, letters, normalise, tokens
 from reappreg.guard.registry import REGISTERED, settings_from_record, settings_record
 from reappreg.guard.run import GuardOutcome, GuardPaths, load_heldout, run_guard
+from reappreg.guard.sketch import (
+    build_sketch,
+    derive_key,
+    ensure_secret,
+    index_from_sketch,
+    key_fingerprint,
+    load_sketch,
+    read_key,
+)
 from reappreg.guard.text import SourceSpec, TextUnit, read_source
 from reappreg.guard.views import TokenizerSpec, TokenizerView, load_views
 

@@ -26,9 +26,23 @@ from reappreg.guard.detect import HeldoutIndex, Hit, check_units
 from reappreg.guard.fragments import fragment_groups, group_counts
 from reappreg.guard.hashing import FastHasher
 from reappreg.guard.normalise import NORMALISATION
-from reappreg.guard.run import Heldout, Progress, _all_units, _flagged, _progress_adapter, load_heldout
+from reappreg.guard.run import (
+    Heldout,
+    Progress,
+    _all_units,
+    _flagged,
+    _progress_adapter,
+    load_heldout,
+)
 from reappreg.guard.scripts import scripts_folded
-from reappreg.guard.sketch import build_sketch, derive_key, key_fingerprint, load_sketch, read_secret, sketch_digest
+from reappreg.guard.sketch import (
+    build_sketch,
+    derive_key,
+    key_fingerprint,
+    load_sketch,
+    read_secret,
+    sketch_digest,
+)
 from reappreg.guard.text import SourceSpec, TextUnit, read_source
 from reappreg.guard.views import TokenizerSpec, TokenizerView, files_digest
 from reappreg.hashing import dvc_md5

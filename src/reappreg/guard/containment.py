@@ -5,8 +5,8 @@ from __future__ import annotations
 
 import numpy as np
 
-from reappreg.guard.index import GramTable
 from reappreg.guard.detector import RawHit
+from reappreg.guard.grams import GramTable
 
 
 def letters_per_text(texts: np.ndarray, places: np.ndarray, n: int) -> tuple[np.ndarray, np.ndarray]:

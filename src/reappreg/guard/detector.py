@@ -174,10 +174,26 @@ class Detector:
 
         return self.section(GuardSettings())
 
+    # -- its part of the held-out index
+
+    def build(self, answers: Any) -> dict[str, Any]:
+        """Its stored part of the held-out index from the answers (``index.AnswerTexts``):
+        per-answer lists (or arrays) by name, in answer order; what the sketch stores of it
+        (``sketch_entry``) reads back into the same (``read_sketch_entry``, ``from_sketch``)."""
+        return {}
+
+    def derive(self, index: "HeldoutIndex") -> None:
+        """Set on ``index`` what the scan derives from the stored part (tables, LSH index),
+        when the index is built or unpickled (detectors derive in registry order)."""
+
+    def from_sketch(self, fields: dict[str, list]) -> dict[str, Any]:
+        """Its stored part from the per-answer values ``read_sketch_entry`` gave."""
+        return fields
+
     # -- the scan
 
     def word_grams(self, settings: "GuardSettings") -> list[tuple[int, int]]:
-        """(n, domain) of the word grams ``scan`` reads from the batch."""
+        """(n, domain) of the word grams ``build`` and ``scan`` read (of the answers, of a batch)."""
         return []
 
     def scan(self, index: "HeldoutIndex", batch: Batch, max_shared: int) -> tuple[list[RawHit], list[list[str]]]:

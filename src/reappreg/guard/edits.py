@@ -378,6 +378,13 @@ class EditsDetector(Detector):
     def enabled(self, settings) -> bool:
         return settings.edits.enabled
 
+    def build(self, answers) -> dict[str, Any]:
+        # per answer (content words, k x 2 array of (key, masked position)), ``answer_keys``
+        return {"edit_keys": answer_keys(answers.hasher, answers.token_lists)}
+
+    def derive(self, index: Any) -> None:
+        index.edits = EditsTable(index.edit_keys, index.hasher)
+
     def record(self, settings) -> dict[str, Any]:
         return {**settings.edits.model_dump(mode="json"), "version": EDITS_VERSION}
 

@@ -21,10 +21,11 @@ import numpy as np
 
 from reappreg.guard.containment import letters_per_text
 from reappreg.guard.detector import TEXT_VIEW, Batch, Detector, GroupContext, Hit
-from reappreg.guard.index import GramTable, HeldoutIndex
+from reappreg.guard.grams import GramTable
 from reappreg.guard.spans import letter_spans
 
 if TYPE_CHECKING:
+    from reappreg.guard.index import AnswerMeta, HeldoutIndex
     from reappreg.guard.text import SourceTexts
 
 
@@ -40,7 +41,7 @@ class Group:
     members: tuple[int, ...]   # unit indices
 
 
-def fragment_hits(index: HeldoutIndex, pieces: np.ndarray, groups: Sequence[tuple[int, Sequence[int]]],
+def fragment_hits(index: "HeldoutIndex", pieces: np.ndarray, groups: Sequence[tuple[int, Sequence[int]]],
                   n_texts: int, record_of: np.ndarray | None = None,
                   flagged: np.ndarray | None = None) -> list[tuple[int, int, float, int, list[int]]]:
     """(group index, answer index, coverage, shared windows, contributing texts) for every group
@@ -126,6 +127,23 @@ def fragment_hits(index: HeldoutIndex, pieces: np.ndarray, groups: Sequence[tupl
     return out
 
 
+def stock_windows(table: GramTable, answers: Sequence["AnswerMeta"], min_answers: int) -> np.ndarray:
+    """Mask over ``table.keys``: the held-out answers' stock phrasing, decided from the answers
+    alone: letter windows found in >= ``min_answers`` distinct answers and, where every answer
+    names its vignette, in answers to >= 2 vignettes (an opener or closer is said about any
+    scenario; a phrase only answers to one vignette share is its content, and a piece of it
+    must count). A piece made only of such windows never counts towards a fragment."""
+    ids = np.unique(np.array([a.answer_id for a in answers], dtype=object), return_inverse=True)[1].ravel()
+    coo = table.matrix.tocoo()
+    pairs = np.unique(np.stack([coo.row.astype(np.int64), ids[coo.col].astype(np.int64)]), axis=1)
+    stock = np.bincount(pairs[0], minlength=len(table.keys)) >= min_answers
+    if all(a.vignette_id is not None for a in answers):
+        vignettes = np.unique(np.array([str(a.vignette_id) for a in answers], dtype=object), return_inverse=True)[1].ravel()
+        per_vignette = np.unique(np.stack([coo.row.astype(np.int64), vignettes[coo.col].astype(np.int64)]), axis=1)
+        stock &= np.bincount(per_vignette[0], minlength=len(table.keys)) >= 2
+    return stock
+
+
 def pieces(table: GramTable, grams: np.ndarray, offsets: np.ndarray, n: int, min_piece: int, looked_up=None) -> np.ndarray:
     """(local text index, held-out letter-gram position, place in the text) of every shared
     window that lies in a run of shared windows spanning at least ``min_piece`` letters; 3 x k."""
@@ -188,7 +206,11 @@ class FragmentsDetector(Detector):
     name = "fragments"
     groupwise = True
 
-    def collect(self, index: HeldoutIndex, batch: Batch) -> np.ndarray:
+    def derive(self, index: "HeldoutIndex") -> None:
+        # after ``chars`` (registry order): stock windows over its letter table
+        index.stock = stock_windows(index.letters, index.answers, index.settings.fragments.stock_answers)
+
+    def collect(self, index: "HeldoutIndex", batch: Batch) -> np.ndarray:
         grams, offsets = batch.letter_grams
         return pieces(index.letters, grams, offsets, index.settings.chars.n, index.settings.fragments.min_piece,
                       batch.letter_lookup)
@@ -230,11 +252,11 @@ class FragmentsDetector(Detector):
                 out.append(((group.source, member, "*", meta.answer_id, self.name), hit))
         return out
 
-    def spans(self, index: HeldoutIndex, texts: Sequence[str], requests, limit: int) -> list[list[str]]:
+    def spans(self, index: "HeldoutIndex", texts: Sequence[str], requests, limit: int) -> list[list[str]]:
         return letter_spans(index, texts, requests, limit)
 
     def threshold(self, settings) -> float:
         return settings.fragments.coverage
 
-    def answer_grams(self, index: HeldoutIndex, answer: int) -> int:
+    def answer_grams(self, index: "HeldoutIndex", answer: int) -> int:
         return len(index.letter_sets[answer])

@@ -16,6 +16,7 @@ import numpy as np
 
 from reappreg.errors import InputError
 from reappreg.guard.detector import Batch, Detector, RawHit
+from reappreg.guard.grams import GramTable
 from reappreg.guard.hashing import _SHINGLE, _U64
 from reappreg.guard.spans import word_spans
 
@@ -221,6 +222,36 @@ class MinHashDetector(Detector):
 
     def word_grams(self, settings) -> list[tuple[int, int]]:
         return [(settings.minhash.shingle_words, _SHINGLE)]
+
+    def build(self, answers) -> dict[str, Any]:
+        s = answers.settings.minhash
+        keys, offsets = answers.word_grams(s.shingle_words, _SHINGLE)
+        return {"shingle_sets": answers.sets(keys, offsets),
+                "signatures": minhash_signatures(keys, offsets, minhash_permutations(s.num_perm, s.seed))}
+
+    def derive(self, index: "HeldoutIndex") -> None:
+        """Shingle table, and datasketch's LSH index over the signatures with the batched
+        lookup (checked against ``MinHashLSH.query``)."""
+        from datasketch import LeanMinHash, MinHashLSH
+
+        s = index.settings.minhash
+        index.shingles = GramTable(index.shingle_sets, [len(x) for x in index.shingle_sets])
+        index.shingle_sizes = np.array([len(x) for x in index.shingle_sets], dtype=np.int64)
+        index._permutations = minhash_permutations(s.num_perm, s.seed)
+        lsh = MinHashLSH(num_perm=s.num_perm, params=(s.bands, s.rows))
+        with lsh.insertion_session() as session:
+            for i, sig in enumerate(index.signatures):
+                session.insert(i, LeanMinHash(seed=s.seed, hashvalues=sig, scheme=MINHASH_SCHEME))
+        index._lsh = lsh
+        index._bands = BandLookup(lsh, index.signatures)
+        # The batched lookups must give exactly what datasketch's own query gives.
+        probe = index.signatures[: min(len(index.signatures), 64)]
+        expected = [set(lsh.query(LeanMinHash(seed=s.seed, hashvalues=sig, scheme=MINHASH_SCHEME))) for sig in probe]
+        if lsh_candidates(index._bands, probe) != expected:
+            raise RuntimeError("guard: batched LSH lookups disagree with MinHashLSH.query (datasketch changed)")
+
+    def from_sketch(self, fields: dict[str, list]) -> dict[str, Any]:
+        return {"shingle_sets": fields["shingle_sets"], "signatures": np.vstack(fields["signatures"])}
 
     def scan(self, index: "HeldoutIndex", batch: Batch, max_shared: int) -> tuple[list[RawHit], list[list[str]]]:
         hits = minhash_hits(index, len(batch), *batch.word_grams(index.settings.minhash.shingle_words, _SHINGLE))

@@ -6,13 +6,16 @@ at least ``ngram.min_run`` consecutive words. Exact: a sorted-key join (``contai
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from reappreg.guard.containment import containment_hits
 from reappreg.guard.detector import Batch, Detector, RawHit
+from reappreg.guard.grams import GramTable
 from reappreg.guard.hashing import _NGRAM
-from reappreg.guard.index import HeldoutIndex
 from reappreg.guard.spans import word_spans
+
+if TYPE_CHECKING:
+    from reappreg.guard.index import HeldoutIndex
 
 
 class NgramDetector(Detector):
@@ -21,7 +24,13 @@ class NgramDetector(Detector):
     def word_grams(self, settings) -> list[tuple[int, int]]:
         return [(settings.ngram.n, _NGRAM)]
 
-    def scan(self, index: HeldoutIndex, batch: Batch, max_shared: int) -> tuple[list[RawHit], list[list[str]]]:
+    def build(self, answers) -> dict[str, Any]:
+        return {"ngram_sets": answers.sets(*answers.word_grams(answers.settings.ngram.n, _NGRAM))}
+
+    def derive(self, index: "HeldoutIndex") -> None:
+        index.ngrams = GramTable(index.ngram_sets, index.token_counts)
+
+    def scan(self, index: "HeldoutIndex", batch: Batch, max_shared: int) -> tuple[list[RawHit], list[list[str]]]:
         s = index.settings.ngram
         grams, offsets = batch.word_grams(s.n, _NGRAM)
         hits = containment_hits(index.ngrams, len(batch), grams, offsets, n=s.n, containment=s.containment,
@@ -29,16 +38,16 @@ class NgramDetector(Detector):
         spans = self.spans(index, batch.texts, [(t, a) for t, a, *_ in hits], max_shared) if max_shared else []
         return hits, spans
 
-    def spans(self, index: HeldoutIndex, texts: Sequence[str], requests, limit: int) -> list[list[str]]:
+    def spans(self, index: "HeldoutIndex", texts: Sequence[str], requests, limit: int) -> list[list[str]]:
         return word_spans(index, texts, requests, index.settings.ngram.n, _NGRAM, index.ngrams, limit)
 
     def threshold(self, settings) -> float:
         return settings.ngram.containment
 
-    def answer_grams(self, index: HeldoutIndex, answer: int) -> int:
+    def answer_grams(self, index: "HeldoutIndex", answer: int) -> int:
         return len(index.ngram_sets[answer])
 
-    def sketch_entry(self, index: HeldoutIndex, answer: int) -> dict[str, Any]:
+    def sketch_entry(self, index: "HeldoutIndex", answer: int) -> dict[str, Any]:
         return {"ngrams": sorted(f"{k:016x}" for k in index.ngram_sets[answer])}
 
     def read_sketch_entry(self, entry: dict[str, Any], settings) -> dict[str, Any]:

@@ -17,15 +17,33 @@ from pathlib import Path
 from typing import Any
 
 from reappreg.errors import InputError
-from reappreg.guard.certificate import CERTIFICATE_SCHEMA, detectors_section, sketch_tokenizers, versions
+from reappreg.guard.certificate import (
+    CERTIFICATE_SCHEMA,
+    detectors_section,
+    sketch_tokenizers,
+    versions,
+)
 from reappreg.guard.decode import DECODE_VIEW_NAMES
 from reappreg.guard.detect import DETECTORS, AnswerMeta, HeldoutIndex, Hit, check_units
 from reappreg.guard.fragments import fragment_groups, group_counts
 from reappreg.guard.hashing import FastHasher
 from reappreg.guard.normalise import NORMALISATION
 from reappreg.guard.scripts import scripts_folded
-from reappreg.guard.sketch import build_sketch, derive_key, ensure_secret, key_fingerprint, write_key
-from reappreg.guard.text import SourceSpec, SourceTexts, TextUnit, check_sizes, read_source, record_ids
+from reappreg.guard.sketch import (
+    build_sketch,
+    derive_key,
+    ensure_secret,
+    key_fingerprint,
+    write_key,
+)
+from reappreg.guard.text import (
+    SourceSpec,
+    SourceTexts,
+    TextUnit,
+    check_sizes,
+    read_source,
+    record_ids,
+)
 from reappreg.guard.views import TokenizerView
 from reappreg.hashing import dvc_md5
 from reappreg.io import atomic_dir, write_json, write_jsonl

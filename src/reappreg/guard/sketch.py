@@ -45,8 +45,6 @@ import secrets
 from pathlib import Path
 from typing import Any
 
-import numpy as np
-
 from reappreg.errors import InputError
 from reappreg.guard.hashing import KeyedHasher
 from reappreg.guard.index import AnswerMeta, HeldoutIndex
@@ -150,28 +148,27 @@ def index_from_sketch(sketch: dict[str, Any], key: bytes, source: str = "sketch"
     answers: list[AnswerMeta] = []
     words: list[int] = []
     letter_counts: list[int] = []
-    fields: dict[str, list] = {}
+    fields: dict[str, dict[str, list]] = {d.name: {} for d in REGISTERED}
     for i, entry in enumerate(sketch["answers"]):
         try:
             meta = AnswerMeta(str(entry["answer_id"]), entry.get("source"), entry.get("vignette_id"), str(entry["view"]))
             counts = int(entry["words"]), int(entry["letters"])
-            parts = [detector.read_sketch_entry(entry, settings) for detector in REGISTERED]
+            parts = {d.name: d.read_sketch_entry(entry, settings) for d in REGISTERED}
         except (KeyError, TypeError, ValueError) as exc:
             raise InputError(f"{source}: answer entry {i + 1} is malformed ({exc!r})") from exc
         answers.append(meta)
         words.append(counts[0])
         letter_counts.append(counts[1])
-        for part in parts:
-            for name, value in part.items():
-                fields.setdefault(name, []).append(value)
-        if not all(d.complete({k: v[-1] for k, v in fields.items()}, settings) for d in REGISTERED):
+        for name, part in parts.items():
+            for field, value in part.items():
+                fields[name].setdefault(field, []).append(value)
+        if not all(d.complete(parts[d.name], settings) for d in REGISTERED):
             raise InputError(f"{source}: answer entry {i + 1} ('{meta.answer_id}') is incomplete")
     for detector in REGISTERED:
-        detector.verify_sketch(fields, answers, settings, source)
+        detector.verify_sketch(fields[detector.name], answers, settings, source)
     views = tuple(t["name"] for t in sketch.get("tokenizers", []))
-    return HeldoutIndex(settings, KeyedHasher(key), answers, fields["ngram_sets"], fields["shingle_sets"],
-                        np.vstack(fields["signatures"]), words, fields["letter_sets"], letter_counts, views,
-                        fields["edit_keys"])
+    return HeldoutIndex(settings, KeyedHasher(key), answers, words, letter_counts, views,
+                        {d.name: d.from_sketch(fields[d.name]) for d in REGISTERED})
 
 
 def sketch_digest(sketch: dict[str, Any]) -> str:

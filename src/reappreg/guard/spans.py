@@ -15,7 +15,8 @@ import numpy as np
 from reappreg.guard.normalise import letter_tokens, letters, tokens
 
 if TYPE_CHECKING:
-    from reappreg.guard.index import GramTable, HeldoutIndex
+    from reappreg.guard.grams import GramTable
+    from reappreg.guard.index import HeldoutIndex
 
 
 def _merge_spans(hit_positions: list[int], n: int) -> list[tuple[int, int]]:
