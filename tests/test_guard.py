@@ -387,6 +387,19 @@ def test_signatures_are_bit_identical_to_datasketch():
         assert np.array_equal(row, ref.hashvalues)
 
 
+def test_every_registered_detector_has_its_params_section_and_its_recorded_settings():
+    from reappreg.guard import DETECTORS, REGISTERED, settings_from_record, settings_record
+
+    settings = GuardSettings()
+    record = settings_record(settings)
+    assert list(record) == ["normalisation", *DETECTORS] and DETECTORS == tuple(d.name for d in REGISTERED)
+    for detector in REGISTERED:
+        section = getattr(settings, detector.name)  # params: guard.<name>
+        assert detector.section(settings) is section
+        assert set(record[detector.name]) == set(type(section).model_fields) | set(detector.derived)
+    assert settings_from_record(json.loads(json.dumps(record))) == settings
+
+
 def test_lsh_error_rates_match_the_banding_and_datasketch():
     from datasketch import MinHashLSH
     from datasketch.lsh import _false_negative_probability

@@ -10,7 +10,8 @@ Modules
   and the letter view, UTS #39 skeletons through ICU;
 * ``hashing``: integer keys of word grams and letter windows, unkeyed or keyed (sketches);
 * ``minhash``: datasketch-identical signatures and batched LSH lookups;
-* ``index``: the held-out index (gram keys, signatures, LSH), built from texts or a sketch;
+* ``index``: the held-out index (per detector its part: gram keys, signatures, LSH, ...),
+  built from texts or a sketch; ``grams``: the exact-join gram table;
 * ``detector``: the detector interface (``Detector``: name, settings section and what is
   recorded of it, scan over a ``Batch``, hit rows, sketch entries) and ``Hit``;
 * ``registry``: the registered detectors, in order, and the detector settings as the

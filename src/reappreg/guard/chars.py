@@ -41,6 +41,10 @@ class CharsDetector(Detector):
     def spans(self, index: "HeldoutIndex", texts: Sequence[str], requests, limit: int) -> list[list[str]]:
         return letter_spans(index, texts, requests, limit)
 
+    def heldout_summary(self, index: "HeldoutIndex", answers: int) -> dict[str, Any]:
+        n = index.settings.chars.n
+        return {"answers_shorter_than_letter_window": sum(1 for c in index.letter_counts[:answers] if c < n)}
+
     def threshold(self, settings) -> float:
         return settings.chars.containment
 

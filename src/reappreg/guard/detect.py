@@ -88,6 +88,8 @@ def _scan(index: HeldoutIndex, texts: Sequence[str], max_shared: int = 0) -> Sca
         if detector.groupwise:
             collected[detector.name] = detector.collect(index, batch)
             continue
+        if not detector.enabled(settings):
+            continue
         found, found_spans = detector.scan(index, batch, max_shared)
         hits += found
         if max_shared:

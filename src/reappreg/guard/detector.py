@@ -14,9 +14,12 @@ A detector is one class in one module of ``reappreg.guard`` (``ngram``, ``minhas
 * ``threshold`` / ``answer_grams``: the threshold and the answer's size a hit reports;
 * ``sketch_entry`` / ``from_sketch_entry``: what the sketch stores per answer for it.
 
-The held-out index (``index.HeldoutIndex``) keeps the gram sets several detectors share
-(letter windows serve ``chars`` and ``fragments``), so it is built in one place; each
-detector reads its part of it.
+* ``build`` / ``derive``: its part of the held-out index (``index.HeldoutIndex``), stored
+  (what the sketch holds of it) and derived when the index is loaded (tables, LSH); a
+  detector may read an earlier one's part (``fragments`` reads the letter windows of ``chars``);
+* ``collect`` / ``group_hits`` (``groupwise`` detectors): per-batch state, then hits over
+  groups of records once every batch is scanned;
+* ``heldout_summary``: what the certificate says about the answers for it.
 """
 
 from __future__ import annotations
@@ -213,6 +216,11 @@ class Detector:
               limit: int) -> list[list[str]]:
         """Shared passages for (text index, answer index) pairs."""
         return [[] for _ in requests]
+
+    def heldout_summary(self, index: "HeldoutIndex", answers: int) -> dict[str, Any]:
+        """What the certificate's ``heldout`` section says about the first ``answers`` answers
+        for this detector (e.g. how many are too short for it)."""
+        return {}
 
     # -- hit rows
 

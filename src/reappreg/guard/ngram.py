@@ -41,6 +41,10 @@ class NgramDetector(Detector):
     def spans(self, index: "HeldoutIndex", texts: Sequence[str], requests, limit: int) -> list[list[str]]:
         return word_spans(index, texts, requests, index.settings.ngram.n, _NGRAM, index.ngrams, limit)
 
+    def heldout_summary(self, index: "HeldoutIndex", answers: int) -> dict[str, Any]:
+        n = index.settings.ngram.n
+        return {"answers_shorter_than_ngram": sum(1 for c in index.token_counts[:answers] if c < n)}
+
     def threshold(self, settings) -> float:
         return settings.ngram.containment
 

@@ -28,6 +28,7 @@ from reappreg.guard.detect import DETECTORS, AnswerMeta, HeldoutIndex, Hit, chec
 from reappreg.guard.fragments import fragment_groups, group_counts
 from reappreg.guard.hashing import FastHasher
 from reappreg.guard.normalise import NORMALISATION
+from reappreg.guard.registry import REGISTERED
 from reappreg.guard.scripts import scripts_folded
 from reappreg.guard.sketch import (
     build_sketch,
@@ -246,9 +247,7 @@ def run_guard(
             "md5": heldout_md5,
             "answers": len(held.answers),
             "answers_by_source": dict(sorted(by_source.items())),
-            "answers_shorter_than_ngram": sum(1 for c in index.token_counts[: len(held.answers)] if c < settings.ngram.n),
-            "answers_shorter_than_letter_window": sum(1 for c in index.letter_counts[: len(held.answers)]
-                                                      if c < settings.chars.n),
+            **{k: v for d in REGISTERED for k, v in d.heldout_summary(index, len(held.answers)).items()},
             "answer_variants": len(index.answers),
         },
         "training": training_entries,
