@@ -311,32 +311,32 @@ def datasketch_well_used(heldout: list[str], texts: list[str], config) -> int:
         return [" ".join(toks[p : p + k]).encode() for p in range(max(len(toks) - k + 1, 1))] if toks else []
 
     held_tokens = [tokens(a) for a in heldout]
-    held_sh = [set(shingles(t, config.shingle_words)) for t in held_tokens]
+    held_sh = [set(shingles(t, config.minhash.shingle_words)) for t in held_tokens]
     by_ngram: dict[bytes, set[int]] = defaultdict(set)
     held_ng = []
     for a, toks in enumerate(held_tokens):
-        grams = set(shingles(toks, config.ngram_n))
+        grams = set(shingles(toks, config.ngram.n))
         held_ng.append(grams)
         for g in grams:
             by_ngram[g].add(a)
-    lsh = MinHashLSH(num_perm=config.num_perm, params=(config.bands, config.rows))
-    for a, m in enumerate(MinHash.bulk([list(s) for s in held_sh], num_perm=config.num_perm, seed=config.seed)):
+    lsh = MinHashLSH(num_perm=config.minhash.num_perm, params=(config.minhash.bands, config.minhash.rows))
+    for a, m in enumerate(MinHash.bulk([list(s) for s in held_sh], num_perm=config.minhash.num_perm, seed=config.minhash.seed)):
         lsh.insert(a, m)
     text_tokens = [tokens(t) for t in texts]
-    text_sh = [set(shingles(t, config.shingle_words)) for t in text_tokens]
-    signatures = MinHash.bulk([list(s) or [b""] for s in text_sh], num_perm=config.num_perm, seed=config.seed)
+    text_sh = [set(shingles(t, config.minhash.shingle_words)) for t in text_tokens]
+    signatures = MinHash.bulk([list(s) or [b""] for s in text_sh], num_perm=config.minhash.num_perm, seed=config.minhash.seed)
     flagged = 0
     for toks, sh, sig in zip(text_tokens, text_sh, signatures):
         hit = False
         counts: dict[int, int] = defaultdict(int)
-        for g in set(shingles(toks, config.ngram_n)):
+        for g in set(shingles(toks, config.ngram.n)):
             for a in by_ngram.get(g, ()):
                 counts[a] += 1
-        hit = any(c / len(held_ng[a]) >= config.ngram_containment for a, c in counts.items())
+        hit = any(c / len(held_ng[a]) >= config.ngram.containment for a, c in counts.items())
         if not hit and sh:
             for a in lsh.query(sig):
                 inter = len(sh & held_sh[a])
-                if inter / (len(sh) + len(held_sh[a]) - inter) >= config.jaccard:
+                if inter / (len(sh) + len(held_sh[a]) - inter) >= config.minhash.threshold:
                     hit = True
                     break
         flagged += hit
@@ -358,11 +358,11 @@ def _longest_run(text_grams: list[str], answer_grams: set[str], n: int, answer_w
 
 
 def _ngram_hit(config, text_grams, shared, answer_grams, answer_words) -> bool:
-    if shared / len(answer_grams) >= config.ngram_containment:
+    if shared / len(answer_grams) >= config.ngram.containment:
         return True
-    if not config.ngram_min_run or shared < config.ngram_min_run - config.ngram_n + 1:
+    if not config.ngram.min_run or shared < config.ngram.min_run - config.ngram.n + 1:
         return False  # too few shared n-grams for a run that long (the guard prunes the same way)
-    return _longest_run(text_grams, answer_grams, config.ngram_n, answer_words) >= config.ngram_min_run
+    return _longest_run(text_grams, answer_grams, config.ngram.n, answer_words) >= config.ngram.min_run
 
 
 def naive_scan(heldout: list[str], texts: list[str], config) -> list[tuple[int, int, str]]:
@@ -372,25 +372,25 @@ def naive_scan(heldout: list[str], texts: list[str], config) -> list[tuple[int, 
     from reappreg.guard.text import tokens
 
     def sketch(shingles):
-        m = MinHash(num_perm=config.num_perm, seed=config.seed)
+        m = MinHash(num_perm=config.minhash.num_perm, seed=config.minhash.seed)
         for s in shingles:
             m.update(s.encode("utf-8"))
         return m
 
-    lsh = MinHashLSH(num_perm=config.num_perm, params=(config.bands, config.rows))
+    lsh = MinHashLSH(num_perm=config.minhash.num_perm, params=(config.minhash.bands, config.minhash.rows))
     answer_ngrams, answer_shingles, answer_words, by_ngram = [], [], [], defaultdict(set)
     for a, text in enumerate(heldout):
         toks = tokens(text)
         answer_words.append(len(toks))
-        answer_ngrams.append(set(_gram_list(toks, config.ngram_n)))
-        answer_shingles.append(set(_gram_list(toks, config.shingle_words)))
+        answer_ngrams.append(set(_gram_list(toks, config.ngram.n)))
+        answer_shingles.append(set(_gram_list(toks, config.minhash.shingle_words)))
         for g in answer_ngrams[-1]:
             by_ngram[g].add(a)
         lsh.insert(a, sketch(answer_shingles[-1]))
     hits = []
     for i, text in enumerate(texts):
         toks = tokens(text)
-        text_grams = _gram_list(toks, config.ngram_n)
+        text_grams = _gram_list(toks, config.ngram.n)
         counts: dict[int, int] = defaultdict(int)
         for g in set(text_grams):
             for a in by_ngram.get(g, ()):
@@ -398,11 +398,11 @@ def naive_scan(heldout: list[str], texts: list[str], config) -> list[tuple[int, 
         for a, c in counts.items():
             if _ngram_hit(config, text_grams, c, answer_ngrams[a], answer_words[a]):
                 hits.append((i, a, "ngram"))
-        shingles = set(_gram_list(toks, config.shingle_words))
+        shingles = set(_gram_list(toks, config.minhash.shingle_words))
         if shingles:
             for a in lsh.query(sketch(shingles)):
                 inter = len(shingles & answer_shingles[a])
-                if inter / (len(shingles) + len(answer_shingles[a]) - inter) >= config.jaccard:
+                if inter / (len(shingles) + len(answer_shingles[a]) - inter) >= config.minhash.threshold:
                     hits.append((i, a, "minhash"))
     return hits
 
@@ -427,8 +427,9 @@ def semantic_false_positive_rate(threshold: float, model: str) -> tuple[float, i
 
 def main(argv: list[str] | None = None) -> int:
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
-    from reappreg.guard import AnswerMeta, FastHasher, GuardConfig, HeldoutIndex, TokenizerSpec, TokenizerView, check_units
+    from reappreg.guard import AnswerMeta, FastHasher, HeldoutIndex, TokenizerSpec, TokenizerView, check_units
     from reappreg.guard.disguise import EDITED
+    from reappreg.guard.registry import settings_record
     from reappreg.settings.guard import GuardSettings
 
     defaults = GuardSettings()
@@ -445,7 +446,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--no-semantic", action="store_true", help="skip the semantic false-positive rate")
     args = parser.parse_args(argv)
-    config = GuardConfig.from_dict(defaults.detectors())
+    config = defaults
 
     if args.heldout == "sharma":
         if not SHARMA.exists():
@@ -513,7 +514,7 @@ def main(argv: list[str] | None = None) -> int:
     well = rate["datasketch well used (bulk + query + n-gram probe)"]
     bare = rate["bare pure-Python word 5-gram set probe"]
     print()
-    print(f"settings: {defaults.detectors()}; cpu cores {os.cpu_count()}")
+    print(f"settings: {settings_record(defaults)}; cpu cores {os.cpu_count()}")
     print(f"{'measure':<56}{'value':>12}{'texts':>9}{'vs well-used':>14}{'vs bare':>9}")
     print("-" * 100)
     for name, value in rate.items():

@@ -35,7 +35,6 @@ import random
 import sys
 import time
 from collections import defaultdict
-from dataclasses import replace
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[1]
@@ -62,7 +61,7 @@ def place(kind: str, text: str, filler, rng: random.Random) -> str:
 
 def main(argv: list[str] | None = None) -> int:
     from reappreg.data.sample import generate_sample
-    from reappreg.guard import AnswerMeta, FastHasher, GuardConfig, Group, HeldoutIndex, TextUnit, check_units
+    from reappreg.guard import AnswerMeta, FastHasher, Group, HeldoutIndex, TextUnit, check_units
     from reappreg.guard.disguise import EDIT_KINDS, EDIT_RATES, edit, word_filler
     from reappreg.settings.guard import GuardSettings
 
@@ -74,9 +73,9 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
 
     defaults = GuardSettings()
-    config = GuardConfig.from_dict(defaults.detectors())
-    scan_config = replace(config, edits_threshold=args.floor)
-    default_t = config.edits_threshold
+    config = defaults
+    scan_config = GuardSettings.model_validate({"edits": {**defaults.edits.model_dump(), "threshold": args.floor}})
+    default_t = config.edits.threshold
     thresholds = sorted({*args.sweep, default_t})
 
     data = generate_sample(seed=11)
@@ -86,8 +85,8 @@ def main(argv: list[str] | None = None) -> int:
     metas = [AnswerMeta(a["reappraisal_id"], a["source"], a["vignette_id"]) for a in heldout]
     texts = [a["text"] for a in heldout]
     index = HeldoutIndex.build(metas, texts, scan_config, FastHasher())
-    eligible = [i for i, (n, _) in enumerate(index.edit_keys) if n >= config.edits_min_answer_words]
-    print(f"held-out: {len(heldout)} sample answers, {len(eligible)} with >= {config.edits_min_answer_words} content words "
+    eligible = [i for i, (n, _) in enumerate(index.edit_keys) if n >= config.edits.min_answer_words]
+    print(f"held-out: {len(heldout)} sample answers, {len(eligible)} with >= {config.edits.min_answer_words} content words "
           f"(content words per answer {min(n for n, _ in index.edit_keys)}-{max(n for n, _ in index.edit_keys)}); "
           f"{len(human)} human reappraisals", flush=True)
 

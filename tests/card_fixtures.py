@@ -59,8 +59,9 @@ HELDOUT = ["Perhaps the delay says more about their week than about how much the
 
 def guard(root: Path) -> None:
     """The real guard stage over the fixture's training text (as dvc.yaml runs it, from the root)."""
-    from reappreg.guard import GuardConfig, SourceSpec, run_guard
-    from reappreg.guard.stage import HELDOUT_DEFAULTS
+    from reappreg.guard import GuardPaths, SourceSpec, run_guard
+    from reappreg.guard.run import HELDOUT_DEFAULTS
+    from reappreg.settings.guard import SemanticSettings
 
     settings = load_params(root / "params.yaml").guard
     with contextlib.chdir(root):
@@ -68,10 +69,11 @@ def guard(root: Path) -> None:
                   train=[SourceSpec.parse("data/train/vignettes.jsonl:vignette_id:title,scenario"),
                          SourceSpec.parse("data/train/reappraisals.jsonl:reappraisal_id:text"),
                          SourceSpec.parse("prompts.jsonl=data/prompts/grpo.jsonl:prompt_id:prompt")],
-                  config=GuardConfig.from_dict(settings.detectors()), policy="block", guarded_dir="data/guarded",
-                  certificate_path="data/guard/certificate.json", quarantine_path="data/guard/quarantine.jsonl",
-                  sketch_path="data/guard/heldout_sketch.json", secret_dir="data/guard_secret",
-                  sketch_key_path="data/heldout/sketch.key")
+                  settings=settings.model_copy(update={"policy": "block", "semantic": SemanticSettings(enabled=False)}),
+                  paths=GuardPaths(guarded_dir="data/guarded", certificate_path="data/guard/certificate.json",
+                                   quarantine_path="data/guard/quarantine.jsonl",
+                                   sketch_path="data/guard/heldout_sketch.json", secret_dir="data/guard_secret",
+                                   sketch_key_path="data/heldout/sketch.key"))
 
 
 def leak_and_reguard(root: Path) -> None:

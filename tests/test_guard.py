@@ -12,11 +12,13 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from pydantic import ValidationError
+
 from reappreg.errors import InputError
 from reappreg.guard import (
     AnswerMeta,
     FastHasher,
-    GuardConfig,
+    GuardPaths,
     HeldoutIndex,
     KeyedHasher,
     SourceSpec,
@@ -40,13 +42,12 @@ from reappreg.settings.guard import GuardSettings
 REPO = Path(__file__).resolve().parents[1]
 
 
-def default_config(**minhash) -> GuardConfig:
-    detectors = GuardSettings().detectors()
-    detectors["minhash"].update(minhash)
-    return GuardConfig.from_dict(detectors)
+def default_config(**minhash) -> GuardSettings:
+    """The default ``guard`` settings (semantic report off), with ``minhash`` settings changed."""
+    return GuardSettings.model_validate({"minhash": minhash, "semantic": {"enabled": False}})
 
 
-def brute_force_pairs(heldout: list[str], texts: list[str], config: GuardConfig) -> dict[tuple[int, int, str], float]:
+def brute_force_pairs(heldout: list[str], texts: list[str], config: GuardSettings) -> dict[tuple[int, int, str], float]:
     """Independent exact reference over all pairs: {(text, answer, detector): exact score}."""
 
     def grams(toks, n):
@@ -58,24 +59,24 @@ def brute_force_pairs(heldout: list[str], texts: list[str], config: GuardConfig)
     answers = [tokens(a) for a in heldout]
     for i, text in enumerate(texts):
         toks = tokens(text)
-        t_ng, t_sh = grams(toks, config.ngram_n), set(grams(toks, config.shingle_words))
+        t_ng, t_sh = grams(toks, config.ngram.n), set(grams(toks, config.minhash.shingle_words))
         for a, atoks in enumerate(answers):
-            a_ng, a_sh = set(grams(atoks, config.ngram_n)), set(grams(atoks, config.shingle_words))
+            a_ng, a_sh = set(grams(atoks, config.ngram.n)), set(grams(atoks, config.minhash.shingle_words))
             containment = len(set(t_ng) & a_ng) / len(a_ng)
             run = best = 0
             for g in t_ng:
                 run = run + 1 if g in a_ng else 0
                 best = max(best, run)
-            words = min(best + config.ngram_n - 1, len(atoks)) if best else 0
-            if containment >= config.ngram_containment or (config.ngram_min_run and words >= config.ngram_min_run):
+            words = min(best + config.ngram.n - 1, len(atoks)) if best else 0
+            if containment >= config.ngram.containment or (config.ngram.min_run and words >= config.ngram.min_run):
                 out[(i, a, "ngram")] = containment
             inter = len(t_sh & a_sh)
-            if t_sh and inter / (len(t_sh) + len(a_sh) - inter) >= config.jaccard:
+            if t_sh and inter / (len(t_sh) + len(a_sh) - inter) >= config.minhash.threshold:
                 out[(i, a, "minhash")] = inter / (len(t_sh) + len(a_sh) - inter)
             # chars: windows of the letter view, as strings; the letters of the answer inside
             # shared windows (each distinct window at its first place in the text)
             t_view, a_view = text_views(text)[1], text_views(heldout[a])[1]
-            n = config.chars_n
+            n = config.chars.n
             a_win = {a_view[p : p + n] for p in range(len(a_view) - n + 1)}
             if not a_win:
                 continue
@@ -93,14 +94,14 @@ def brute_force_pairs(heldout: list[str], texts: list[str], config: GuardConfig)
                 run = run + 1 if w in a_win else 0
                 best = max(best, run)
             run_letters = min(best + n - 1, len(a_view)) if best else 0
-            if contained >= config.chars_containment or (config.chars_min_run and run_letters >= config.chars_min_run):
+            if contained >= config.chars.containment or (config.chars.min_run and run_letters >= config.chars.min_run):
                 out[(i, a, "chars")] = contained
-    if config.edits_enabled:
+    if config.edits.enabled:
         out.update(brute_force_edits(heldout, texts, config))
     return out
 
 
-def brute_force_edits(heldout: list[str], texts: list[str], config: GuardConfig) -> dict[tuple[int, int, str], float]:
+def brute_force_edits(heldout: list[str], texts: list[str], config: GuardSettings) -> dict[tuple[int, int, str], float]:
     """The ``edits`` detector by its definition, on strings: content words (skeletons, function
     words dropped); two match when their Snowball stems are equal or {word} and its one-letter
     deletions (words of 4+ letters) meet; the best LCS by dynamic programming over stretches
@@ -142,13 +143,13 @@ def brute_force_edits(heldout: list[str], texts: list[str], config: GuardConfig)
         words = content(text)
         for a, answer in enumerate(answers):
             length = len(answer)
-            if length < config.edits_min_answer_words:
+            if length < config.edits.min_answer_words:
                 continue
-            if sum(any(match(w, y) for w in words) for y in answer) < config.edits_threshold * length:
+            if sum(any(match(w, y) for w in words) for y in answer) < config.edits.threshold * length:
                 continue  # the in-order match is never more than the answer words matched at all
-            width = math.ceil(config.edits_span * length)
+            width = math.ceil(config.edits.span * length)
             best = max(lcs(words[k : k + width], answer, match) for k in range(0, max(len(words), 1), length))
-            if best / length >= config.edits_threshold:
+            if best / length >= config.edits.threshold:
                 out[(i, a, "edits")] = best / length
     return out
 
@@ -193,14 +194,12 @@ def stage(split_data, tmp_path):
 
 def run_stage(stage, *, policy="block", config=None, specs=None, **overrides):
     p = stage["paths"]
-    kwargs = dict(
-        heldout=SourceSpec(p["heldout"], "answer_id", ("text",)), train=stage["specs"] if specs is None else specs,
-        config=config or default_config(), policy=policy, guarded_dir=p["guarded_dir"],
-        certificate_path=p["certificate_path"], quarantine_path=p["quarantine_path"], sketch_path=p["sketch_path"],
-        secret_dir=p["secret_dir"], sketch_key_path=p["sketch_key_path"],
-    )
-    kwargs.update(overrides)
-    return run_guard(**kwargs)
+    settings = (config or default_config()).model_copy(update={"policy": policy})
+    paths = GuardPaths(guarded_dir=p["guarded_dir"], certificate_path=p["certificate_path"],
+                       quarantine_path=p["quarantine_path"], sketch_path=p["sketch_path"], secret_dir=p["secret_dir"],
+                       sketch_key_path=p["sketch_key_path"])
+    return run_guard(heldout=SourceSpec(p["heldout"], "answer_id", ("text",)),
+                     train=stage["specs"] if specs is None else specs, settings=settings, paths=paths, **overrides)
 
 
 def add_reappraisals(stage, records: list[dict]) -> Path:
@@ -388,6 +387,19 @@ def test_signatures_are_bit_identical_to_datasketch():
         assert np.array_equal(row, ref.hashvalues)
 
 
+def test_every_registered_detector_has_its_params_section_and_its_recorded_settings():
+    from reappreg.guard import DETECTORS, REGISTERED, settings_from_record, settings_record
+
+    settings = GuardSettings()
+    record = settings_record(settings)
+    assert list(record) == ["normalisation", *DETECTORS] and DETECTORS == tuple(d.name for d in REGISTERED)
+    for detector in REGISTERED:
+        section = getattr(settings, detector.name)  # params: guard.<name>
+        assert detector.section(settings) is section
+        assert set(record[detector.name]) == set(type(section).model_fields) | set(detector.derived)
+    assert settings_from_record(json.loads(json.dumps(record))) == settings
+
+
 def test_lsh_error_rates_match_the_banding_and_datasketch():
     from datasketch import MinHashLSH
     from datasketch.lsh import _false_negative_probability
@@ -397,8 +409,8 @@ def test_lsh_error_rates_match_the_banding_and_datasketch():
     assert rates["fn_integral"] == pytest.approx(_false_negative_probability(0.3, 32, 2))
     optimised = default_config(bands=None, rows=None, threshold=0.5, num_perm=128)
     lsh = MinHashLSH(threshold=0.5, num_perm=128)
-    assert (optimised.bands, optimised.rows) == (lsh.b, lsh.r)
-    with pytest.raises(InputError, match="bands x rows"):
+    assert (optimised.minhash.bands, optimised.minhash.rows) == (lsh.b, lsh.r)
+    with pytest.raises(ValidationError, match="bands x rows"):
         default_config(bands=40, rows=2)  # 80 > num_perm 64
 
 
@@ -430,7 +442,7 @@ def test_planted_leaks_of_each_kind_are_caught_and_unrelated_texts_are_not(stage
         assert (answers[target]["answer_id"], "ngram" if rid != "leak-edited" else "minhash") in by_record[rid], rid
     assert not [r for r in by_record if r.startswith("clean-")]
     edited = [h for h in hits if h.record_id == "leak-edited" and h.detector == "minhash"][0]
-    assert config.jaccard <= edited.score < 1.0
+    assert config.minhash.threshold <= edited.score < 1.0
     embedded = [h for h in hits if h.record_id == "leak-embedded" and h.detector == "ngram"][0]
     assert embedded.score == 1.0 and embedded.shared == [" ".join(tokens(a[3]))]
     # every pair at or above a threshold is reported: the same set as an independent brute force
@@ -450,7 +462,7 @@ def test_long_answer_partly_copied_is_caught_by_shared_run_not_containment():
     ngram = [h for h in hits if h.detector == "ngram"]
     assert [(h.record_id, h.reason, h.longest_run) for h in ngram] == [("partial", "min_run", 24)]
     assert ngram[0].score == pytest.approx(20 / 116)  # 20 of the answer's 116 5-grams
-    assert ngram[0].score < config.ngram_containment
+    assert ngram[0].score < config.ngram.containment
 
 
 def test_parallel_scan_equals_serial_scan(stage):
@@ -499,7 +511,10 @@ def test_clean_sample_data_passes_with_identical_copies_and_matching_hashes(stag
     lsh = cert["detectors"]["minhash"]["lsh"]
     assert lsh["fn_probability_at_threshold"] == pytest.approx((1 - 0.3**2) ** 32)
     assert set(cert["versions"]) >= {"datasketch", "numpy", "python"}
-    assert audit(stage["paths"]["certificate_path"], secret_dir=stage["paths"]["secret_dir"]).ok
+    # per view, the scripts it folds to Latin letters (measured: the text view and every decoding view)
+    assert set(cert["views"]["scripts_folded"]) == {"text", *cert["decode_views"]}
+    report = audit(stage["paths"]["certificate_path"], secret_dir=stage["paths"]["secret_dir"])
+    assert report.ok and not any("scripts_folded" in n for n in report.notes)
 
 
 def test_block_policy_fails_with_a_report_and_leaves_no_guarded_data(stage):
@@ -613,6 +628,33 @@ def test_audit_catches_tampered_artifacts_and_a_doctored_certificate(stage):
     report = audit(cert_path, secret_dir=secret)
     assert any(x.startswith("held-out set:") for x in report.problems)
     assert any("sketch" in x for x in report.problems)  # the sketch no longer derives from this held-out set
+
+
+def test_audit_refuses_detector_settings_that_are_incomplete_edited_or_of_another_version(stage):
+    p = stage["paths"]
+    run_stage(stage)
+    cert_path, secret = p["certificate_path"], p["secret_dir"]
+    pristine = json.loads(cert_path.read_text())
+    assert audit(cert_path, secret_dir=secret).ok
+
+    def audited(change):
+        cert = json.loads(json.dumps(pristine))
+        change(cert["detectors"])
+        cert_path.write_text(json.dumps(cert))
+        return audit(cert_path, secret_dir=secret)
+
+    with pytest.raises(InputError, match=r"incomplete: 'detectors.ngram' lacks \['min_run'\]"):
+        audited(lambda d: d["ngram"].pop("min_run"))
+    with pytest.raises(InputError, match=r"incomplete: 'detectors.fragments' is missing"):
+        audited(lambda d: d.pop("fragments"))
+    with pytest.raises(InputError, match="edits detector version 'v0' is not this version's"):
+        audited(lambda d: d["edits"].update(version="v0"))
+    with pytest.raises(InputError, match="minhash scheme 'affine64'"):
+        audited(lambda d: d["minhash"].update(scheme="affine64"))
+    report = audited(lambda d: d.update(normalisation="reappreg-guard-normalise/v0"))
+    assert any("normalisation" in x and "cannot re-check" in x for x in report.problems)
+    report = audited(lambda d: d["minhash"]["lsh"].update(fn_integral=0.0))  # derived numbers edited
+    assert any("do not round-trip" in x for x in report.problems)
 
 
 def test_audit_rederives_the_sketch_and_catches_a_swapped_one(stage):

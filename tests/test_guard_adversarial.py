@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from reappreg.guard import AnswerMeta, FastHasher, GuardConfig, Group, HeldoutIndex, TextUnit, check_units
+from reappreg.guard import AnswerMeta, FastHasher, Group, HeldoutIndex, TextUnit, check_units
 from reappreg.guard.disguise import CLASSES, EDITED, GROUPED, can_disguise, disguise, word_filler
 from reappreg.io import read_jsonl, write_jsonl
 from reappreg.settings.guard import GuardSettings
@@ -17,8 +17,8 @@ from reappreg.settings.guard import GuardSettings
 REPO = Path(__file__).resolve().parents[1]
 
 
-def config() -> GuardConfig:
-    return GuardConfig.from_dict(GuardSettings().detectors())
+def config() -> GuardSettings:
+    return GuardSettings(semantic={"enabled": False})
 
 
 @pytest.fixture(scope="module")
@@ -192,7 +192,7 @@ def test_fragments_need_two_records_of_one_group(sample, sample_index):
     together = check_units(sample_index, units, groups=[Group("t", "author_id=x", tuple(range(len(units))))])
     fragments = [h for h in together if h.detector == "fragments" and h.answer_id == heldout[3]["reappraisal_id"]]
     assert fragments and len(fragments[0].members) >= 2 and set(fragments[0].members) <= {u.record_id for u in units}
-    assert fragments[0].score >= config().fragments_coverage and fragments[0].shared
+    assert fragments[0].score >= config().fragments.coverage and fragments[0].shared
 
 
 def test_pieces_repeated_over_many_filler_records_are_not_laundered_into_stock(sample, sample_index):

@@ -11,7 +11,7 @@ from urllib.parse import quote
 import pytest
 
 from reappreg.errors import InputError
-from reappreg.guard import AnswerMeta, FastHasher, GuardConfig, HeldoutIndex, TextUnit, check_units
+from reappreg.guard import AnswerMeta, FastHasher, HeldoutIndex, TextUnit, check_units
 from reappreg.guard.decode import DECODE_VIEW_NAMES, decode_escapes, strip_markup, transliterate, unleet
 from reappreg.guard.text import check_sizes
 from reappreg.settings.guard import GuardSettings
@@ -23,7 +23,7 @@ OTHER = "Perhaps the team meeting ran long and nobody noticed how quiet you had 
 
 @pytest.fixture(scope="module")
 def index() -> HeldoutIndex:
-    config = GuardConfig.from_dict(GuardSettings().detectors())
+    config = GuardSettings()
     return HeldoutIndex.build([AnswerMeta("a1", "gpt-4-0314", "v1"), AnswerMeta("a2", "gpt-4-0314", "v2")],
                               [ANSWER, OTHER], config, FastHasher())
 
@@ -154,3 +154,30 @@ def test_a_text_over_the_size_limit_is_refused_with_its_record_named():
     check_sizes(units[:1], 100)
     with pytest.raises(InputError, match=r"max_text_chars=100: t\.jsonl record 'huge' field 'scenario' \(101 chars\)"):
         check_sizes(units, 100)
+
+
+def test_the_scripts_each_view_folds_are_measured_per_view():
+    """The certificate's ``views.scripts_folded``: measured per view and script, deterministic."""
+    from reappreg.guard.scripts import SCRIPTS, script_letters, scripts_folded
+
+    table = scripts_folded()
+    assert table == scripts_folded()
+    folded = table["scripts_folded"]
+    assert set(folded) == {"text", *DECODE_VIEW_NAMES}
+    assert all(set(per_view) == set(SCRIPTS) for per_view in folded.values())
+    for view in folded.values():
+        assert view["latin_ascii"] == {"words": 1.0, "letters": 1.0}
+    # Negative squared letters and regional indicators: the transliteration folds them to
+    # Latin letters, the normalisation alone does not (so only the decoding views see such a copy).
+    for script in ("negative_squared", "regional_indicators"):
+        assert folded["translit"][script]["words"] == folded["decoded"][script]["words"] == 1.0
+        assert folded["text"][script]["words"] == folded["text"][script]["letters"] == 0.0
+        letter = script_letters()[script][0]
+        assert transliterate(letter).isascii() and transliterate(letter).isalpha()
+    # Fullwidth letters fold already in the normalisation (NFKC), in every view
+    assert all(view["fullwidth"]["words"] == 1.0 for view in folded.values())
+    # Greek and Cyrillic: the word view keeps them (they are words of their own script), the
+    # letter view's confusable skeleton folds the look-alikes only, the transliteration all but a few
+    for script in ("greek", "cyrillic"):
+        assert folded["text"][script]["words"] == 0.0 < folded["text"][script]["letters"] < folded["translit"][script]["letters"]
+    assert table["scripts"]["regional_indicators"]["letters"] == 26

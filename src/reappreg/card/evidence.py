@@ -68,7 +68,7 @@ class Certificate:
     summary: dict[str, Any]
 
 
-# What the card shows of a certificate (dotted keys into it; see reappreg.guard.stage).
+# What the card shows of a certificate (dotted keys into it; see reappreg.guard.certificate).
 CERTIFICATE_SUMMARY = (
     "schema", "policy", "counts.sources", "counts.texts_checked", "counts.hits", "counts.flagged_records",
     "counts.removed_records", "heldout.answers", "detectors.ngram.n", "detectors.ngram.containment",
@@ -78,8 +78,8 @@ CERTIFICATE_SUMMARY = (
 
 
 def read_certificate(path: str | os.PathLike) -> Certificate:
-    """The guard certificate, normalised (schema ``reappreg.guard.certificate/v2``, see ``reappreg.guard.stage``)."""
-    from reappreg.guard.stage import CERTIFICATE_SCHEMA
+    """The guard certificate, normalised (schema ``reappreg.guard.certificate/v2``, see ``reappreg.guard.certificate``)."""
+    from reappreg.guard.certificate import CERTIFICATE_SCHEMA
 
     path = Path(path)
     raw = read_versioned(path, CERTIFICATE_SCHEMA, what="a guard certificate")

@@ -101,14 +101,13 @@ def run(
     from rich.console import Console
 
     from reappreg.errors import GuardViolation, InputError
-    from reappreg.guard import DETECTORS, GuardConfig, SourceSpec, run_guard
-    from reappreg.guard.stage import HELDOUT_DEFAULTS
+    from reappreg.guard import DETECTORS, GuardPaths, SourceSpec, run_guard
+    from reappreg.guard.run import HELDOUT_DEFAULTS
     from reappreg.settings import load_params
     from reappreg.tracking import stage_run
 
     p = load_params(params)
     settings = p.guard
-    config = GuardConfig.from_dict(settings.detectors())
     views = _views(_with_rm_tokenizer(tokenizer, p.rm.encoder.path))
     _require_rm_tokenizer(views, p.rm.encoder.path)
     heldout_spec = SourceSpec.parse(heldout, **HELDOUT_DEFAULTS)
@@ -120,13 +119,9 @@ def run(
     with stage_run("guard", tracking=p.tracking, params=settings.model_dump(), inputs=inputs):
         with _progress("guard", settings.chunk_size) as progress:
             outcome = run_guard(
-                heldout=heldout_spec, train=train_specs, config=config, policy=settings.policy,
-                guarded_dir=out_dir, certificate_path=certificate, quarantine_path=quarantine,
-                sketch_path=sketch, secret_dir=secret_dir, sketch_key_path=sketch_key,
-                workers=settings.workers, chunk_size=settings.chunk_size,
-                max_shared=settings.max_shared_reported, max_hits_in_certificate=settings.max_hits_in_certificate,
-                tokenizers=views, semantic=settings.semantic, progress=progress,
-                max_text_chars=settings.max_text_chars,
+                heldout=heldout_spec, train=train_specs, settings=settings, tokenizers=views, progress=progress,
+                paths=GuardPaths(guarded_dir=out_dir, certificate_path=certificate, quarantine_path=quarantine,
+                                 sketch_path=sketch, secret_dir=secret_dir, sketch_key_path=sketch_key),
             )
         cert = outcome.certificate
         lsh = cert["detectors"]["minhash"]["lsh"]
@@ -229,10 +224,9 @@ def check(
     from rich.console import Console
 
     from reappreg.errors import InputError
-    from reappreg.guard import FastHasher, GuardConfig, HeldoutIndex, SourceSpec, check_units, fragment_groups, read_source
+    from reappreg.guard import DETECTORS, FastHasher, HeldoutIndex, SourceSpec, check_units, fragment_groups, read_source
+    from reappreg.guard.run import HELDOUT_DEFAULTS, load_heldout
     from reappreg.guard.sketch import index_from_sketch, load_sketch, read_key
-    from reappreg.guard import DETECTORS
-    from reappreg.guard.stage import HELDOUT_DEFAULTS, load_heldout
     from reappreg.guard.decode import DECODE_VIEW_NAMES
     from reappreg.guard.text import check_sizes
     from reappreg.io import write_jsonl
@@ -254,19 +248,18 @@ def check(
         _match_sketch_tokenizers(views, loaded, sketch)
         against = f"sketch {sketch}"
     else:
-        config = GuardConfig.from_dict(settings.detectors())
         held = load_heldout(SourceSpec.parse(heldout, **HELDOUT_DEFAULTS))
         # As `guard run` sees them: the active profile's tokenizers (the RM encoder's and the
         # base policy's) are on unless turned off, so an outsider's check equals the pipeline's
         # (a text that only matches once a tokenizer decodes its special tokens away is a hit
         # here too).
         views = _views(tokenizer if no_profile_views else _with_profile_tokenizers(tokenizer, loaded_params))
-        index = HeldoutIndex.build(held.answers, held.texts, config, FastHasher(), views=views)
+        index = HeldoutIndex.build(held.answers, held.texts, settings, FastHasher(), views=views)
         against = f"held-out {held.spec.path}"
     sources = [read_source(SourceSpec.parse(t, default_id=id_field, default_text=tuple(text_field))) for t in files]
     units = [u for src in sources for u in src.units]
     check_sizes(units, settings.max_text_chars if settings else GuardSettings().max_text_chars)
-    groups = fragment_groups(sources, index.config)
+    groups = fragment_groups(sources, index.settings)
     with _progress("check", chunk_size) as progress:
         hits = check_units(index, units, groups=groups, views=views, workers=n_workers, chunk_size=chunk_size,
                            max_shared=settings.max_shared_reported if settings else 10,
@@ -312,7 +305,7 @@ def audit_cmd(
     from rich.console import Console
 
     from reappreg.errors import GuardViolation
-    from reappreg.guard import audit
+    from reappreg.guard import DETECTORS, audit
 
     with _progress("audit", 2000) as progress:
         report = audit(certificate, root=root, secret_dir=secret_dir, workers=workers, progress=progress)
@@ -323,7 +316,7 @@ def audit_cmd(
         raise GuardViolation(f"audit of {certificate} failed:\n" + "\n".join(f"  - {p}" for p in report.problems))
     semantic = "not in the certificate" if any("no semantic report" in n for n in report.notes) else "reproduced"
     console.print(f"audit of {certificate}: ok (every hash matches; every certified tokenizer's files match; detectors "
-                  "ngram, minhash, chars, fragments re-run in every certified view: guarded copies clean, sources "
+                  f"{', '.join(DETECTORS)} re-run in every certified view: guarded copies clean, sources "
                   f"flag exactly the certified records; semantic report {semantic})", highlight=False, soft_wrap=True)
 
 
@@ -337,20 +330,20 @@ def sketch_cmd(
     params: Path = typer.Option(Path("params.yaml"), help="Params file"),
 ) -> None:
     """Export the held-out set as a sketch (keyed hashes only) and its key."""
-    from reappreg.guard import GuardConfig, SourceSpec, build_sketch, derive_key, ensure_secret, load_heldout
+    from reappreg.guard import SourceSpec, build_sketch, derive_key, ensure_secret, load_heldout
+    from reappreg.guard.certificate import sketch_tokenizers
+    from reappreg.guard.run import HELDOUT_DEFAULTS
     from reappreg.guard.sketch import write_key
-    from reappreg.guard.stage import _sketch_tokenizers
-    from reappreg.guard.stage import HELDOUT_DEFAULTS
     from reappreg.hashing import dvc_md5
     from reappreg.io import write_json
     from reappreg.settings import load_params
 
-    config = GuardConfig.from_dict(load_params(params).guard.detectors())
+    settings = load_params(params).guard
     held = load_heldout(SourceSpec.parse(heldout, **HELDOUT_DEFAULTS))
     md5 = dvc_md5(held.spec.path)
     key = derive_key(ensure_secret(secret_dir), md5)
     write_key(key_out, key)
     views = _views(tokenizer)
-    write_json(out, build_sketch(held.answers, held.texts, config, key, md5, views=views,
-                                 tokenizers=_sketch_tokenizers([v.describe() for v in views])))
+    write_json(out, build_sketch(held.answers, held.texts, settings, key, md5, views=views,
+                                 tokenizers=sketch_tokenizers([v.describe() for v in views])))
     typer.echo(f"sketch: {len(held.answers)} answers -> {out} (key {key_out}; keep it confidential)")

@@ -32,7 +32,7 @@ def run(
         configure(p.tracking.uri, p.tracking.experiment, p.tracking.artifact_root)
         tracking_uri = mlflow.get_tracking_uri()
     result = run_leakscan(
-        heldout_path=heldout, detectors=p.guard.detectors(), folders=folder, sketch_path=sketch,
+        heldout_path=heldout, settings=p.guard, folders=folder, sketch_path=sketch,
         tracking_uri=tracking_uri, experiment=p.tracking.experiment,
         exclude_stages=p.leakscan.exclude_stages, max_file_bytes=p.leakscan.max_file_bytes,
     )

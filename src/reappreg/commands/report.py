@@ -64,7 +64,7 @@ def report(
     markdown = render_markdown(sections, "reappreg pipeline report", subtitle)
     # Nothing the report shows may carry held-out text (it is training-side: logged to MLflow, kept in git):
     # the page is checked with the guard's own detectors before it is written.
-    scanned = scan_for_heldout(heldout, settings.guard.detectors(), markdown, str(markdown_out))
+    scanned = scan_for_heldout(heldout, settings.guard, markdown, str(markdown_out))
     subtitle += f" {scanned}"
     numbers = headline(sources)
     with stage_run("report", tracking=settings.tracking):

@@ -90,7 +90,6 @@ def guard_hits(protected: Sequence[tuple[str, str]], training_specs: Sequence[st
     from reappreg.guard import (
         AnswerMeta,
         FastHasher,
-        GuardConfig,
         HeldoutIndex,
         SourceSpec,
         check_units,
@@ -100,12 +99,11 @@ def guard_hits(protected: Sequence[tuple[str, str]], training_specs: Sequence[st
 
     if not training_specs:
         raise InputError(f"{what}: no training sources to check against (a check over nothing certifies nothing)")
-    config = GuardConfig.from_dict(guard.detectors())
     index = HeldoutIndex.build([AnswerMeta(pid, what) for pid, _ in protected], [t for _, t in protected],
-                               config, FastHasher())
+                               guard, FastHasher())
     sources = [read_source(SourceSpec.parse(spec)) for spec in training_specs]
     units = [u for src in sources for u in src.units]
-    return check_units(index, units, groups=fragment_groups(sources, config), workers=1,
+    return check_units(index, units, groups=fragment_groups(sources, guard), workers=1,
                        chunk_size=guard.chunk_size, max_shared=guard.max_shared_reported)
 
 

@@ -75,6 +75,8 @@ from typing import Any
 
 import numpy as np
 
+from reappreg.errors import InputError
+from reappreg.guard.detector import Batch, Detector, RawHit
 from reappreg.guard.hashing import _mix64_int, token_key
 from reappreg.guard.normalise import skeleton
 
@@ -299,8 +301,8 @@ def edit_hits(index: Any, word_lists: Sequence[Sequence[str]], max_shared: int =
     in the best stretch (runs of the text's words, in text order) per hit."""
     from scipy.sparse import csr_matrix
 
-    config, table = index.config, index.edits
-    if not config.edits_enabled or not len(word_lists) or not table.total_positions:
+    settings, table = index.settings.edits, index.edits
+    if not settings.enabled or not len(word_lists) or not table.total_positions:
         return [], []
     vocab_of: dict[str, int] = {}
     ids = [np.fromiter((vocab_of.setdefault(w, len(vocab_of)) for w in toks), dtype=np.int64, count=len(toks)) for toks in word_lists]
@@ -322,8 +324,8 @@ def edit_hits(index: Any, word_lists: Sequence[Sequence[str]], max_shared: int =
                      (np.arange(table.total_positions), np.repeat(np.arange(n_answers), table.lengths))),
                     shape=(max(table.total_positions, 1), n_answers))
     counts = (tp @ pa).tocoo()
-    need = np.maximum(np.ceil(config.edits_threshold * table.lengths - 1e-9), 1).astype(np.int64)
-    eligible = table.lengths >= config.edits_min_answer_words
+    need = np.maximum(np.ceil(settings.threshold * table.lengths - 1e-9), 1).astype(np.int64)
+    eligible = table.lengths >= settings.min_answer_words
     keep = (counts.data >= need[counts.col]) & eligible[counts.col]
     if not keep.any():
         return [], []
@@ -346,9 +348,9 @@ def edit_hits(index: Any, word_lists: Sequence[Sequence[str]], max_shared: int =
                 word_mask[v] = sum(1 << int(c) for c in cols)
         places = [p for p, v in enumerate(seq.tolist()) if v in word_mask]
         masks = [word_mask[int(seq[p])] for p in places]
-        best, lo, hi = best_stretch(masks, places, length, config.edits_span, int(need[a]))
+        best, lo, hi = best_stretch(masks, places, length, settings.span, int(need[a]))
         score = best / length
-        if best >= need[a] and score >= config.edits_threshold:
+        if best >= need[a] and score >= settings.threshold:
             hits.append((t, a, "edits", score, "lcs", best, 0))
             if max_shared:
                 spans.append(_runs(word_lists[t], [int(token_pos[p]) for p in places if lo <= p < hi], max_shared))
@@ -367,3 +369,50 @@ def _runs(toks: Sequence[str], positions: Sequence[int], limit: int, gap: int = 
         else:
             runs.append([p, p])
     return list(dict.fromkeys(" ".join(toks[lo : hi + 1]) for lo, hi in runs))[:limit]
+
+
+class EditsDetector(Detector):
+    name = "edits"
+    derived = ("version",)
+
+    def enabled(self, settings) -> bool:
+        return settings.edits.enabled
+
+    def build(self, answers) -> dict[str, Any]:
+        # per answer (content words, k x 2 array of (key, masked position)), ``answer_keys``
+        return {"edit_keys": answer_keys(answers.hasher, answers.token_lists)}
+
+    def derive(self, index: Any) -> None:
+        index.edits = EditsTable(index.edit_keys, index.hasher)
+
+    def record(self, settings) -> dict[str, Any]:
+        return {**settings.edits.model_dump(mode="json"), "version": EDITS_VERSION}
+
+    def check_derived(self, entry: dict[str, Any], source: str) -> None:
+        if entry["version"] != EDITS_VERSION:
+            raise InputError(f"{source}: guard edits detector version '{entry['version']}' is not this version's "
+                             f"'{EDITS_VERSION}' (its keys would not match)")
+
+    def scan(self, index: Any, batch: Batch, max_shared: int) -> tuple[list[RawHit], list[list[str]]]:
+        if not index.settings.edits.enabled:
+            return [], []
+        hits, spans = edit_hits(index, batch.word_lists, max_shared)
+        return hits, spans if max_shared else []
+
+    def threshold(self, settings) -> float:
+        return settings.edits.threshold
+
+    def answer_grams(self, index: Any, answer: int) -> int:
+        return index.edit_keys[answer][0]
+
+    def sketch_entry(self, index: Any, answer: int) -> dict[str, Any]:
+        content, pairs = index.edit_keys[answer]
+        # (key, position XOR mask) pairs, sorted by key: without the key neither which keys
+        # belong to one word nor where it stands can be told
+        return {"content_words": content, "edit_keys": [f"{int(k):016x}{int(m):016x}" for k, m in pairs]}
+
+    def read_sketch_entry(self, entry: dict[str, Any], settings) -> dict[str, Any]:
+        pairs = [(int(h[:16], 16), int(h[16:], 16)) for h in entry["edit_keys"]]
+        if any(len(h) != 32 for h in entry["edit_keys"]):
+            raise ValueError("edit_keys entries are 32 hex digits")
+        return {"edit_keys": (int(entry["content_words"]), np.array(pairs, dtype=np.uint64).reshape(-1, 2))}

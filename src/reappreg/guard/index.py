@@ -1,32 +1,27 @@
 """The held-out index: what the scan needs to know about the held-out answers, and no text.
 
-``HeldoutIndex`` holds, per answer (and per tokenizer-view variant of it), the integer keys
-of its word n-grams, word shingles and letter windows (``hashing``), its MinHash signature
-and datasketch's LSH index over the signatures, and the keys of its content words with
-their (masked) positions for the ``edits`` detector (``edits.EditsTable``); ``GramTable``
-turns one kind of keys into a sorted array and a (keys x answers) matrix for exact joins.
-Built from held-out texts (``HeldoutIndex.build``) or from a keyed sketch
-(``sketch.index_from_sketch``).
+``HeldoutIndex`` holds, per answer (and per tokenizer-view variant of it), its word and
+letter counts and, per registered detector, the part of the index that detector built
+(``Detector.build``: e.g. ``ngram`` the keys of its word n-grams, ``minhash`` its shingle keys
+and MinHash signature, ``chars`` its letter windows, ``edits`` its content-word keys) and
+what each derives from that part when the index is loaded (``Detector.derive``: gram tables,
+datasketch's LSH index, the stock windows, ...). Built from held-out texts (``build``) or
+from a keyed sketch (``sketch.index_from_sketch``); ``grams.GramTable`` is the exact-join table.
 """
 
 from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass, field
+from functools import cached_property
 from typing import Any, Protocol
 
 import numpy as np
 
 from reappreg.errors import InputError
-from reappreg.guard.config import MINHASH_SCHEME, GuardConfig
-from reappreg.guard.edits import EditsTable, answer_keys
-from reappreg.guard.hashing import _NGRAM, _SHINGLE
-from reappreg.guard.minhash import BandLookup, lsh_candidates, minhash_permutations, minhash_signatures
+from reappreg.guard.detector import TEXT_VIEW
 from reappreg.guard.normalise import text_views
-
-_PREFILTER_BITS = 22
-_U64_MASK = np.uint64((1 << _PREFILTER_BITS) - 1)
-TEXT_VIEW = "text"
+from reappreg.settings.guard import GuardSettings
 
 
 class TextView(Protocol):
@@ -37,9 +32,6 @@ class TextView(Protocol):
     def roundtrip(self, texts: Sequence[str]) -> list[str]: ...
 
 
-# ----------------------------------------------------------------------------- index
-
-
 @dataclass(frozen=True)
 class AnswerMeta:
     answer_id: str
@@ -48,101 +40,83 @@ class AnswerMeta:
     view: str = TEXT_VIEW  # "text", or the tokenizer view this variant of the answer is
 
 
-class GramTable:
-    """Held-out gram keys of one kind (word n-grams or letter windows) and which answers have them."""
+class AnswerTexts:
+    """The held-out answers (and variants) as the detectors' ``build`` reads them: their word
+    tokens and letter views, and the word-gram keys every registered detector asked for (one
+    hashing pass), under the index's hasher."""
 
-    def __init__(self, sets: Sequence[frozenset[int]], lengths: Sequence[int]) -> None:
-        from scipy.sparse import csr_matrix
+    def __init__(self, settings: GuardSettings, hasher: Any, token_lists: list[list[str]], letter_views: list[str],
+                 word_specs: Sequence[tuple[int, int]]) -> None:
+        self.settings, self.hasher = settings, hasher
+        self.token_lists, self.letter_views = token_lists, letter_views
+        specs = list(dict.fromkeys(word_specs))
+        self._word_grams = dict(zip(specs, hasher.grams_many(token_lists, specs))) if specs else {}
 
-        pairs_key = np.fromiter((k for s in sets for k in s), dtype=np.uint64)
-        pairs_ans = np.repeat(np.arange(len(sets)), [len(s) for s in sets])
-        order = np.lexsort((pairs_ans, pairs_key))
-        pairs_key, pairs_ans = pairs_key[order], pairs_ans[order]
-        self.keys, first = np.unique(pairs_key, return_index=True)
-        ptr = np.append(first, len(pairs_key)).astype(np.int64)
-        self.counts = np.array([len(s) for s in sets], dtype=np.int64)
-        self.lengths = np.array(lengths, dtype=np.int64)  # words / letters per answer (caps a run)
-        # held-out grams x answers, 1 where the answer has the gram
-        self.matrix = csr_matrix((np.ones(len(pairs_ans), dtype=np.int32), pairs_ans.astype(np.int64), ptr),
-                                 shape=(len(self.keys), len(sets)))
+    def __len__(self) -> int:
+        return len(self.token_lists)
 
-        self._by_answer = self.matrix.tocsc()
+    def word_grams(self, n: int, domain: int) -> tuple[np.ndarray, np.ndarray]:
+        return self._word_grams[(n, domain)]
 
-        # A bitmap over the low bits of the keys rules most grams out before the exact
-        # sorted-key search (a prefilter only: every candidate is then compared exactly).
-        self._bits = np.zeros(1 << _PREFILTER_BITS, dtype=bool)
-        self._bits[(self.keys & _U64_MASK).astype(np.intp)] = True
+    @cached_property
+    def letter_grams(self) -> tuple[np.ndarray, np.ndarray]:
+        """(keys, offsets) of the windows of ``chars.n`` letters of each letter view."""
+        return self.hasher.letter_grams(self.letter_views, self.settings.chars.n)
 
-    def answer_keys(self, answer: int) -> np.ndarray:
-        """The sorted gram keys of one answer."""
-        return self.keys[self._by_answer.indices[self._by_answer.indptr[answer] : self._by_answer.indptr[answer + 1]]]
-
-    def lookup(self, grams: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-        """(position in ``keys``, matched) for each gram."""
-        pos = np.zeros(len(grams), dtype=np.int64)
-        matched = np.zeros(len(grams), dtype=bool)
-        if not len(self.keys) or not len(grams):
-            return pos, matched
-        maybe = np.flatnonzero(self._bits[(grams & _U64_MASK).astype(np.intp)])
-        found = np.minimum(np.searchsorted(self.keys, grams[maybe]), len(self.keys) - 1)
-        pos[maybe] = found
-        matched[maybe] = self.keys[found] == grams[maybe]
-        return pos, matched
+    def sets(self, keys: np.ndarray, offsets: np.ndarray) -> list[frozenset[int]]:
+        """Per answer, its keys as a set."""
+        return [frozenset(keys[offsets[i] : offsets[i + 1]].tolist()) for i in range(len(self))]
 
 
 @dataclass(eq=False)
 class HeldoutIndex:
-    """What the scan needs about the held-out answers: gram key sets and signatures, no text.
+    """What the scan needs about the held-out answers: per detector its part, no text.
 
-    Built from held-out texts (``build``) or from a sketch (``sketch.index_from_sketch``).
-    ``answers`` may hold several variants of one answer (its tokenizer views).
+    ``parts`` maps each registered detector's name to what its ``build`` stored (per-answer
+    lists, in ``answers`` order); those values, and what ``derive`` adds, read as attributes
+    (``index.ngram_sets``, ``index.letters``, ...). ``answers`` may hold several variants of
+    one answer (its tokenizer views).
     """
 
-    config: GuardConfig
+    settings: GuardSettings  # the detector settings (``guard.*`` params, or a certificate / sketch)
     hasher: Any
     answers: list[AnswerMeta]
-    ngram_sets: list[frozenset[int]]
-    shingle_sets: list[frozenset[int]]
-    signatures: np.ndarray
     token_counts: list[int]
-    letter_sets: list[frozenset[int]]
     letter_counts: list[int]
     view_names: tuple[str, ...] = ()  # tokenizer views the answers were expanded with
-    # ``edits``: per answer (content words, k x 2 array of (key, masked position)), ``edits.answer_keys``
-    edit_keys: list[tuple[int, np.ndarray]] = field(default_factory=list)
+    parts: dict[str, dict[str, Any]] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
+        from reappreg.guard.registry import REGISTERED
+
         if not self.answers:
             raise InputError("held-out set is empty: there is nothing to guard against")
-        if len(self.edit_keys) != len(self.answers):
-            raise InputError(f"held-out index: {len(self.edit_keys)} edits entries for {len(self.answers)} answers")
+        for detector in REGISTERED:
+            part = self.parts.get(detector.name)
+            if part is None:
+                raise InputError(f"held-out index: no part for the '{detector.name}' detector")
+            for name, values in part.items():
+                if len(values) != len(self.answers):
+                    raise InputError(f"held-out index: {len(values)} {detector.name} entries ({name}) for "
+                                     f"{len(self.answers)} answers")
         self._derive()
 
     def _derive(self) -> None:
-        from datasketch import LeanMinHash, MinHashLSH
+        from reappreg.guard.registry import REGISTERED
 
-        self.ngrams = GramTable(self.ngram_sets, self.token_counts)
-        self.letters = GramTable(self.letter_sets, self.letter_counts)
-        self.shingles = GramTable(self.shingle_sets, [len(s) for s in self.shingle_sets])
-        self.stock = stock_windows(self.letters, self.answers, self.config.fragments_stock_answers)
-        self.shingle_sizes = np.array([len(s) for s in self.shingle_sets], dtype=np.int64)
-        self.edits = EditsTable(self.edit_keys, self.hasher)
-        self._permutations = minhash_permutations(self.config.num_perm, self.config.seed)
-        self._lsh = MinHashLSH(num_perm=self.config.num_perm, params=(self.config.bands, self.config.rows))
-        with self._lsh.insertion_session() as session:
-            for i, sig in enumerate(self.signatures):
-                session.insert(i, LeanMinHash(seed=self.config.seed, hashvalues=sig, scheme=MINHASH_SCHEME))
-        self._bands = BandLookup(self._lsh, self.signatures)
-        # The batched lookups must give exactly what datasketch's own query gives.
-        probe = self.signatures[: min(len(self.signatures), 64)]
-        expected = [set(self._lsh.query(LeanMinHash(seed=self.config.seed, hashvalues=s, scheme=MINHASH_SCHEME)))
-                    for s in probe]
-        if lsh_candidates(self._bands, probe) != expected:
-            raise RuntimeError("guard: batched LSH lookups disagree with MinHashLSH.query (datasketch changed)")
+        for detector in REGISTERED:
+            detector.derive(self)
+
+    def __getattr__(self, name: str) -> Any:
+        # a detector's stored values (``parts``) by name; derived values are plain attributes
+        for part in self.__dict__.get("parts", {}).values():
+            if name in part:
+                return part[name]
+        raise AttributeError(f"{type(self).__name__!r} object has no attribute {name!r}")
 
     def __getstate__(self) -> dict:
-        return {k: self.__dict__[k] for k in ("config", "hasher", "answers", "ngram_sets", "shingle_sets", "signatures",
-                                              "token_counts", "letter_sets", "letter_counts", "view_names", "edit_keys")}
+        return {k: self.__dict__[k] for k in ("settings", "hasher", "answers", "token_counts", "letter_counts",
+                                              "view_names", "parts")}
 
     def __setstate__(self, state: dict) -> None:
         self.__dict__.update(state)
@@ -154,8 +128,10 @@ class HeldoutIndex:
         return list(dict.fromkeys(a.answer_id for a in self.answers))
 
     @classmethod
-    def build(cls, answers: Sequence[AnswerMeta], texts: Sequence[str], config: GuardConfig, hasher: Any,
+    def build(cls, answers: Sequence[AnswerMeta], texts: Sequence[str], settings: GuardSettings, hasher: Any,
               views: Sequence[TextView] = ()) -> "HeldoutIndex":
+        from reappreg.guard.registry import REGISTERED
+
         if not answers:
             raise InputError("held-out set is empty: there is nothing to guard against")
         both = [text_views(t) for t in texts]
@@ -173,32 +149,8 @@ class HeldoutIndex:
                     metas.append(AnswerMeta(meta.answer_id, meta.source, meta.vignette_id, view.name))
                     token_lists.append(view_tokens)
                     views_text.append(view_letters)
-        (ng, ng_off), (sh, sh_off) = hasher.grams_many(
-            token_lists, [(config.ngram_n, _NGRAM), (config.shingle_words, _SHINGLE)]
-        )
-        lg, lg_off = hasher.letter_grams(views_text, config.chars_n)
-
-        def sets(keys, off):
-            return [frozenset(keys[off[i] : off[i + 1]].tolist()) for i in range(len(metas))]
-
-        signatures = minhash_signatures(sh, sh_off, minhash_permutations(config.num_perm, config.seed))
-        return cls(config, hasher, metas, sets(ng, ng_off), sets(sh, sh_off), signatures,
-                   [len(t) for t in token_lists], sets(lg, lg_off), [len(v) for v in views_text],
-                   tuple(v.name for v in views), answer_keys(hasher, token_lists))
-
-
-def stock_windows(table: GramTable, answers: Sequence[AnswerMeta], min_answers: int) -> np.ndarray:
-    """Mask over ``table.keys``: the held-out answers' stock phrasing, decided from the answers
-    alone: letter windows found in >= ``min_answers`` distinct answers and, where every answer
-    names its vignette, in answers to >= 2 vignettes (an opener or closer is said about any
-    scenario; a phrase only answers to one vignette share is its content, and a piece of it
-    must count). A piece made only of such windows never counts towards a fragment."""
-    ids = np.unique(np.array([a.answer_id for a in answers], dtype=object), return_inverse=True)[1].ravel()
-    coo = table.matrix.tocoo()
-    pairs = np.unique(np.stack([coo.row.astype(np.int64), ids[coo.col].astype(np.int64)]), axis=1)
-    stock = np.bincount(pairs[0], minlength=len(table.keys)) >= min_answers
-    if all(a.vignette_id is not None for a in answers):
-        vignettes = np.unique(np.array([str(a.vignette_id) for a in answers], dtype=object), return_inverse=True)[1].ravel()
-        per_vignette = np.unique(np.stack([coo.row.astype(np.int64), vignettes[coo.col].astype(np.int64)]), axis=1)
-        stock &= np.bincount(per_vignette[0], minlength=len(table.keys)) >= 2
-    return stock
+        texts_of = AnswerTexts(settings, hasher, token_lists, views_text,
+                               [spec for d in REGISTERED for spec in d.word_grams(settings)])
+        parts = {d.name: d.build(texts_of) for d in REGISTERED}
+        return cls(settings, hasher, metas, [len(t) for t in token_lists], [len(v) for v in views_text],
+                   tuple(v.name for v in views), parts)

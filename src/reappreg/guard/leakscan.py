@@ -20,12 +20,12 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from reappreg.errors import InputError
-from reappreg.guard.config import GuardConfig
 from reappreg.guard.detect import check_units
 from reappreg.guard.hashing import FastHasher
 from reappreg.guard.index import AnswerMeta, HeldoutIndex
 from reappreg.guard.text import TextUnit
 from reappreg.io import read_jsonl
+from reappreg.settings.guard import GuardSettings
 
 TEXT_SUFFIXES = {".txt", ".json", ".jsonl", ".md", ".yaml", ".yml", ".csv", ".tsv", ".py", ".jinja", ".html", ".log"}
 EVAL_STAGES = ("generate", "judge", "judge_calibrate", "stats")
@@ -39,12 +39,12 @@ class ScanTarget:
     location: str   # run id + key/path, or file path
 
 
-def heldout_index(heldout_path: str | Path, detectors: dict) -> HeldoutIndex:
+def heldout_index(heldout_path: str | Path, settings: GuardSettings) -> HeldoutIndex:
     records = read_jsonl(heldout_path)
     if not records:
         raise InputError(f"{heldout_path}: held-out set is empty; nothing to scan for")
     answers = [AnswerMeta(answer_id=r["answer_id"], source=r.get("source"), vignette_id=r.get("vignette_id")) for r in records]
-    return HeldoutIndex.build(answers, [r["text"] for r in records], GuardConfig.from_dict(detectors), FastHasher())
+    return HeldoutIndex.build(answers, [r["text"] for r in records], settings, FastHasher())
 
 
 def _read_text_file(path: Path, max_file_bytes: int) -> str | None:
@@ -178,7 +178,7 @@ def scan(index: HeldoutIndex, units: Sequence[tuple[ScanTarget, str]], max_share
 def run_leakscan(
     *,
     heldout_path: str | Path,
-    detectors: dict,
+    settings: GuardSettings,
     folders: Sequence[str | Path],
     sketch_path: str | Path | None,
     tracking_uri: str | None,
@@ -187,7 +187,7 @@ def run_leakscan(
     max_file_bytes: int = 20_000_000,
 ) -> dict:
     """Scan everything; return a report. ``passed`` is False when any probe hits."""
-    index = heldout_index(heldout_path, detectors)
+    index = heldout_index(heldout_path, settings)
     units = folder_units(folders, max_file_bytes)
     if sketch_path is not None:
         units += [(ScanTarget("sketch", str(sketch_path)), Path(sketch_path).read_text(encoding="utf-8"))]

@@ -1,13 +1,29 @@
-"""MinHash signatures identical to datasketch's, and batched LSH lookups equal to its query."""
+"""The ``minhash`` detector: Jaccard similarity of word-shingle sets, for light paraphrase
+(word edits, reordering).
+
+Candidates come from a datasketch ``MinHashLSH`` index of the answers (looked up in batch:
+``BandLookup``, with signatures identical to datasketch's: ``minhash_signatures``); every
+candidate is scored exactly, so a score is the true Jaccard. Only LSH can miss a pair, with
+probability (1 - J^r)^b (``lsh_error_rates``, recorded in the certificate).
+"""
 
 from __future__ import annotations
 
-from typing import Any
+from collections.abc import Sequence
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from reappreg.guard.config import MINHASH_SCHEME
-from reappreg.guard.hashing import _U64
+from reappreg.errors import InputError
+from reappreg.guard.detector import Batch, Detector, RawHit
+from reappreg.guard.grams import GramTable
+from reappreg.guard.hashing import _SHINGLE, _U64
+from reappreg.guard.spans import word_spans
+
+if TYPE_CHECKING:
+    from reappreg.guard.index import HeldoutIndex
+
+MINHASH_SCHEME = "affine32"  # datasketch >= 2.0 permutation scheme used for every signature
 
 
 _U32 = np.uint32
@@ -127,3 +143,148 @@ def lsh_candidates(lookup: BandLookup, signatures: np.ndarray) -> list[set[int]]
     for row, answer in zip(*(a.tolist() for a in lookup.pairs(signatures))):
         out[row].add(answer)
     return out
+
+
+def lsh_error_rates(threshold: float, bands: int, rows: int) -> dict[str, float]:
+    """How often LSH misses a pair, for the banding in use.
+
+    ``fn_probability_at_threshold`` is the chance that a pair with Jaccard exactly at the
+    threshold is never a candidate, (1 - t^r)^b: the worst case among pairs that should be
+    reported (the chance falls fast as J grows). ``fn_integral`` / ``fp_integral`` are
+    datasketch's own optimisation objectives (areas under the miss / false-candidate curves
+    over J in [t, 1] / [0, t]); ``fn_mean_above_threshold`` is the miss chance averaged over
+    J uniform in [t, 1]. False candidates cost only time: they are scored exactly and dropped.
+    """
+    from datasketch.lsh import _false_negative_probability, _false_positive_probability
+
+    fn_at = (1.0 - threshold**rows) ** bands
+    fn_area = _false_negative_probability(threshold, bands, rows)
+    return {
+        "fn_probability_at_threshold": float(fn_at),
+        "fn_integral": float(fn_area),
+        "fn_mean_above_threshold": float(fn_area / (1.0 - threshold)) if threshold < 1 else 0.0,
+        "fp_integral": float(_false_positive_probability(threshold, bands, rows)),
+        "candidate_probability_at_threshold": float(1.0 - fn_at),
+    }
+
+
+def minhash_hits(index: "HeldoutIndex", n_texts: int, sh: np.ndarray, sh_off: np.ndarray) -> list[RawHit]:
+    """LSH candidates (datasketch's index, looked up in batch), each scored by exact Jaccard
+    of the shingle sets."""
+    t = index.settings.minhash.threshold
+    answer_sizes, answer_sets = index.shingle_sizes, index.shingle_sets
+    lo_size, hi_size = answer_sizes.min() * t, answer_sizes.max() / t
+    counts = np.diff(sh_off)
+    # J >= t needs t <= |S(A)| / |S(T)| <= 1/t, and |S(T)| <= count: texts that cannot reach
+    # any answer's size range skip the query (the exact size is checked again below).
+    queried_mask = (counts > 0) & (counts >= lo_size)
+    queried = np.flatnonzero(queried_mask)
+    if not len(queried):
+        return []
+    keep = np.repeat(queried_mask, counts)  # the shingles of the queried texts
+    sub_off = np.zeros(len(queried) + 1, dtype=np.int64)
+    np.cumsum(counts[queried], out=sub_off[1:])
+    signatures = minhash_signatures(sh[keep], sub_off, index._permutations)
+    rows, answers = index._bands.pairs(signatures)
+    if not len(rows):
+        return []
+    bounds = sh_off.tolist()
+    hits: list[RawHit] = []
+    text_set: set[int] = set()
+    current = -1
+    for row, a in zip(queried[rows].tolist(), answers.tolist()):
+        if row != current:
+            current = row
+            text_set = set(sh[bounds[row] : bounds[row + 1]].tolist())
+        size, other = len(text_set), answer_sets[a]
+        other_size = len(other)
+        if size < lo_size or size > hi_size or other_size < size * t or size < other_size * t:
+            continue
+        inter = len(text_set.intersection(other))
+        jaccard = inter / (size + other_size - inter)
+        if jaccard >= t:
+            hits.append((row, a, "minhash", jaccard, "jaccard", inter, 0))
+    return hits
+
+
+class MinHashDetector(Detector):
+    name = "minhash"
+    derived = ("scheme", "lsh")
+
+    def record(self, settings) -> dict[str, Any]:
+        s = settings.minhash
+        return {**s.model_dump(mode="json"), "scheme": MINHASH_SCHEME,
+                "lsh": lsh_error_rates(s.threshold, s.bands, s.rows)}  # type: ignore[arg-type]
+
+    def check_derived(self, entry: dict[str, Any], source: str) -> None:
+        if entry["scheme"] != MINHASH_SCHEME:
+            raise InputError(f"{source}: guard minhash scheme '{entry['scheme']}' is not this version's '{MINHASH_SCHEME}'")
+
+    def word_grams(self, settings) -> list[tuple[int, int]]:
+        return [(settings.minhash.shingle_words, _SHINGLE)]
+
+    def build(self, answers) -> dict[str, Any]:
+        s = answers.settings.minhash
+        keys, offsets = answers.word_grams(s.shingle_words, _SHINGLE)
+        return {"shingle_sets": answers.sets(keys, offsets),
+                "signatures": minhash_signatures(keys, offsets, minhash_permutations(s.num_perm, s.seed))}
+
+    def derive(self, index: "HeldoutIndex") -> None:
+        """Shingle table, and datasketch's LSH index over the signatures with the batched
+        lookup (checked against ``MinHashLSH.query``)."""
+        from datasketch import LeanMinHash, MinHashLSH
+
+        s = index.settings.minhash
+        index.shingles = GramTable(index.shingle_sets, [len(x) for x in index.shingle_sets])
+        index.shingle_sizes = np.array([len(x) for x in index.shingle_sets], dtype=np.int64)
+        index._permutations = minhash_permutations(s.num_perm, s.seed)
+        lsh = MinHashLSH(num_perm=s.num_perm, params=(s.bands, s.rows))
+        with lsh.insertion_session() as session:
+            for i, sig in enumerate(index.signatures):
+                session.insert(i, LeanMinHash(seed=s.seed, hashvalues=sig, scheme=MINHASH_SCHEME))
+        index._lsh = lsh
+        index._bands = BandLookup(lsh, index.signatures)
+        # The batched lookups must give exactly what datasketch's own query gives.
+        probe = index.signatures[: min(len(index.signatures), 64)]
+        expected = [set(lsh.query(LeanMinHash(seed=s.seed, hashvalues=sig, scheme=MINHASH_SCHEME))) for sig in probe]
+        if lsh_candidates(index._bands, probe) != expected:
+            raise RuntimeError("guard: batched LSH lookups disagree with MinHashLSH.query (datasketch changed)")
+
+    def from_sketch(self, fields: dict[str, list]) -> dict[str, Any]:
+        return {"shingle_sets": fields["shingle_sets"], "signatures": np.vstack(fields["signatures"])}
+
+    def scan(self, index: "HeldoutIndex", batch: Batch, max_shared: int) -> tuple[list[RawHit], list[list[str]]]:
+        hits = minhash_hits(index, len(batch), *batch.word_grams(index.settings.minhash.shingle_words, _SHINGLE))
+        spans = self.spans(index, batch.texts, [(t, a) for t, a, *_ in hits], max_shared) if max_shared else []
+        return hits, spans
+
+    def spans(self, index: "HeldoutIndex", texts: Sequence[str], requests, limit: int) -> list[list[str]]:
+        return word_spans(index, texts, requests, index.settings.minhash.shingle_words, _SHINGLE, index.shingles, limit)
+
+    def threshold(self, settings) -> float:
+        return settings.minhash.threshold
+
+    def answer_grams(self, index: "HeldoutIndex", answer: int) -> int:
+        return len(index.shingle_sets[answer])
+
+    def sketch_entry(self, index: "HeldoutIndex", answer: int) -> dict[str, Any]:
+        return {"shingles": sorted(f"{k:016x}" for k in index.shingle_sets[answer]),
+                "minhash": [int(v) for v in index.signatures[answer]]}
+
+    def read_sketch_entry(self, entry: dict[str, Any], settings) -> dict[str, Any]:
+        return {"shingle_sets": frozenset(int(h, 16) for h in entry["shingles"]),
+                "signatures": np.array(entry["minhash"], dtype=np.uint32)}
+
+    def complete(self, fields: dict[str, Any], settings) -> bool:
+        return bool(fields["shingle_sets"]) and len(fields["signatures"]) == settings.minhash.num_perm
+
+    def verify_sketch(self, fields: dict[str, list], answers: Sequence[Any], settings, source: str) -> None:
+        """The signatures must be those of the shingle sets (integrity of the file)."""
+        shingle_sets, signatures = fields["shingle_sets"], np.vstack(fields["signatures"])
+        keys = np.fromiter((k for s in shingle_sets for k in sorted(s)), dtype=np.uint64)
+        offsets = np.zeros(len(shingle_sets) + 1, dtype=np.int64)
+        np.cumsum([len(s) for s in shingle_sets], out=offsets[1:])
+        expected = minhash_signatures(keys, offsets, minhash_permutations(settings.minhash.num_perm, settings.minhash.seed))
+        bad = np.flatnonzero((expected != signatures).any(axis=1))
+        if len(bad):
+            raise InputError(f"{source}: MinHash signature of answer '{answers[bad[0]].answer_id}' does not match its shingles")

@@ -45,15 +45,13 @@ import secrets
 from pathlib import Path
 from typing import Any
 
-import numpy as np
-
 from reappreg.errors import InputError
-from reappreg.guard.config import GuardConfig
-from reappreg.guard.index import AnswerMeta, HeldoutIndex
 from reappreg.guard.hashing import KeyedHasher
-from reappreg.guard.minhash import minhash_permutations, minhash_signatures
+from reappreg.guard.index import AnswerMeta, HeldoutIndex
 from reappreg.guard.normalise import NORMALISATION
+from reappreg.guard.registry import REGISTERED, settings_from_record, settings_record
 from reappreg.io import read_versioned, write_text
+from reappreg.settings.guard import GuardSettings
 
 SKETCH_SCHEMA = "reappreg.guard.sketch/v3"  # v3: the ``edits`` detector's keys (a v2 sketch lacks them: refused)
 SECRET_FILE = "secret.key"
@@ -100,37 +98,26 @@ def key_fingerprint(key: bytes) -> str:
     return hmac.digest(key, b"reappreg-guard-key-fingerprint/v1", "sha256")[:8].hex()
 
 
-def build_sketch(answers: list[AnswerMeta], texts: list[str], config: GuardConfig, key: bytes, heldout_md5: str,
+def build_sketch(answers: list[AnswerMeta], texts: list[str], settings: GuardSettings, key: bytes, heldout_md5: str,
                  views=(), tokenizers: list[dict] | None = None) -> dict[str, Any]:
-    """The sketch of the held-out answers (and their tokenizer views) under ``key`` (deterministic)."""
-    index = HeldoutIndex.build(answers, texts, config, KeyedHasher(key), views=views)
+    """The sketch of the held-out answers (and their tokenizer views) under ``key``
+    (deterministic): per answer variant its id, source, vignette, view, word and letter
+    counts, and what each registered detector stores (``Detector.sketch_entry``)."""
+    index = HeldoutIndex.build(answers, texts, settings, KeyedHasher(key), views=views)
     entries = []
     for i, meta in enumerate(index.answers):
-        entries.append(
-            {
-                "answer_id": meta.answer_id,
-                "source": meta.source,
-                "vignette_id": meta.vignette_id,
-                "view": meta.view,
-                "words": index.token_counts[i],
-                "letters": index.letter_counts[i],
-                "ngrams": sorted(f"{k:016x}" for k in index.ngram_sets[i]),
-                "shingles": sorted(f"{k:016x}" for k in index.shingle_sets[i]),
-                "letter_grams": sorted(f"{k:016x}" for k in index.letter_sets[i]),
-                "minhash": [int(v) for v in index.signatures[i]],
-                "content_words": index.edit_keys[i][0],
-                # (key, position XOR mask) pairs, sorted by key: without the key neither which
-                # keys belong to one word nor where it stands can be told (``edits``)
-                "edit_keys": [f"{int(k):016x}{int(m):016x}" for k, m in index.edit_keys[i][1]],
-            }
-        )
+        entry = {"answer_id": meta.answer_id, "source": meta.source, "vignette_id": meta.vignette_id, "view": meta.view,
+                 "words": index.token_counts[i], "letters": index.letter_counts[i]}
+        for detector in REGISTERED:
+            entry.update(detector.sketch_entry(index, i))
+        entries.append(entry)
     return {
         "schema": SKETCH_SCHEMA,
         "hasher": KeyedHasher.kind,
         "key_fingerprint": key_fingerprint(key),
         "heldout_md5": heldout_md5,
         "normalisation": NORMALISATION,
-        "detectors": config.to_dict(),
+        "detectors": settings_record(settings),
         "tokenizers": tokenizers or [],
         "answers": entries,
     }
@@ -155,38 +142,31 @@ def index_from_sketch(sketch: dict[str, Any], key: bytes, source: str = "sketch"
             f"{source}: sketch made with normalisation '{sketch['detectors'].get('normalisation')}' / hasher "
             f"'{sketch.get('hasher')}'; this version uses '{NORMALISATION}' / '{KeyedHasher.kind}'"
         )
-    config = GuardConfig.from_dict(sketch["detectors"])
-    answers, ngram_sets, shingle_sets, signatures, words, letter_sets, letter_counts = [], [], [], [], [], [], []
-    edit_keys: list[tuple[int, np.ndarray]] = []
+    settings = settings_from_record(sketch["detectors"], source)
+    answers: list[AnswerMeta] = []
+    words: list[int] = []
+    letter_counts: list[int] = []
+    fields: dict[str, dict[str, list]] = {d.name: {} for d in REGISTERED}
     for i, entry in enumerate(sketch["answers"]):
         try:
-            answers.append(AnswerMeta(str(entry["answer_id"]), entry.get("source"), entry.get("vignette_id"), str(entry["view"])))
-            ngram_sets.append(frozenset(int(h, 16) for h in entry["ngrams"]))
-            shingle_sets.append(frozenset(int(h, 16) for h in entry["shingles"]))
-            letter_sets.append(frozenset(int(h, 16) for h in entry["letter_grams"]))
-            signatures.append(np.array(entry["minhash"], dtype=np.uint32))
-            words.append(int(entry["words"]))
-            letter_counts.append(int(entry["letters"]))
-            pairs = [(int(h[:16], 16), int(h[16:], 16)) for h in entry["edit_keys"]]
-            if any(len(h) != 32 for h in entry["edit_keys"]):
-                raise ValueError("edit_keys entries are 32 hex digits")
-            edit_keys.append((int(entry["content_words"]), np.array(pairs, dtype=np.uint64).reshape(-1, 2)))
+            meta = AnswerMeta(str(entry["answer_id"]), entry.get("source"), entry.get("vignette_id"), str(entry["view"]))
+            counts = int(entry["words"]), int(entry["letters"])
+            parts = {d.name: d.read_sketch_entry(entry, settings) for d in REGISTERED}
         except (KeyError, TypeError, ValueError) as exc:
             raise InputError(f"{source}: answer entry {i + 1} is malformed ({exc!r})") from exc
-        if not ngram_sets[-1] or not shingle_sets[-1] or len(signatures[-1]) != config.num_perm:
-            raise InputError(f"{source}: answer entry {i + 1} ('{answers[-1].answer_id}') is incomplete")
-    signatures_arr = np.vstack(signatures)
-    # The signatures must be those of the shingle sets (integrity of the file).
-    keys = np.fromiter((k for s in shingle_sets for k in sorted(s)), dtype=np.uint64)
-    offsets = np.zeros(len(shingle_sets) + 1, dtype=np.int64)
-    np.cumsum([len(s) for s in shingle_sets], out=offsets[1:])
-    expected = minhash_signatures(keys, offsets, minhash_permutations(config.num_perm, config.seed))
-    bad = np.flatnonzero((expected != signatures_arr).any(axis=1))
-    if len(bad):
-        raise InputError(f"{source}: MinHash signature of answer '{answers[bad[0]].answer_id}' does not match its shingles")
+        answers.append(meta)
+        words.append(counts[0])
+        letter_counts.append(counts[1])
+        for name, part in parts.items():
+            for field, value in part.items():
+                fields[name].setdefault(field, []).append(value)
+        if not all(d.complete(parts[d.name], settings) for d in REGISTERED):
+            raise InputError(f"{source}: answer entry {i + 1} ('{meta.answer_id}') is incomplete")
+    for detector in REGISTERED:
+        detector.verify_sketch(fields[detector.name], answers, settings, source)
     views = tuple(t["name"] for t in sketch.get("tokenizers", []))
-    return HeldoutIndex(config, KeyedHasher(key), answers, ngram_sets, shingle_sets, signatures_arr, words,
-                        letter_sets, letter_counts, views, edit_keys)
+    return HeldoutIndex(settings, KeyedHasher(key), answers, words, letter_counts, views,
+                        {d.name: d.from_sketch(fields[d.name]) for d in REGISTERED})
 
 
 def sketch_digest(sketch: dict[str, Any]) -> str:

@@ -177,3 +177,12 @@ def read_source(spec: SourceSpec) -> SourceTexts:
     else:
         units = _check_records(path, records, spec.id_field, spec.text_fields, where)
     return SourceTexts(spec, records, units, fmt)
+
+
+def record_ids(src: SourceTexts) -> list[str]:
+    """The id of each record of a source, in order (line numbers where it names no id field)."""
+    if src.format == "text":
+        return [str(r["id"]) for r in src.records]
+    if src.spec.id_field is None:
+        return [f"line:{i + 1}" for i in range(len(src.records))]
+    return [str(r[src.spec.id_field]) for r in src.records]

@@ -3,17 +3,20 @@
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING
 
 from reappreg.errors import GuardViolation
 
+if TYPE_CHECKING:
+    from reappreg.settings.guard import GuardSettings
 
-def scan_for_heldout(heldout: Path, detectors: dict[str, Any], text: str, where: str) -> str:
+
+def scan_for_heldout(heldout: Path, settings: "GuardSettings", text: str, where: str) -> str:
     """Raise :class:`GuardViolation` naming the held-out answers ``text`` overlaps (the guard's detectors and
     thresholds, as the leak scan uses them); otherwise a sentence saying what was checked."""
     from reappreg.guard.leakscan import ScanTarget, heldout_index, scan
 
-    index = heldout_index(heldout, detectors)
+    index = heldout_index(heldout, settings)
     hits = scan(index, [(ScanTarget("report", where), text)])
     if hits:
         named = ", ".join(sorted({f"{h['answer_id']} ({h['detector']} {h['score']})" for h in hits}))

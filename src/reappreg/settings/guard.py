@@ -4,9 +4,14 @@ from __future__ import annotations
 
 from typing import Literal
 
-from pydantic import Field
+from pydantic import Field, model_validator
 
 from reappreg.settings.base import Section
+
+
+def _problems(section: str, problems: list[str]) -> None:
+    if problems:
+        raise ValueError(f"invalid guard.{section} settings: " + "; ".join(problems))
 
 
 class NgramSettings(Section):
@@ -15,6 +20,12 @@ class NgramSettings(Section):
     containment: float = Field(0.5, gt=0, le=1)   # fraction of the answer's n-grams found in the text
     min_run: int | None = Field(20, ge=1)         # or a shared passage of this many words (long answer partly copied); null = off
     span: float = Field(3.0, ge=2)                # containment counted inside a stretch of span x the answer's words
+
+    @model_validator(mode="after")
+    def _run_covers_a_gram(self) -> "NgramSettings":
+        if self.min_run is not None and self.min_run < self.n:
+            _problems("ngram", [f"min_run must be >= n ({self.n}) or null (got {self.min_run})"])
+        return self
 
 
 class MinHashSettings(Section):
@@ -27,6 +38,29 @@ class MinHashSettings(Section):
     rows: int | None = 2
     weights: tuple[float, float] = (0.5, 0.5)    # datasketch (false positive, false negative) weights, optimiser only
 
+    @model_validator(mode="after")
+    def _banding(self) -> "MinHashSettings":
+        """Both of bands/rows set (b >= 2, b x r within num_perm), or both null: then filled
+        from datasketch's optimiser at ``threshold`` with ``weights`` (what the scan uses and
+        the certificate records)."""
+        if (self.bands is None) != (self.rows is None):
+            _problems("minhash", ["bands and rows must both be set or both be null"])
+        if self.bands is not None:
+            if self.bands < 2 or self.rows < 1 or self.bands * self.rows > self.num_perm:  # type: ignore[operator]
+                _problems("minhash", [f"bands x rows = {self.bands} x {self.rows} must have bands >= 2 and fit in "
+                                      f"num_perm = {self.num_perm}"])
+            return self
+        from datasketch import MinHashLSH
+
+        try:
+            lsh = MinHashLSH(threshold=self.threshold, num_perm=self.num_perm, weights=self.weights)
+        except ValueError as exc:
+            _problems("minhash", [f"datasketch rejected the LSH settings: {exc}"])
+        # frozen section: the optimiser's banding is set once, here, while validating
+        object.__setattr__(self, "bands", int(lsh.b))
+        object.__setattr__(self, "rows", int(lsh.r))
+        return self
+
 
 class CharsSettings(Section):
     # Exact containment of windows of n letters of the letter view (skeleton, no spaces/punctuation).
@@ -34,6 +68,12 @@ class CharsSettings(Section):
     containment: float = Field(0.5, gt=0, le=1)   # fraction of the answer's letters inside windows the text shares
     min_run: int | None = Field(100, ge=4)        # or a shared passage of this many letters; null = off
     span: float = Field(3.0, ge=2)                # containment counted inside a stretch of span x the answer's letters
+
+    @model_validator(mode="after")
+    def _run_covers_a_window(self) -> "CharsSettings":
+        if self.min_run is not None and self.min_run < self.n:
+            _problems("chars", [f"min_run must be >= n ({self.n}) or null (got {self.min_run})"])
+        return self
 
 
 class FragmentsSettings(Section):
@@ -85,9 +125,8 @@ class GuardSettings(Section):
     max_hits_in_certificate: int = Field(200, ge=0)
     max_text_chars: int = Field(4_000_000, ge=1)   # a longer text is refused (never truncated): bounds every check's time
 
-    def detectors(self) -> dict:
-        """The nested detector settings ``reappreg.guard.GuardConfig.from_dict`` takes."""
-        return {"ngram": self.ngram.model_dump(), "minhash": {**self.minhash.model_dump(), "weights": list(self.minhash.weights)},
-                "chars": self.chars.model_dump(),
-                "fragments": {**self.fragments.model_dump(), "group_fields": list(self.fragments.group_fields)},
-                "edits": self.edits.model_dump()}
+    @model_validator(mode="after")
+    def _pieces_hold_a_window(self) -> "GuardSettings":
+        if self.fragments.min_piece < self.chars.n:
+            _problems("fragments", [f"min_piece must be >= chars.n ({self.chars.n}) (got {self.fragments.min_piece})"])
+        return self

@@ -1,0 +1,58 @@
+"""The ``chars`` detector: exact containment / shared-run test on windows of ``chars.n``
+letters of the letter view (skeleton, no spaces, no punctuation, no digits). Spaces removed,
+words split by hyphens or odd separators, look-alike letters: none changes the letter view,
+so none hides a copy. Pieces of an answer spread inside one longer text add up here (the
+containment counts the answer's letters covered by every shared window inside the best
+stretch of ``chars.span`` x the answer's letters)."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import TYPE_CHECKING, Any
+
+from reappreg.guard.containment import containment_hits
+from reappreg.guard.detector import Batch, Detector, RawHit
+from reappreg.guard.grams import GramTable
+from reappreg.guard.spans import letter_spans
+
+if TYPE_CHECKING:
+    from reappreg.guard.index import HeldoutIndex
+
+
+class CharsDetector(Detector):
+    name = "chars"
+
+    def build(self, answers) -> dict[str, Any]:
+        return {"letter_sets": answers.sets(*answers.letter_grams)}
+
+    def derive(self, index: "HeldoutIndex") -> None:
+        # the letter windows' table; ``fragments`` reads it too
+        index.letters = GramTable(index.letter_sets, index.letter_counts)
+
+    def scan(self, index: "HeldoutIndex", batch: Batch, max_shared: int) -> tuple[list[RawHit], list[list[str]]]:
+        s = index.settings.chars
+        grams, offsets = batch.letter_grams
+        hits = containment_hits(index.letters, len(batch), grams, offsets, n=s.n, containment=s.containment,
+                                min_run=s.min_run, detector=self.name, span=s.span, letter_coverage=True,
+                                looked_up=batch.letter_lookup)
+        spans = self.spans(index, batch.texts, [(t, a) for t, a, *_ in hits], max_shared) if max_shared else []
+        return hits, spans
+
+    def spans(self, index: "HeldoutIndex", texts: Sequence[str], requests, limit: int) -> list[list[str]]:
+        return letter_spans(index, texts, requests, limit)
+
+    def heldout_summary(self, index: "HeldoutIndex", answers: int) -> dict[str, Any]:
+        n = index.settings.chars.n
+        return {"answers_shorter_than_letter_window": sum(1 for c in index.letter_counts[:answers] if c < n)}
+
+    def threshold(self, settings) -> float:
+        return settings.chars.containment
+
+    def answer_grams(self, index: "HeldoutIndex", answer: int) -> int:
+        return len(index.letter_sets[answer])
+
+    def sketch_entry(self, index: "HeldoutIndex", answer: int) -> dict[str, Any]:
+        return {"letter_grams": sorted(f"{k:016x}" for k in index.letter_sets[answer])}
+
+    def read_sketch_entry(self, entry: dict[str, Any], settings) -> dict[str, Any]:
+        return {"letter_sets": frozenset(int(h, 16) for h in entry["letter_grams"])}

@@ -1,0 +1,292 @@
+"""The guard stage: check every training source, write the guarded copies, the quarantine
+file, the sketch and its key, and the certificate (schema: ``certificate``).
+
+``run_guard`` takes the ``guard`` params (``settings.guard.GuardSettings``) and where to
+write (``GuardPaths``); ``load_heldout`` / ``load_training`` read and refuse empty or
+ambiguous inputs. The auditor's re-check is ``audit``.
+"""
+
+from __future__ import annotations
+
+import shutil
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from datetime import datetime, timezone
+from pathlib import Path
+from typing import Any
+
+from reappreg.errors import InputError
+from reappreg.guard.certificate import (
+    CERTIFICATE_SCHEMA,
+    detectors_section,
+    sketch_tokenizers,
+    versions,
+)
+from reappreg.guard.decode import DECODE_VIEW_NAMES
+from reappreg.guard.detect import DETECTORS, AnswerMeta, HeldoutIndex, Hit, check_units
+from reappreg.guard.fragments import fragment_groups, group_counts
+from reappreg.guard.hashing import FastHasher
+from reappreg.guard.normalise import NORMALISATION
+from reappreg.guard.registry import REGISTERED
+from reappreg.guard.scripts import scripts_folded
+from reappreg.guard.sketch import (
+    build_sketch,
+    derive_key,
+    ensure_secret,
+    key_fingerprint,
+    write_key,
+)
+from reappreg.guard.text import (
+    SourceSpec,
+    SourceTexts,
+    TextUnit,
+    check_sizes,
+    read_source,
+    record_ids,
+)
+from reappreg.guard.views import TokenizerView
+from reappreg.hashing import dvc_md5
+from reappreg.io import atomic_dir, write_json, write_jsonl
+from reappreg.settings.guard import GuardSettings, SemanticSettings
+
+POLICIES = ("block", "quarantine")
+HELDOUT_DEFAULTS = {"default_id": "answer_id", "default_text": ("text",)}
+
+Progress = Callable[[int, int], None]  # (texts just done, total texts)
+
+
+@dataclass
+class Heldout:
+    spec: SourceSpec
+    answers: list[AnswerMeta]
+    texts: list[str]
+    records: int
+
+
+def load_heldout(spec: SourceSpec) -> Heldout:
+    """The held-out answers; an empty held-out set is an error, never a silent pass."""
+    if len(spec.text_fields) != 1:
+        raise InputError(f"held-out spec {spec.describe()}: name exactly one text field")
+    src = read_source(spec)
+    if not src.units:
+        raise InputError(f"{spec.path}: held-out set is empty: there is nothing to guard against")
+    by_id = {str(r.get(spec.id_field)): r for r in src.records} if spec.id_field else {}
+    answers, texts = [], []
+    for unit in src.units:
+        record = by_id.get(unit.record_id, {})
+        answers.append(AnswerMeta(unit.record_id, record.get("source"), record.get("vignette_id")))
+        texts.append(unit.text)
+    return Heldout(spec, answers, texts, len(src.records))
+
+
+def load_training(specs: Sequence[SourceSpec], heldout_path: Path | None = None) -> list[SourceTexts]:
+    if not specs:
+        raise InputError("no training sources given: a guard over nothing certifies nothing")
+    sources = []
+    for spec in specs:
+        if heldout_path is not None and spec.path.resolve() == heldout_path.resolve():
+            raise InputError(f"{spec.path}: the held-out file cannot also be a training source")
+        src = read_source(spec)
+        if not src.records:
+            raise InputError(f"{spec.path}: training source is empty (no records): refusing to certify an empty set")
+        sources.append(src)
+    return sources
+
+
+def _progress_adapter(progress: Progress | None, total: int) -> Callable[[int], None] | None:
+    if progress is None:
+        return None
+    return lambda done: progress(done, total)
+
+
+def _all_units(sources: Sequence[SourceTexts]) -> list[TextUnit]:
+    return [u for src in sources for u in src.units]
+
+
+def _flagged(hits: Sequence[Hit]) -> dict[str, set[str]]:
+    flagged: dict[str, set[str]] = {}
+    for hit in hits:
+        flagged.setdefault(hit.source, set()).update(hit.record_ids)
+    return flagged
+
+
+@dataclass
+class GuardOutcome:
+    certificate: dict[str, Any]
+    hits: list[Hit]
+
+    @property
+    def passed(self) -> bool:
+        return self.certificate["result"] == "pass"
+
+
+@dataclass(frozen=True)
+class GuardPaths:
+    """Where a guard run writes: the guarded copies' folder, the certificate, the quarantine
+    file, the sketch, the master secret's folder and the sketch key."""
+
+    guarded_dir: str | Path
+    certificate_path: str | Path
+    quarantine_path: str | Path
+    sketch_path: str | Path
+    secret_dir: str | Path
+    sketch_key_path: str | Path
+
+
+def run_guard(
+    *,
+    heldout: SourceSpec,
+    train: Sequence[SourceSpec],
+    settings: GuardSettings,
+    paths: GuardPaths,
+    tokenizers: Sequence[TokenizerView] = (),
+    progress: Progress | None = None,
+) -> GuardOutcome:
+    """Check every training source against the held-out answers and write the stage outputs.
+
+    Every text is checked as written, through each decoding view and through each of
+    ``tokenizers`` (the consuming models' views); records are also checked in fragment
+    groups. ``settings`` are the ``guard`` params: the detectors, ``policy``, ``workers``,
+    ``chunk_size``, the reporting limits, ``max_text_chars`` and ``semantic`` (when enabled,
+    the report-only semantic list is added to the certificate).
+
+    ``block``: any hit fails (certificate ``result: fail``, hits in the quarantine file, no
+    guarded copies). ``quarantine``: records with a hit are dropped from their guarded copy
+    and listed in the quarantine file; the cleaned set passes. Without hits the guarded copies
+    are byte-identical to the sources under either policy.
+    """
+    policy = settings.policy
+    if policy not in POLICIES:
+        raise InputError(f"guard policy must be one of {POLICIES} (got '{policy}')")
+    started = time.perf_counter()
+    guarded_dir, quarantine_path = Path(paths.guarded_dir), Path(paths.quarantine_path)
+    sketch_path, certificate_path = paths.sketch_path, paths.certificate_path
+    held = load_heldout(heldout)
+    sources = load_training(train, heldout.path)
+    for src in sources:
+        if src.format != "jsonl":
+            raise InputError(f"{src.spec.path}: the guard stage takes JSONL training sources (got {src.format})")
+    names = [src.spec.guarded_name for src in sources]
+    if len(set(names)) != len(names):
+        raise InputError(f"training sources need distinct guarded file names (one folder holds them; use NAME=PATH:...): {names}")
+
+    heldout_md5 = dvc_md5(heldout.path)
+    index = HeldoutIndex.build(held.answers, held.texts, settings, FastHasher(), views=tokenizers)
+    units = _all_units(sources)
+    check_sizes(units, settings.max_text_chars)
+    groups = fragment_groups(sources, settings)
+    hits = check_units(index, units, groups=groups, views=tokenizers, workers=settings.workers,
+                       chunk_size=settings.chunk_size, max_shared=settings.max_shared_reported,
+                       progress=_progress_adapter(progress, len(units)))
+    tokenizer_entries = [t.describe() for t in tokenizers]
+    tokenizer_names = {t.name for t in tokenizers}
+    semantic_section = _semantic(held, units, settings.semantic)
+    flagged = _flagged(hits)
+    passed = not hits or policy == "quarantine"
+
+    # Sketch and its key depend only on the held-out set; written on every run.
+    secret = ensure_secret(paths.secret_dir)
+    key = derive_key(secret, heldout_md5)
+    write_key(paths.sketch_key_path, key)
+    write_json(sketch_path, build_sketch(held.answers, held.texts, settings, key, heldout_md5, views=tokenizers,
+                                         tokenizers=sketch_tokenizers(tokenizer_entries)))
+
+    action = "removed" if policy == "quarantine" else "blocked"
+    write_jsonl(quarantine_path, ({**h.to_record(), "action": action} for h in hits))
+
+    guarded: dict[str, Path] = {}
+    if passed:
+        with atomic_dir(guarded_dir) as tmp:
+            for src in sources:
+                target = tmp / src.spec.guarded_name
+                drop = flagged.get(str(src.spec.path), set())
+                if drop:
+                    kept = [r for r, rid in zip(src.records, record_ids(src)) if rid not in drop]
+                    write_jsonl(target, kept)
+                else:
+                    shutil.copyfile(src.spec.path, target)  # byte-identical: same md5 as the source
+        guarded = {str(src.spec.path): guarded_dir / src.spec.guarded_name for src in sources}
+    elif guarded_dir.exists():
+        shutil.rmtree(guarded_dir)  # a failing guard leaves no guarded training data behind
+
+    training_entries = []
+    for src in sources:
+        path = str(src.spec.path)
+        ids = sorted(flagged.get(path, set()))
+        training_entries.append(
+            {
+                "path": path,
+                "guarded_name": src.spec.guarded_name,
+                "id_field": src.spec.id_field,
+                "text_fields": list(src.spec.text_fields),
+                "md5": dvc_md5(src.spec.path),
+                "records": len(src.records),
+                "texts_checked": len(src.units),
+                "flagged_records": len(ids),
+                "flagged_ids": ids,
+                "removed_ids": ids if policy == "quarantine" else [],
+                "guarded_path": str(guarded[path]) if passed else None,
+                "guarded_md5": dvc_md5(guarded[path]) if passed else None,
+                "guarded_records": (len(src.records) - (len(ids) if policy == "quarantine" else 0)) if passed else None,
+            }
+        )
+    by_source: dict[str, int] = {}
+    for a in held.answers:
+        by_source[str(a.source)] = by_source.get(str(a.source), 0) + 1
+    certificate = {
+        "schema": CERTIFICATE_SCHEMA,
+        "result": "pass" if passed else "fail",
+        "policy": policy,
+        "created_at": datetime.now(timezone.utc).isoformat(timespec="seconds"),
+        "seconds": round(time.perf_counter() - started, 3),
+        "heldout": {
+            "path": str(heldout.path),
+            "id_field": heldout.id_field,
+            "text_fields": list(heldout.text_fields),
+            "md5": heldout_md5,
+            "answers": len(held.answers),
+            "answers_by_source": dict(sorted(by_source.items())),
+            **{k: v for d in REGISTERED for k, v in d.heldout_summary(index, len(held.answers)).items()},
+            "answer_variants": len(index.answers),
+        },
+        "training": training_entries,
+        "guarded_dir": {"path": str(guarded_dir), "md5": dvc_md5(guarded_dir) if passed else None},
+        "normalisation": NORMALISATION,
+        "detectors": detectors_section(settings),
+        "tokenizers": tokenizer_entries,
+        "decode_views": list(DECODE_VIEW_NAMES),
+        "views": scripts_folded(tokenizers),
+        "groups": group_counts(groups),
+        "counts": {
+            "sources": len(sources),
+            "records_checked": sum(len(s.records) for s in sources),
+            "texts_checked": len(units),
+            "hits": len(hits),
+            **{f"hits_{d}": sum(h.detector == d for h in hits) for d in DETECTORS},
+            "hits_in_tokenizer_views": sum(h.view in tokenizer_names for h in hits),
+            "hits_in_decode_views": sum(h.view in DECODE_VIEW_NAMES for h in hits),
+            "flagged_records": sum(len(v) for v in flagged.values()),
+            "removed_records": sum(len(v) for v in flagged.values()) if policy == "quarantine" else 0,
+        },
+        # Hits without the shared passages: those are held-out text and stay in the quarantine file.
+        "hits": [h.to_record(with_shared=False) for h in hits[: settings.max_hits_in_certificate]],
+        "hits_truncated": len(hits) > settings.max_hits_in_certificate,
+        "semantic": semantic_section,
+        "quarantine": {"path": str(quarantine_path), "md5": dvc_md5(quarantine_path)},
+        "sketch": {"path": str(sketch_path), "md5": dvc_md5(sketch_path), "key_fingerprint": key_fingerprint(key)},
+        "versions": versions(),
+    }
+    write_json(certificate_path, certificate)
+    return GuardOutcome(certificate, hits)
+
+
+def _semantic(held: "Heldout", units: Sequence[TextUnit], settings: SemanticSettings | None) -> dict[str, Any]:
+    if settings is None or not settings.enabled:
+        return {"enabled": False, "blocking": False}
+    from reappreg.guard.semantic import semantic_report
+
+    return {"enabled": True, **semantic_report(held.answers, held.texts, units, model_spec=settings.model,
+                                               threshold=settings.threshold, batch_size=settings.batch_size,
+                                               max_pairs=settings.max_pairs),
+            "settings": settings.model_dump()}
