@@ -70,42 +70,12 @@ def build(
     pipeline's own outputs had uncommitted changes (and whether --allow-dirty was given);
     registration reads that back.
     """
-    import mlflow
-
-    from reappreg.card.build import card_inputs_for, checkpoint_card_name, kept_checkpoints, render_card, source_revision
-    from reappreg.errors import InputError
-    from reappreg.io import write_text
-    from reappreg.registry import load_declarations
+    from reappreg.card.stage import build_cards
     from reappreg.settings import load_params
-    from reappreg.tracking import stage_run
 
-    settings = load_params(params)
-    decl = load_declarations(models)
-    if not template.exists():
-        raise InputError(f"{template}: card template not found")
-    template_text = template.read_text(encoding="utf-8")
-    evidence = evidence_paths.load()
-    params_dict = settings.model_dump(by_alias=True)
-    inputs = {"models": models, "template": template, **{k: v for k, v in evidence.sources.items()}}
-    revision = {**source_revision(), "dirty_allowed": allow_dirty}
-    with stage_run("card", tracking=settings.tracking, params={**settings.registry.model_dump(),
-                                                               "card": settings.card.model_dump()}, inputs=inputs):
-        for name, model in decl.models.items():
-            # A policy's kept checkpoints (policy.train.checkpoint_steps) are versions of their own:
-            # one card each (<name>.step-<n>.md), then the final model's (<name>.md).
-            versions = [(checkpoint_card_name(name, c["step"]), c)
-                        for c in kept_checkpoints(model, evidence, settings.policy.train.checkpoint_steps)]
-            for stem, checkpoint in [*versions, (name, None)]:
-                card_inputs = card_inputs_for(name, decl, params=params_dict, evidence=evidence, revision=revision,
-                                              min_n_confirm=settings.stats.min_n_confirm,
-                                              decimals=settings.registry.card_decimals, health=settings.card.health,
-                                              stage="register", checkpoint=checkpoint)
-                text = render_card(template_text, str(template), card_inputs, evidence)
-                out = out_dir / f"{stem}.md"
-                write_text(out, text)
-                mlflow.log_artifact(str(out), artifact_path="cards")
-                mlflow.log_metric(f"card/{stem}/chars", len(text))
-                Console().print(f"[green]card[/] {out} ({len(text)} characters)")
+    build_cards(load_params(params), models=models, template=template, evidence_paths=evidence_paths,
+                out_dir=out_dir, allow_dirty=allow_dirty,
+                on_card=lambda out, chars: Console().print(f"[green]card[/] {out} ({chars} characters)"))
 
 
 @app.command()

@@ -24,49 +24,16 @@ def run(
     params: Path = typer.Option(Path("params.yaml"), help="Params file"),
 ) -> None:
     """Compute every table and claim; an untrusted or position-biased judge is flagged, never dropped."""
-    import mlflow
     from rich.console import Console
 
     from reappreg.settings import load_params
-    from reappreg.stats import (
-        TrustPolicy,
-        analyze,
-        load_calibration,
-        load_reference_bar,
-        mlflow_metrics,
-        write_outputs,
-    )
-    from reappreg.stats.design import load_bound_judgments
-    from reappreg.stats.looks import GENERATIONS_TAG, earlier_looks, stamp_claims
-    from reappreg.stats.reference import check_decision_settings, decision_values
-    from reappreg.tracking import stage_run
+    from reappreg.stats.stage import StatsFiles, stats_stage
 
-    p = load_params(params)
-    reference = load_reference_bar(models)
-    decided = check_decision_settings(reference, decision_values(p.stats, p.judge), str(models))
-    trust_policy = TrustPolicy.from_settings(p.stats, p.judge)
     console = Console()
-    inputs = {"judgments": judgments, "calibration": calibration, "models": models, "generations": generations,
-              "answers": answers, "vignettes": vignettes}
-    with stage_run("stats", tracking=p.tracking, params=p.stats.model_dump(), inputs=inputs,
-                   outputs={"claims": claims, "metrics": metrics}) as stage:
-        frame, design = load_bound_judgments(judgments, generations, answers, vignettes, p.judge, generate=p.generate)
-        calib = load_calibration(calibration)
-        with console.status(f"stats: intervals for {len(frame)} judged orders"):
-            report = analyze(frame, calib, settings=p.stats, reference=reference, trust_policy=trust_policy,
-                             design=design)
-            recorded = {k: v for k, v in mlflow.get_run(stage.info.run_id).data.tags.items() if k.startswith("input.")}
-            earlier = earlier_looks(mlflow.MlflowClient(), stage.info.experiment_id,
-                                    recorded[GENERATIONS_TAG], stage.info.run_id)
-            stamp_claims(report["claims"], inputs={k[len("input."):-len(".md5")]: v for k, v in recorded.items()},
-                         earlier=earlier, decision_settings=decided)
-            write_outputs(report, metrics_path=metrics, plot_path=plot, plot_data_path=plot_data,
-                          claims_path=claims)
-        mlflow.set_tag("judge_trusted", str(report["judge"]["trusted"]).lower())
-        mlflow.set_tag("judge_position_biased", str(report["judge"]["position_biased"]).lower())
-        mlflow.log_metrics(mlflow_metrics(report["metrics"]))
-        for path in (metrics, plot, plot_data, claims):
-            mlflow.log_artifact(str(path), artifact_path="eval")
+    files = StatsFiles(judgments=judgments, generations=generations, answers=answers, vignettes=vignettes,
+                       calibration=calibration, models=models, metrics=metrics, plot=plot, plot_data=plot_data,
+                       claims=claims)
+    report = stats_stage(load_params(params), files, status=console.status)
 
     judge = report["judge"]
     ok = judge["trusted"] and not judge["position_biased"]

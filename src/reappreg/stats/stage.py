@@ -1,0 +1,80 @@
+"""The ``stats`` stage: bound judgments in, claims and their evidence out, tracked in MLflow.
+
+One function the command calls: it binds the judgments to the design re-derived from the
+upstream files (``stats.design``), draws every interval and claim (``stats.analysis``),
+stamps each claim with its inputs, looks and decision settings (``stats.looks``), writes the
+outputs and logs them to the stage's MLflow run.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from contextlib import AbstractContextManager, nullcontext
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from reappreg.settings import Params
+
+
+@dataclass(frozen=True)
+class StatsFiles:
+    """What the stats stage reads (the judged orders and the files their design comes from) and writes."""
+
+    judgments: Path
+    generations: Path
+    answers: Path
+    vignettes: Path
+    calibration: Path
+    models: Path
+    metrics: Path
+    plot: Path
+    plot_data: Path
+    claims: Path
+
+    def inputs(self) -> dict[str, Path]:
+        """By role, as the stage run records them (``input.<role>.md5``) and the claims name them."""
+        return {"judgments": self.judgments, "calibration": self.calibration, "models": self.models,
+                "generations": self.generations, "answers": self.answers, "vignettes": self.vignettes}
+
+
+def stats_stage(params: Params, files: StatsFiles, *,
+                status: Callable[[str], AbstractContextManager] | None = None) -> dict[str, Any]:
+    """Run the stage; returns the report (``judge`` state and ``claims``). ``status`` shows a
+    message while the intervals are drawn (a rich console's ``status``)."""
+    import mlflow
+
+    from reappreg.stats import TrustPolicy, analyze, load_calibration, load_reference_bar, mlflow_metrics, write_outputs
+    from reappreg.stats.design import load_bound_judgments
+    from reappreg.stats.looks import GENERATIONS_TAG, earlier_looks, stamp_claims
+    from reappreg.stats.reference import check_decision_settings, decision_values
+    from reappreg.tracking import stage_run
+
+    p, f = params, files
+    reference = load_reference_bar(f.models)
+    decided = check_decision_settings(reference, decision_values(p.stats, p.judge), str(f.models))
+    trust_policy = TrustPolicy.from_settings(p.stats, p.judge)
+    with stage_run("stats", tracking=p.tracking, params=p.stats.model_dump(), inputs=f.inputs(),
+                   outputs={"claims": f.claims, "metrics": f.metrics}) as stage:
+        frame, design = load_bound_judgments(f.judgments, f.generations, f.answers, f.vignettes, p.judge,
+                                             generate=p.generate)
+        calib = load_calibration(f.calibration)
+        with (status or (lambda _: nullcontext()))(f"stats: intervals for {len(frame)} judged orders"):
+            report = analyze(frame, calib, settings=p.stats, reference=reference, trust_policy=trust_policy,
+                             design=design)
+            recorded = {k: v for k, v in mlflow.get_run(stage.info.run_id).data.tags.items() if k.startswith("input.")}
+            earlier = earlier_looks(mlflow.MlflowClient(), stage.info.experiment_id,
+                                    recorded[GENERATIONS_TAG], stage.info.run_id)
+            stamp_claims(report["claims"], inputs={k[len("input."):-len(".md5")]: v for k, v in recorded.items()},
+                         earlier=earlier, decision_settings=decided)
+            write_outputs(report, metrics_path=f.metrics, plot_path=f.plot, plot_data_path=f.plot_data,
+                          claims_path=f.claims)
+        mlflow.set_tag("judge_trusted", str(report["judge"]["trusted"]).lower())
+        mlflow.set_tag("judge_position_biased", str(report["judge"]["position_biased"]).lower())
+        mlflow.log_metrics(mlflow_metrics(report["metrics"]))
+        for path in (f.metrics, f.plot, f.plot_data, f.claims):
+            mlflow.log_artifact(str(path), artifact_path="eval")
+    return report
+
+
+__all__ = ["StatsFiles", "stats_stage"]
