@@ -182,6 +182,22 @@ def test_generator_function_words_are_detector_function_words():
     assert set(FUNCTION_WORDS) <= STOP_WORDS
 
 
+def test_a_token_of_a_million_letters_costs_linear_memory():
+    """A "word" of a million letters (a base64 blob, a minified file: the leak scan reads model
+    folders) would have a million deletions of a million letters each: only words up to
+    MAX_TYPO_LETTERS get typo keys, longer ones match exactly or by stem."""
+    import tracemalloc
+
+    from reappreg.guard.edits import MAX_TYPO_LETTERS, content_strings
+
+    assert len(content_strings("b" * MAX_TYPO_LETTERS)[1]) > 1
+    tracemalloc.start()
+    stem, variants = content_strings("ab" * 500_000)
+    peak = tracemalloc.get_traced_memory()[1]
+    tracemalloc.stop()
+    assert variants == ("ab" * 500_000,) and peak < 50 * 2**20
+
+
 def test_bitparallel_lcs_equals_dynamic_programming():
     rng = random.Random(0)
     for _ in range(500):

@@ -81,6 +81,10 @@ from reappreg.guard.hashing import _mix64_int, token_key
 from reappreg.guard.normalise import skeleton
 
 MIN_TYPO_LETTERS = 4  # a word of this many letters is keyed by its one-letter deletions too
+# ... and at most this many: a word's deletions cost its length squared, and a "word" of a
+# million letters (a base64 blob, a minified file) would take gigabytes. No English word an
+# answer uses is longer; a longer token is matched exactly or by stem.
+MAX_TYPO_LETTERS = 40
 
 # Function words: closed-class English words a copy can swap, drop or insert without changing
 # what it says. Lower case, apostrophes removed as the word view removes them.
@@ -118,7 +122,7 @@ def _stemmer_version() -> str:
 EDITS_VERSION = (
     f"reappreg-guard-edits/v1;snowball-english=snowballstemmer{_stemmer_version()};"
     f"stop={hashlib.sha256(' '.join(sorted(STOP_WORDS)).encode()).hexdigest()[:12]};"
-    f"typo=del1>={MIN_TYPO_LETTERS};positions-masked"
+    f"typo=del1>={MIN_TYPO_LETTERS}<={MAX_TYPO_LETTERS};positions-masked"
 )
 
 
@@ -142,7 +146,7 @@ def content_strings(token: str) -> tuple[str, tuple[str, ...]] | None:
     if not skel or token in STOP_WORDS or skel in _stop_skeletons():
         return None
     variants = {skel}
-    if len(skel) >= MIN_TYPO_LETTERS:
+    if MIN_TYPO_LETTERS <= len(skel) <= MAX_TYPO_LETTERS:
         variants.update(skel[:i] + skel[i + 1 :] for i in range(len(skel)))
     return _stemmer().stemWord(skel), tuple(sorted(variants))
 
