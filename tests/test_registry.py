@@ -311,14 +311,14 @@ def test_a_pipeline_tracked_locally_registers_on_another_store_and_its_runs_are_
     register_ok()
     receipt = json.loads((repo / "reports/registry/registration.json").read_text())
     assert "written by finished stats run" in receipt["claims_tracked"]
-    assert receipt["claims_tracked"].endswith("(sqlite:///registry/mlflow.db)")
+    assert receipt["claims_tracked"].endswith(f"(sqlite:///{repo / 'registry/mlflow.db'})")
     # with no stage runs in either store, nothing is registered and both stores are named
     params = yaml.safe_load((repo / "params.yaml").read_text())
     params["tracking"]["uri"] = "sqlite:///no-stage-runs.db"
     (repo / "params.yaml").write_text(yaml.safe_dump(params))
     monkeypatch.setenv("MLFLOW_TRACKING_URI", f"sqlite:///{repo / 'empty.db'}")
     code, _, exc = run_cli("registry", "register")
-    assert isinstance(exc, GateFailed) and "empty.db" in str(exc) and "no-stage-runs.db" in str(exc)
+    assert isinstance(exc, GateFailed) and "empty.db" in str(exc) and f"{repo / 'no-stage-runs.db'}" in str(exc)
     assert "no experiment 'reappraisal-registry'" in str(exc)
 
 

@@ -285,17 +285,23 @@ def best_stretch(masks: Sequence[int], places: Sequence[int], length: int, span:
     stride = max(length, 1)
     width = max(int(math.ceil(span * stride)), 1)
     places_arr = np.asarray(places, dtype=np.int64)
-    best, best_lo = 0, 0
     last = int(places_arr[-1])
     first_stretch = max(int(places_arr[0]) - width + 1, 0) // stride
-    for k in range(first_stretch, last // stride + 1):
-        lo, hi = k * stride, k * stride + width
-        a, b = np.searchsorted(places_arr, [lo, hi])
-        if b - a <= max(best, stop_below - 1):
-            continue
-        score = lcs_bitparallel(masks[a:b], length)
-        if score > best:
+    starts = np.arange(first_stretch, last // stride + 1, dtype=np.int64) * stride
+    lows, highs = np.searchsorted(places_arr, starts), np.searchsorted(places_arr, starts + width)
+    counts = highs - lows
+    # A stretch's LCS is at most its matching words: visit the fullest first and stop once no
+    # stretch left can reach the best (ties go to the earliest stretch, as a left-to-right scan).
+    best, best_lo = 0, None
+    for i in np.argsort(-counts, kind="stable").tolist():
+        count = int(counts[i])
+        if count < best or count <= stop_below - 1 or count == 0:
+            break
+        score = lcs_bitparallel(masks[int(lows[i]) : int(highs[i])], length)
+        lo = int(starts[i])
+        if score > best or (score == best and score > 0 and lo < best_lo):
             best, best_lo = score, lo
+    best_lo = 0 if best_lo is None else best_lo
     return best, best_lo, best_lo + width
 
 
@@ -328,6 +334,7 @@ def edit_hits(index: Any, word_lists: Sequence[Sequence[str]], max_shared: int =
                      (np.arange(table.total_positions), np.repeat(np.arange(n_answers), table.lengths))),
                     shape=(max(table.total_positions, 1), n_answers))
     counts = (tp @ pa).tocoo()
+    vpc = vp.tocsc()
     need = np.maximum(np.ceil(settings.threshold * table.lengths - 1e-9), 1).astype(np.int64)
     eligible = table.lengths >= settings.min_answer_words
     keep = (counts.data >= need[counts.col]) & eligible[counts.col]
@@ -344,14 +351,16 @@ def edit_hits(index: Any, word_lists: Sequence[Sequence[str]], max_shared: int =
         seq, token_pos = content_of[t]
         lo_col, hi_col = int(table.offsets[a]), int(table.offsets[a + 1])
         length = hi_col - lo_col
+        # The text words matching each of the answer's positions, from the answer's side: its
+        # positions are few, the text's vocabulary may be a whole tokenizer's.
         word_mask: dict[int, int] = {}
-        for v in np.unique(seq).tolist():
-            cols = vp.indices[vp.indptr[v] : vp.indptr[v + 1]]
-            cols = cols[(cols >= lo_col) & (cols < hi_col)] - lo_col
-            if len(cols):
-                word_mask[v] = sum(1 << int(c) for c in cols)
-        places = [p for p, v in enumerate(seq.tolist()) if v in word_mask]
-        masks = [word_mask[int(seq[p])] for p in places]
+        for col in range(lo_col, hi_col):
+            for v in vpc.indices[vpc.indptr[col] : vpc.indptr[col + 1]].tolist():
+                word_mask[v] = word_mask.get(v, 0) | (1 << (col - lo_col))
+        matching = np.fromiter(word_mask, dtype=np.int64, count=len(word_mask))
+        at = np.flatnonzero(np.isin(seq, matching))
+        places = at.tolist()
+        masks = [word_mask[v] for v in seq[at].tolist()]
         best, lo, hi = best_stretch(masks, places, length, settings.span, int(need[a]))
         score = best / length
         if best >= need[a] and score >= settings.threshold:

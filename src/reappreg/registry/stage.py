@@ -44,6 +44,14 @@ def client_for(settings: Params) -> tuple[Any, str]:
     return connect(uri, attempts=settings.registry.connect_attempts, backoff_s=settings.registry.connect_backoff_s), uri
 
 
+def absolute_uri(uri: str) -> str:
+    """A local sqlite URI with its path made absolute (``sqlite:///registry/mlflow.db`` is relative
+    to the working directory, and MLflow caches a store per URI string in a process)."""
+    if uri.startswith("sqlite:///") and not uri.startswith("sqlite:////"):
+        return f"sqlite:///{Path(uri.removeprefix('sqlite:///')).resolve()}"
+    return uri
+
+
 def tracked_lineage(settings: Params, client: Any, uri: str, claims: list, *, claims_md5: str) -> str:
     """``lineage.check_tracked_lineage`` in the store the stages tracked to: this registry's
     (``$MLFLOW_TRACKING_URI``, where a team tracks every stage), else ``tracking.uri`` of the
@@ -54,8 +62,9 @@ def tracked_lineage(settings: Params, client: Any, uri: str, claims: list, *, cl
     from reappreg.registry.lineage import check_tracked_lineage
 
     stores = [(client, uri)]
-    if settings.tracking.uri != uri:
-        stores.append((mlflow.MlflowClient(tracking_uri=settings.tracking.uri), settings.tracking.uri))
+    local = absolute_uri(settings.tracking.uri)
+    if local != absolute_uri(uri):
+        stores.append((mlflow.MlflowClient(tracking_uri=local), local))
     refusals = []
     for store, where in stores:
         try:
