@@ -16,10 +16,10 @@ from reappreg.data.canonical import (
     coerce_rating,
     import_flat,
     import_sharma2023,
-    ingest,
     load_canonical,
     write_canonical,
 )
+from reappreg.data.ingest import ingest
 from reappreg.errors import InputError
 from reappreg.io import read_json, read_jsonl
 from reappreg.data.sample import generate_sample

@@ -363,7 +363,8 @@ def test_the_headline_file_is_the_only_declared_metrics_file():
 
 def test_validation_section_says_whether_the_report_still_matches_the_data(tmp_path):
     """A passing report shown beside data it did not validate must say so, not just 'passed'."""
-    from reappreg.data.canonical import ingest, write_canonical
+    from reappreg.data.canonical import write_canonical
+    from reappreg.data.ingest import ingest
     from reappreg.io import write_json
     from reappreg.settings import DataSettings, ValidateSettings
     from reappreg.data.validate import validate_folder

@@ -8,7 +8,8 @@ from pathlib import Path
 
 import pytest
 
-from reappreg.data.canonical import ingest, load_canonical, write_canonical
+from reappreg.data.canonical import load_canonical, write_canonical
+from reappreg.data.ingest import ingest
 from reappreg.errors import InputError
 from reappreg.io import read_json, read_jsonl, write_json
 from reappreg.settings.data import DataSettings

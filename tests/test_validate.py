@@ -10,7 +10,8 @@ from pathlib import Path
 
 import pytest
 
-from reappreg.data.canonical import ABSENT, CanonicalData, import_sharma2023, ingest, load_canonical, write_canonical
+from reappreg.data.canonical import ABSENT, CanonicalData, import_sharma2023, load_canonical, write_canonical
+from reappreg.data.ingest import ingest
 from reappreg.errors import InputError, ValidationFailed
 from reappreg.io import read_jsonl, write_json
 from reappreg.settings.data import DataSettings

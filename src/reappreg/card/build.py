@@ -28,7 +28,7 @@ import math
 import os
 import re
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -37,6 +37,7 @@ import yaml
 from reappreg.card.evidence import (CLAIM_KEYS, CONDITIONS, EVAL_COLUMNS, Certificate, Evidence, flatten, load_evidence,
                                     read_certificate, trust_recomputed)
 from reappreg.card.health import TrainingHealth, training_health
+from reappreg.card.inputs import CardInputs
 from reappreg.card.labels import calibration_rows, metric_label
 from reappreg.card.meta import (card_body, card_metadata, card_revision, numbers_in, parse_card, source_revision,
                                 validate_card)
@@ -167,35 +168,6 @@ def check_template(text: str, source: str) -> None:
     for lineno, line in enumerate(literal.splitlines(), start=1):
         if numbers_in(line):
             raise InputError(f"{source}: line {lineno} has a literal number ({line.strip()!r}); read it from a tracked file instead")
-
-
-@dataclass
-class CardInputs:
-    """The per-model facts a card shows besides the evidence."""
-
-    name: str
-    kind: str
-    description: str
-    front_matter: dict[str, Any]
-    gates: dict[str, Any]
-    training_inputs: dict[str, str]     # path -> md5
-    other_inputs: dict[str, str]        # path -> md5
-    hyperparameters: dict[str, Any]     # flattened params shown in the card
-    method: dict[str, Any]              # base model, method, rm used (strings from params/declarations)
-    metrics: list[tuple[str, Any]]      # metrics shown (key, value)
-    revision: dict[str, Any]            # commit, dirty ("true"/"false"), dirty_paths, dirty_allowed, commands
-    datasets: list[str]                 # training data paths, for the front matter's `datasets`
-    health: TrainingHealth | None       # policies only
-    paths: dict[str, str]               # evidence source name -> path as shown on the card
-    min_n_confirm: int
-    decimals: int = 3
-    # The results table rows (metrics/results.json) of the condition this version is: `policy` for
-    # the final policy, `policy-step-<n>` for a kept checkpoint. The card links to them by row_id.
-    results_rows: list[dict[str, Any]] = field(default_factory=list)
-    # A kept checkpoint: {step, final_step, folder, model_md5, training_run_id, condition}; None otherwise.
-    checkpoint: dict[str, Any] | None = None
-    # Evaluation rows the card shows instead of eval.json's (a checkpoint: its own results rows).
-    comparisons: list[dict[str, Any]] | None = None
 
 
 def _dotted(params: Mapping[str, Any], key: str, source: str) -> Any:

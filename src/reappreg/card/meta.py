@@ -15,7 +15,8 @@ from reappreg.card.labels import metric_label
 from reappreg.errors import InputError
 
 if TYPE_CHECKING:
-    from reappreg.card.build import CardInputs, Evidence
+    from reappreg.card.evidence import Evidence
+    from reappreg.card.inputs import CardInputs
 
 
 def eval_results(inputs: CardInputs, evidence: Evidence) -> list[Any]:

@@ -17,7 +17,7 @@ def ingest(
     """Build the canonical dataset from data.source (sample | file | sharma2023)."""
     import mlflow
 
-    from reappreg.data.canonical import ingest as run_ingest
+    from reappreg.data.ingest import ingest as run_ingest
     from reappreg.data.canonical import write_canonical
     from reappreg.settings import load_params
     from reappreg.tracking import stage_run

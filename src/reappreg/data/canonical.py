@@ -367,7 +367,7 @@ def import_canonical_folder(folder: str | Path, settings: DataSettings) -> Canon
     return CanonicalData(**tables, meta={"source": f"folder:{folder.name}", "has_ratings": has_ratings, "has_emotion": bool(has_emotion)})
 
 
-def _declared_facts(data: CanonicalData, settings: DataSettings) -> dict:
+def declared_facts(data: CanonicalData, settings: DataSettings) -> dict:
     """The data facts from params, checked against what the source delivered."""
     has_ratings = bool(data.meta.get("has_ratings")) and len(data.ratings) > 0
     present = data.dimensions()
@@ -400,25 +400,6 @@ def check_text(data: CanonicalData, origin: str) -> None:
             for column, value in record.items():
                 cells.append((f"{name}.{column} of {record.get(id_column)!r}", value))
         check_strings(cells, origin)
-
-
-def ingest(settings: DataSettings) -> CanonicalData:
-    """Build the canonical dataset from the ``data`` params; the data facts go to meta.json."""
-    if settings.source == "sample":
-        from reappreg.data.sample import generate_sample  # sample imports this module's schema
-
-        data = generate_sample(**settings.sample.model_dump())
-    elif settings.path is None:
-        raise InputError(f"data.source is {settings.source!r} but data.path is not set; point it at the file to import")
-    elif settings.source == "sharma2023":
-        data = import_sharma2023(settings.path)
-    else:
-        path = Path(settings.path)
-        data = import_canonical_folder(path, settings) if path.is_dir() else import_flat(path, settings)
-    data.meta = {"duplicate_rating_rows_dropped": 0, "duplicate_rating_rows_averaged": 0,
-                 "ratings_averaged_over_repeats": 0, **data.meta, **_declared_facts(data, settings)}
-    check_text(data, f"data.source {settings.source!r}")
-    return data
 
 
 # ----------------------------------------------------------------------------- canonical IO

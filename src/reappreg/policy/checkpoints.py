@@ -19,7 +19,7 @@ from reappreg.errors import InputError, ReappregError
 from reappreg.io import atomic_dir, write_json
 
 if TYPE_CHECKING:
-    from reappreg.policy.train import GrpoSpec
+    from reappreg.policy.spec import GrpoSpec
 
 TRAINER_STATE = "trainer_state.json"
 # In models/policy/checkpoints/: which steps are there, their md5s and the run they come from.

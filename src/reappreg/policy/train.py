@@ -31,7 +31,6 @@ import os
 import shutil
 import time
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass, field, fields
 from pathlib import Path
 from typing import Any
 
@@ -41,14 +40,11 @@ from reappreg.policy.health import HEALTH_METRICS, HealthMonitor, HealthVerdict
 from reappreg.policy.launch import BatchGeometry
 from reappreg.policy.checkpoints import TRAINER_STATE, checkpoint_step, export_callback_class, export_missing
 from reappreg.policy.reward import EnsembleReward
+from reappreg.policy.spec import CHECKPOINTS, EXPORTS, FINAL, OUTCOME, GrpoSpec
 from reappreg.policy.trl_args import check_trl_overrides
-from reappreg.settings.policy import PolicyHealthSettings, PolicyRewardSettings, PolicyTrainSettings, grpo_markers
+from reappreg.settings.policy import PolicyRewardSettings, PolicyTrainSettings, grpo_markers
 
-CHECKPOINTS = "checkpoints"
-EXPORTS = "exports"
-FINAL = "final"
 SPEC = "spec.json"
-OUTCOME = "outcome.json"
 FINGERPRINT = "fingerprint.json"
 # In the published model folder: which prompt the policy was trained with (file, version, sha256, text).
 TRAINING_PROMPT = "training_prompt.json"
@@ -58,61 +54,6 @@ class TrainingUnhealthy(ReappregError):
     """The health detector fired and policy.health.stop_on_unhealthy is set."""
 
 
-@dataclass(frozen=True)
-class GrpoSpec:
-    """Everything a training process needs: paths plus the validated policy settings.
-
-    JSON-serialisable (``to_json``/``from_json``) for the launcher's worker processes;
-    the settings objects travel as they are and are re-validated on the way in.
-    """
-
-    base_model_dir: str
-    prompts_path: str
-    vignettes_path: str
-    ensemble_path: str
-    work_dir: str
-    train: PolicyTrainSettings = field(default_factory=PolicyTrainSettings)
-    reward: PolicyRewardSettings = field(default_factory=PolicyRewardSettings)
-    health: PolicyHealthSettings = field(default_factory=PolicyHealthSettings)
-    # Processes the launcher starts; the trainer checks it sees exactly this many.
-    world_size: int = 1
-    # A MULTI_CPU launch: the processes join over gloo on the CPU (transformers' use_cpu;
-    # without it a CUDA-less worker under torchrun stays a world of one).
-    use_cpu: bool = False
-    tracking_uri: str | None = None
-    run_id: str | None = None
-    show_progress: bool = True
-
-    def to_json(self) -> dict[str, Any]:
-        out = {f.name: getattr(self, f.name) for f in fields(self)}
-        for name in _SETTINGS:
-            out[name] = out[name].model_dump(mode="json")
-        return out
-
-    @classmethod
-    def from_json(cls, obj: Mapping[str, Any]) -> GrpoSpec:
-        obj = dict(obj)
-        settings = {name: kind.model_validate(obj.pop(name, {})) for name, kind in _SETTINGS.items()}
-        return cls(**obj, **settings)
-
-    @property
-    def checkpoint_dir(self) -> Path:
-        return Path(self.work_dir) / CHECKPOINTS
-
-    @property
-    def final_dir(self) -> Path:
-        return Path(self.work_dir) / FINAL
-
-    @property
-    def export_dir(self) -> Path:
-        return Path(self.work_dir) / EXPORTS
-
-    @property
-    def outcome_path(self) -> Path:
-        return Path(self.work_dir) / OUTCOME
-
-
-_SETTINGS = {"train": PolicyTrainSettings, "reward": PolicyRewardSettings, "health": PolicyHealthSettings}
 
 
 # ---------------------------------------------------------------------------- resume
