@@ -12,7 +12,8 @@ import yaml
 
 from reappreg.errors import InputError
 from reappreg.registry.keyring_chain import CHAIN_FILE, replay, sign_keyring
-from reappreg.registry.keys import generate_key, load_keyring, open_statement, sign_statement, signing_key
+from reappreg.registry.keyring_chain import load_keyring
+from reappreg.registry.keys import generate_key, open_statement, sign_statement, signing_key
 
 
 @pytest.fixture

@@ -25,7 +25,8 @@ from reappreg.registry.audit import AliasFinding, Audit, audit, check_alias
 from reappreg.registry.connection import RegistryUnavailable, bounded_http, connect, registration_lock
 from reappreg.registry.declarations import FrontMatter, Gate, ModelDecl, RegistryDecl, declared, load_declarations, parse_spec
 from reappreg.registry.gates import SIGNED_GATE, GateCheck, evaluate_gates, failed
-from reappreg.registry.keys import Keyring, SignatureInvalid, SigningKey, load_keyring, signing_key
+from reappreg.registry.keyring_chain import load_keyring
+from reappreg.registry.keys import Keyring, SignatureInvalid, SigningKey, signing_key
 from reappreg.registry.promotion import AliasMoved, Promotion, promote, read_history
 from reappreg.registry.provenance import evidence_of, readable_tags, statement
 from reappreg.registry.pull import IntegrityError, Pulled, pull, resolve_version

@@ -27,11 +27,24 @@ import base64
 import datetime as dt
 import hashlib
 import json
+import os
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from reappreg.errors import InputError
+from reappreg.registry.keys import (
+    LOCAL_PUBLIC_FILE,
+    Keyring,
+    SignatureInvalid,
+    TrustedKey,
+    key_id,
+    listed_keys,
+    load_public,
+    open_statement,
+    public_pem,
+    sign_statement,
+)
 
 CHAIN_FILE = "keyring.chain.jsonl"
 KEYRING_TYPE = "https://reappreg.dev/keyring/v1"
@@ -55,7 +68,6 @@ def _signers(keys: dict[str, dict[str, str]]) -> Any:
     """A Keyring of the active keys of one signed keyring: who may sign the next entry."""
     from cryptography.hazmat.primitives import serialization
 
-    from reappreg.registry.keys import Keyring, TrustedKey, key_id
 
     trusted = {}
     for kid, entry in keys.items():
@@ -72,7 +84,6 @@ def _signers(keys: dict[str, dict[str, str]]) -> Any:
 
 def replay(chain_path: Path) -> list[SignedKeyring]:
     """Every entry of the chain, each verified against the one before it (see the module docstring)."""
-    from reappreg.registry.keys import SignatureInvalid, open_statement
 
     if not chain_path.is_file():
         return []
@@ -156,7 +167,6 @@ def _check_seen(chain: list[SignedKeyring], chain_path: Path, memo: Path) -> Non
 def sign_keyring(team_dir: Path, key: Any, reason: str) -> SignedKeyring:
     """Append keyring.yaml, as it is now, to the chain, signed with ``key``; refuses a signer the chain
     would not accept (a key not active in the last signed keyring, or, for the first entry, not active in it)."""
-    from reappreg.registry.keys import listed_keys, public_pem, sign_statement
 
     chain_path = team_dir / CHAIN_FILE
     chain = replay(chain_path)
@@ -179,3 +189,24 @@ def sign_keyring(team_dir: Path, key: Any, reason: str) -> SignedKeyring:
     before = chain_path.read_text(encoding="utf-8") if chain_path.is_file() else ""
     write_text(chain_path, before + line.decode("utf-8") + "\n")  # temp file + rename: never half an entry
     return replay(chain_path)[-1]
+
+
+def load_keyring(team_dir: str | os.PathLike, local_dir: str | os.PathLike | None, *,
+                 remember: str | os.PathLike | None = None) -> Keyring:
+    """Team keys from ``team_dir/keyring.yaml`` -- only when they are exactly the signed keyring chain's last
+    entry (``check_keyring``) -- plus this clone's local public key if ``local_dir``.
+    ``remember``: this clone's folder for what it saw of the chain (refuses a rewritten or cut-back chain)."""
+    team_dir = Path(team_dir)
+    listed = listed_keys(team_dir)
+    chain = check_keyring(team_dir / CHAIN_FILE, {kid: (k.holder, k.status) for kid, k in listed.items()},
+                          remember=Path(remember) if remember is not None else None)
+    keys = {kid: k for kid, k in listed.items() if k.status != "revoked"}
+    revoked = {kid: k for kid, k in listed.items() if k.status == "revoked"}
+    if local_dir is not None:
+        local_public = Path(local_dir) / LOCAL_PUBLIC_FILE
+        if local_public.exists():
+            public = load_public(local_public)
+            kid = key_id(public)
+            if kid not in revoked:
+                keys.setdefault(kid, TrustedKey(kid, public, "local", "this clone", "active", local_public))
+    return Keyring(keys, revoked, tuple(chain))

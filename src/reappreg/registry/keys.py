@@ -141,29 +141,6 @@ def listed_keys(team_dir: str | os.PathLike) -> dict[str, TrustedKey]:
     return listed
 
 
-def load_keyring(team_dir: str | os.PathLike, local_dir: str | os.PathLike | None, *,
-                 remember: str | os.PathLike | None = None) -> Keyring:
-    """Team keys from ``team_dir/keyring.yaml`` -- only when they are exactly the signed keyring chain's last
-    entry (reappreg.registry.keyring_chain) -- plus this clone's local public key if ``local_dir``.
-    ``remember``: this clone's folder for what it saw of the chain (refuses a rewritten or cut-back chain)."""
-    from reappreg.registry.keyring_chain import CHAIN_FILE, check_keyring
-
-    team_dir = Path(team_dir)
-    listed = listed_keys(team_dir)
-    chain = check_keyring(team_dir / CHAIN_FILE, {kid: (k.holder, k.status) for kid, k in listed.items()},
-                          remember=Path(remember) if remember is not None else None)
-    keys = {kid: k for kid, k in listed.items() if k.status != "revoked"}
-    revoked = {kid: k for kid, k in listed.items() if k.status == "revoked"}
-    if local_dir is not None:
-        local_public = Path(local_dir) / LOCAL_PUBLIC_FILE
-        if local_public.exists():
-            public = load_public(local_public)
-            kid = key_id(public)
-            if kid not in revoked:
-                keys.setdefault(kid, TrustedKey(kid, public, "local", "this clone", "active", local_public))
-    return Keyring(keys, revoked, tuple(chain))
-
-
 @dataclass(frozen=True)
 class SigningKey:
     path: Path

@@ -72,7 +72,7 @@ def load_model(spec: str, *, repo: str | os.PathLike = ".", dst: str | os.PathLi
     ``registry/models.yaml`` (declared models and gates) and its ``registry/keys`` keyring."""
     from reappreg.registry.connection import bounded_http, connect
     from reappreg.registry.declarations import load_declarations
-    from reappreg.registry.keys import load_keyring
+    from reappreg.registry.keyring_chain import load_keyring
     from reappreg.settings import load_params
     from reappreg.tracking import resolve_tracking_uri
 

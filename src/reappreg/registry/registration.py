@@ -34,16 +34,16 @@ from pathlib import Path
 from typing import Any
 
 from reappreg.errors import GateFailed, InputError
-from reappreg.hashing import dir_entries, sha256_file
+from reappreg.hashing import dir_entries
 from reappreg.registry.connection import RegistryUnavailable, short
 from reappreg.registry.declarations import ModelDecl
 from reappreg.registry.keys import SigningKey, sign_folder, sign_statement
+from reappreg.registry.layout import ENVELOPE_TAG, attestation_paths, subject_digests
 
 STATUS_TAG = "reappreg.status"
 KEY_TAG = "reappreg.registration_key"
 CONTENT_TAG = "reappreg.content_md5"
 MANIFEST_TAG = "reappreg.manifest"
-ENVELOPE_TAG = "reappreg.provenance_sha256"
 KEYID_TAG = "reappreg.signing_keyid"
 GATE_TAG_PREFIX = "gate."
 # Every policy version (kept checkpoints and the final model) names its GRPO step, the MLflow run
@@ -57,11 +57,6 @@ MAX_TAG_VALUE = 100_000
 # MLflow's SQL schema stores a version description in VARCHAR(5000) (enforced by
 # PostgreSQL/MySQL, not by sqlite), so the card is cut at a section boundary to fit.
 MAX_DESCRIPTION = 5000
-
-
-def attestation_paths(name: str, version: str) -> tuple[str, str]:
-    """(provenance envelope, model-signing bundle) run-relative artifact paths of a version."""
-    return f"{name}/attestations/v{version}.provenance.dsse.json", f"{name}/attestations/model.sig.json"
 
 
 def model_folder_path(name: str) -> str:
@@ -161,17 +156,6 @@ def package_model(kind: str, artifact_dir: Path, dest: Path) -> Path:
     else:
         from reappreg.policy.pyfunc import save_pyfunc
     return save_pyfunc(artifact_dir, dest)
-
-
-def subject_digests(folder: Path) -> dict[str, str]:
-    """relpath -> sha256 of every file under ``folder`` (the statement's subjects)."""
-    out = {}
-    for path in sorted(folder.rglob("*")):
-        if path.is_symlink():
-            raise InputError(f"{path}: symlinks are not registered (the bytes behind them are not signed)")
-        if path.is_file():
-            out[path.relative_to(folder).as_posix()] = sha256_file(path)
-    return out
 
 
 # --------------------------------------------------------------------------- registration

@@ -37,7 +37,7 @@ from reappreg.registry.declarations import Gate, RegistryDecl
 from reappreg.registry.gates import GateCheck, check_gate, evaluate_gates, failed
 from reappreg.registry.keys import Keyring, SignatureInvalid, TrustedKey, open_statement, verify_folder
 from reappreg.registry.provenance import EVIDENCE_BYPRODUCT, PREDICATE_TYPE, STATEMENT_TYPE, TAGS_BYPRODUCT, byproduct
-from reappreg.registry.registration import ENVELOPE_TAG, attestation_paths, subject_digests
+from reappreg.registry.layout import ENVELOPE_TAG, attestation_paths, subject_digests
 from reappreg.registry.slsa import check_statement
 
 

@@ -14,7 +14,8 @@ from reappreg.card.build import calibration_rows, flatten, fmt, metric_label, tr
 from reappreg.errors import InputError
 from reappreg.io import read_json, read_jsonl
 from reappreg.report.blocks import (Details, Section, Table, count, curves_figure, dot_figure, empty_reason,
-                                    forest_figure, is_number, num, walk)
+                                    forest_figure, is_number, num)
+from reappreg.report.facts import beats_length, judge_criteria, judge_trust, rm_scores
 
 
 @dataclass(frozen=True)
@@ -246,42 +247,6 @@ def guard_section(r: _Reader) -> Section:
     return section
 
 
-def rm_scores(obj: Mapping[str, Any]) -> dict[str, Any]:
-    """A reward model's comparisons, from one metrics file: each path is where the value was read."""
-    def at(*path: str) -> tuple[Any, tuple]:
-        return walk(obj, path), path
-
-    # The ensemble's own score is `reward` (its members' are under `members`); a member's is the split itself.
-    inner = ("reward",) if isinstance((obj.get("holdout") or {}).get("reward"), Mapping) else ()
-    out: dict[str, Any] = {}
-    for split in ("holdout", "lovo"):
-        base = (split, *inner)
-        out[f"{split}.acc"] = at(*base, "pairwise_accuracy")
-        out[f"{split}.low"] = at(*base, "pairwise_accuracy_low")
-        out[f"{split}.high"] = at(*base, "pairwise_accuracy_high")
-        ranker = at(*base, "trivial_baselines", "vs_length", "ranker")
-        out[f"{split}.ranker"] = ranker
-        out[f"{split}.length"] = at(*base, "trivial_baselines", "rankers", str(ranker[0]), "accuracy")
-        out[f"{split}.regression"] = at(*base, "trivial_baselines", "rankers", "length_regression", "accuracy")
-        for key in ("difference", "cluster_low", "cluster_high", "too_few_pairs"):
-            out[f"{split}.vs_length.{key}"] = at(*base, "trivial_baselines", "vs_length", key)
-    # Length-controlled views (reappreg.rm.trivial, under the file's `baselines`): the gain over
-    # the length regression and the accuracy on pairs where the longer text is the worse one.
-    for key, name in (("model_minus_length_regression", "vs_regression"), ("longer_is_worse_model", "longer_worse")):
-        for suffix, part in (("", "value"), ("_cluster_low", "low"), ("_cluster_high", "high")):
-            out[f"lovo.{name}.{part}"] = at("baselines", "lovo", key + suffix)
-    out["objective"] = at("objective")
-    out["pairs"] = at("holdout", *inner, "n_pairs")
-    out["gate"] = at("beats_length_baseline", "passed")
-    return out
-
-
-def beats_length(scores: Mapping[str, Any]) -> bool | None:
-    """The gate's test on any RM: the LOVO vignette-cluster interval of (model - stronger length ranker) above 0."""
-    low = num(scores["lovo.vs_length.cluster_low"][0])
-    return None if low is None else low > 0
-
-
 def _ci(value: Any, low: Any, high: Any) -> str | None:
     if num(value) is None:
         return None
@@ -404,39 +369,6 @@ def policy_section(r: _Reader) -> Section:
     section.blocks.append(Details("Everything train.json records (raw)", [
         Table(["metric", "value", "recorded as"], [[metric_label(f"train.{k}"), v, k] for k, v in rows])]))
     return section
-
-
-def judge_criteria(calib: Mapping[str, Any], policy: Any) -> list[tuple[str, Any, str, Any, bool | None, tuple]]:
-    """The trust criteria (reappreg.stats.trust) as rows: (measure, value, op, threshold, met, path in the file)."""
-    from reappreg.stats.trust import _max
-
-    min_agreement = _max(calib.get("min_agreement"), getattr(policy, "min_agreement_floor", None))
-    min_pairs = _max(calib.get("min_pairs"), getattr(policy, "min_pairs_floor", None))
-
-    def test(value: Any, op: str, bar: Any) -> bool | None:
-        if num(value) is None or num(bar) is None:
-            return None
-        return value >= bar if op == ">=" else value <= bar
-
-    rows = [("agreement with people, lower bound", calib.get("agreement_low"), ">=", min_agreement, ("agreement_low",)),
-            ("human preference pairs", calib.get("n_pairs"), ">=", min_pairs, ("n_pairs",))]
-    if policy is not None:
-        rows += [(f"position bias {side}", calib.get(f"position_bias_{side}"), "<=", policy.max_position_bias,
-                  (f"position_bias_{side}",)) for side in ("A", "B")]
-        rows.append(("unparseable verdicts", calib.get("unparseable_rate"), "<=", policy.max_unparseable_rate,
-                     ("unparseable_rate",)))
-    return [(name, value, op, bar, test(value, op, bar), path) for name, value, op, bar, path in rows]
-
-
-def judge_trust(calib: Mapping[str, Any], policy: Any) -> tuple[bool | None, str]:
-    """Trust recomputed from the calibration's numbers (its `trusted` field is only a cache)."""
-    if policy is None:
-        cached = calib.get("trusted")
-        return (cached if isinstance(cached, bool) else None), "as the calibration file records it (not recomputed)"
-    from reappreg.stats.trust import recompute_trust
-
-    trust = recompute_trust(calib, policy, judge_model=None, judge_fingerprint=None)
-    return trust.trusted, "recomputed from the calibration's numbers"
 
 
 def calibration_section(r: _Reader) -> Section:

@@ -101,7 +101,7 @@ def guard_line(r: Any, anchor: str) -> SummaryLine:
 
 
 def rm_line(r: Any, anchor: str) -> list[SummaryLine]:
-    from reappreg.report.sections import beats_length, rm_scores
+    from reappreg.report.facts import beats_length, rm_scores
 
     line = _Line("Reward models vs length", anchor)
     folder = r.path("rm_metrics")
@@ -173,7 +173,7 @@ def policy_line(r: Any, anchor: str) -> SummaryLine:
 
 
 def judge_line(r: Any, anchor: str) -> SummaryLine:
-    from reappreg.report.sections import judge_criteria, judge_trust
+    from reappreg.report.facts import judge_criteria, judge_trust
 
     line = _Line("Judge", anchor)
     calib, src = read_if_present(r.path("calibration")), r.shown("calibration")
