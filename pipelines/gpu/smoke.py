@@ -16,7 +16,7 @@ pipelines/gpu/qwen3-smoke.json (the full profile's architecture, ~0.3B parameter
 
 and prints a table with peak GPU memory. vLLM generation inside GRPO (the full profile's
 use_vllm: true) is not run: its wheel is too large to bring along, so that path is covered by
-config validation only (tests/test_policy_trl.py builds the full profile's GRPOConfig).
+config validation only (tests/policy/test_policy_trl.py builds the full profile's GRPOConfig).
 """
 
 from __future__ import annotations

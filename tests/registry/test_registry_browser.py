@@ -1,6 +1,6 @@
 """End to end in a real browser: a registered version's card and provenance tags are visible in the MLflow UI.
 
-Uses the ``mlflow server`` on loopback (sqlite backend in a tmp folder) that tests/test_registry.py
+Uses the ``mlflow server`` on loopback (sqlite backend in a tmp folder) that tests/registry/test_registry.py
 starts for the session, registers the
 pipeline's models with ``reappreg registry register``, opens the policy's model-version page
 in headless Debian Chromium through selenium and checks what a person would see. The
@@ -18,7 +18,7 @@ from pathlib import Path
 
 import pytest
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from card_fixtures import write_pipeline  # noqa: E402
 from registry_fixtures import (  # noqa: E402
     POLICY,

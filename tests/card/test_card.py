@@ -2,7 +2,7 @@
 
 ``write_pipeline`` builds a tiny repository-shaped folder with every file the card and
 registry stages read (eval metrics and claims come from the real ``reappreg.stats``
-on synthetic judgments); tests/test_registry.py reuses it.
+on synthetic judgments); tests/registry/test_registry.py reuses it.
 """
 
 from __future__ import annotations
@@ -40,7 +40,7 @@ from card_fixtures import (
     write_pipeline,
 )
 
-REPO = Path(__file__).resolve().parents[1]
+REPO = Path(__file__).resolve().parents[2]
 def evidence_of(root: Path):
     return load_evidence(certificate=root / "data/guard/certificate.json", eval_metrics=root / "metrics/eval.json",
                          calibration=root / "metrics/judge_calibration.json", claims=root / "reports/claims.json",

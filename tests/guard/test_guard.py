@@ -39,7 +39,7 @@ from reappreg.io import read_json, read_jsonl, write_jsonl
 from reappreg.settings import load_params
 from reappreg.settings.guard import GuardSettings
 
-REPO = Path(__file__).resolve().parents[1]
+REPO = Path(__file__).resolve().parents[2]
 
 
 def default_config(**minhash) -> GuardSettings:

@@ -78,7 +78,7 @@ def test_reference_bar_is_read_from_the_registry_declarations(tmp_path):
 def test_the_repository_pins_the_reference_bar():
     from pathlib import Path
 
-    ref = load_reference_bar(Path(__file__).resolve().parents[1] / "registry" / "models.yaml")
+    ref = load_reference_bar(Path(__file__).resolve().parents[2] / "registry" / "models.yaml")
     assert (ref.bar, ref.opponent) == (0.608, "gpt-4-0314") and "0.608" in ref.source
     # The bar's judge is the one its source names, and the full profile (which reproduces the
     # reference) judges with it, so only that profile's bar claims can be supported.
@@ -88,7 +88,7 @@ def test_the_repository_pins_the_reference_bar():
     from reappreg.stats.reference import judge_key
 
     assert ref.judge in ref.source
-    raw = yaml.safe_load((Path(__file__).resolve().parents[1] / "params.yaml").read_text())
+    raw = yaml.safe_load((Path(__file__).resolve().parents[2] / "params.yaml").read_text())
     judges = {profile: parse_params({**raw, "profile": profile}, "params.yaml").judge.model for profile in ("cpu", "full")}
     assert judge_key(judges["full"]) == judge_key(ref.judge), judges
     assert judge_key(judges["cpu"]) != judge_key(ref.judge), judges
@@ -104,7 +104,7 @@ def test_every_shipped_profile_decides_within_the_pinned_floors(profile):
     from reappreg.settings import parse_params
     from reappreg.stats.reference import check_decision_settings, decision_values
 
-    root = Path(__file__).resolve().parents[1]
+    root = Path(__file__).resolve().parents[2]
     raw = yaml.safe_load((root / "params.yaml").read_text())
     p = parse_params({**raw, "profile": profile})
     decided = check_decision_settings(load_reference_bar(root / "registry/models.yaml"), decision_values(p.stats, p.judge),

@@ -8,7 +8,7 @@ from pathlib import Path
 from reappreg.settings import load_params
 from reappreg.stats.trust import TrustPolicy, recompute_trust
 
-REPO = Path(__file__).resolve().parents[1]
+REPO = Path(__file__).resolve().parents[2]
 
 
 def _passing(policy: TrustPolicy) -> dict:

@@ -351,7 +351,7 @@ def test_the_headline_file_is_the_only_declared_metrics_file():
     """`dvc metrics show` prints one column per key of every declared file: only headline numbers are declared."""
     import yaml
 
-    stages = yaml.safe_load((Path(__file__).resolve().parents[1] / "dvc.yaml").read_text(encoding="utf-8"))["stages"]
+    stages = yaml.safe_load((Path(__file__).resolve().parents[2] / "dvc.yaml").read_text(encoding="utf-8"))["stages"]
     declared = {name: [next(iter(m)) if isinstance(m, dict) else m for m in stage["metrics"]]
                 for name, stage in stages.items() if stage.get("metrics")}
     assert declared == {"report": ["metrics/headline.json"]}

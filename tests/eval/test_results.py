@@ -401,7 +401,7 @@ def test_results_command_reads_every_declared_condition(tmp_path):
     stats.model_conditions under --conditions-dir, outputs written."""
     from reappreg.settings import load_params
 
-    repo = Path(__file__).resolve().parents[1]
+    repo = Path(__file__).resolve().parents[2]
     p = load_params(repo / "params.yaml")
     up = sampled_upstream(tmp_path, p.generate, p.judge, {"policy": 0.6, "base": 0.4, "policy-step-3": 0.5})
     write_json(tmp_path / "calibration.json", TRUSTED)
@@ -456,7 +456,7 @@ def test_a_selection_candidate_that_is_not_a_kept_checkpoint_is_refused(tmp_path
     """stats.selection_candidates may name policy-step-<n> only for a step in policy.train.checkpoint_steps."""
     import yaml
 
-    repo = Path(__file__).resolve().parents[1]
+    repo = Path(__file__).resolve().parents[2]
     raw = yaml.safe_load((repo / "params.yaml").read_text(encoding="utf-8"))
     raw["stats"]["selection_candidates"] = ["policy", "policy-step-9"]
     (tmp_path / "params.yaml").write_text(yaml.safe_dump(raw))
@@ -498,7 +498,7 @@ def _stage(out, params, up):
     """The results stage over the upstream ``up`` (sampled_upstream), writing under ``out``."""
     from reappreg.eval.results import ResultsFiles, results_stage
 
-    repo = Path(__file__).resolve().parents[1]
+    repo = Path(__file__).resolve().parents[2]
     root = Path(up["answers"]).parent
     out.mkdir(parents=True, exist_ok=True)
     write_json(out / "calibration.json", TRUSTED)
@@ -524,7 +524,7 @@ def test_every_condition_is_bound_to_its_own_design(attack, message, tmp_path):
     judgments or generations were edited is refused (naming it) or can only get harder."""
     from reappreg.settings import load_params
 
-    p = load_params(Path(__file__).resolve().parents[1] / "params.yaml")
+    p = load_params(Path(__file__).resolve().parents[2] / "params.yaml")
     up = sampled_upstream(tmp_path, p.generate, p.judge, {"policy": 0.5, "base": 0.5})
     honest = row(_stage(tmp_path / "honest", p, up), "base/gpt-4-0314")
     gens, rows = _jsonl(up["base/generations"]), _jsonl(up["base/judgments"])
@@ -556,7 +556,7 @@ def test_a_fresh_pool_is_its_own_sampling_plan(tmp_path):
     fresh under new ids (so no id, seed or contest is shared) are not the fresh seed's plan."""
     from reappreg.settings import load_params
 
-    p = load_params(Path(__file__).resolve().parents[1] / "params.yaml")
+    p = load_params(Path(__file__).resolve().parents[2] / "params.yaml")
     fresh_seed = 4321
     p = p.model_copy(update={"stats": p.stats.model_copy(update={
         "fresh_pools": [type(p.stats).model_fields["fresh_pools"].annotation.__args__[0](

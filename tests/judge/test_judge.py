@@ -30,7 +30,7 @@ from reappreg.judge.cache import cache_key
 from reappreg.judge.parse import from_free_text, from_label_probabilities
 from reappreg.settings.judge import NOT_VERDICT, JudgeSettings
 
-REPO = Path(__file__).resolve().parents[1]
+REPO = Path(__file__).resolve().parents[2]
 PROMPT = load_judge_prompt(REPO / "pipelines" / "prompts" / "judge_prompt.yaml")
 JUDGMENT_FIELDS = {
     "contest_id", "generation_id", "vignette_id", "eval_k", "opponent_source", "opponent_answer_id", "order",

@@ -21,7 +21,7 @@ import yaml
 from reappreg.hashing import dvc_md5
 from reappreg.settings import parse_params
 
-REPO = Path(__file__).resolve().parents[1]
+REPO = Path(__file__).resolve().parents[2]
 
 # Every key allowed to differ between `full` and `rehearsal`, by why it may.
 MODELS = {

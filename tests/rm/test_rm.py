@@ -22,7 +22,7 @@ from reappreg.rm.trivial import RANKERS
 from reappreg.settings.rm import RmSettings
 from rm_fixtures import certify, train_on_pool
 
-REPO_ROOT = Path(__file__).resolve().parents[1]
+REPO_ROOT = Path(__file__).resolve().parents[2]
 
 
 # ----------------------------------------------------------------------------- format gate

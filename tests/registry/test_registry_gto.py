@@ -24,7 +24,7 @@ from reappreg.errors import InputError
 from reappreg.hashing import dvc_md5
 from reappreg.registry.gto_tags import TagRefused, plan_tags, write_tags
 
-REPO = Path(__file__).resolve().parents[1]
+REPO = Path(__file__).resolve().parents[2]
 RM = "reappraisal-rm-ensemble"
 RECEIPT = "reports/registry/registration.json"
 MODELS = "registry/models.yaml"

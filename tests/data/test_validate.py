@@ -27,7 +27,7 @@ from reappreg.data.validate import (
 )
 
 SMALL = {"seed": 9, "reappraisals_per_vignette": 6, "gpt4_answers_per_vignette": 2, "opponent_answers_per_vignette": 1}
-FIXTURE = Path(__file__).parent / "fixtures" / "expert_ratings"
+FIXTURE = Path(__file__).resolve().parents[1] / "fixtures" / "expert_ratings"
 EXPERT = DataSettings(
     source="file", path=str(FIXTURE / "ratings.csv"), dimensions=["effectiveness", "empathy"],
     rating_scale={"min": 1, "max": 5, "kind": "continuous"},

@@ -60,7 +60,7 @@ from registry_fixtures import (
     write_pipeline,
 )
 
-REPO = Path(__file__).resolve().parents[1]
+REPO = Path(__file__).resolve().parents[2]
 _TEMPLATES: dict[tuple, Path] = {}
 
 
@@ -1124,7 +1124,7 @@ def test_models_uri_loads_in_a_fresh_process_with_the_ensembles_rewards(tmp_path
     """A real (tiny) ensemble registered through the library; ``models:/NAME@candidate`` scores like the folder."""
     import pandas as pd
 
-    sys.path.insert(0, str(Path(__file__).resolve().parent))
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
     from rm_fixtures import certify, train_on_pool  # the RM tests' trainers (real members on the sample pool)
 
     from reappreg.rm.ensemble import build_ensemble, load_ensemble

@@ -478,7 +478,7 @@ def test_calibrate_cli_over_http_keeps_the_key_out_of_mlflow(server, tmp_path, s
         encoding="utf-8",
     )
     out, rows = tmp_path / "calibration.json", tmp_path / "calibration.jsonl"
-    prompt = Path(__file__).resolve().parents[1] / "pipelines" / "prompts" / "judge_prompt.yaml"
+    prompt = Path(__file__).resolve().parents[2] / "pipelines" / "prompts" / "judge_prompt.yaml"
     args = ["judge", "calibrate", "--train", str(train_dir), "--prompt-file", str(prompt), "--out", str(out),
             "--rows", str(rows), "--params", str(params)]
     result = CliRunner().invoke(app, args)

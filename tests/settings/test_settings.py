@@ -8,7 +8,7 @@ import yaml
 from reappreg.errors import InputError
 from reappreg.settings import load_params, parse_params
 
-REPO = Path(__file__).resolve().parents[1]
+REPO = Path(__file__).resolve().parents[2]
 
 
 def _plain(value):

@@ -17,7 +17,7 @@ from reappreg.settings.validate import ValidateSettings
 from reappreg.data.split import split
 from reappreg.data.validate import validate_folder
 
-FIXTURE = Path(__file__).parent / "fixtures" / "expert_ratings"
+FIXTURE = Path(__file__).resolve().parents[1] / "fixtures" / "expert_ratings"
 SMALL = {"seed": 9, "reappraisals_per_vignette": 6, "gpt4_answers_per_vignette": 2, "opponent_answers_per_vignette": 1}
 
 

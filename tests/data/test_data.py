@@ -1,5 +1,5 @@
 """Importers (strict readers, data facts, duplicates) and canonical IO (the sample
-generator: tests/test_sample.py)."""
+generator: tests/data/test_sample.py)."""
 
 from __future__ import annotations
 
@@ -25,7 +25,7 @@ from reappreg.io import read_json, read_jsonl
 from reappreg.data.sample import generate_sample
 from reappreg.settings.data import DataSettings
 
-FIXTURE = Path(__file__).parent / "fixtures" / "expert_ratings"
+FIXTURE = Path(__file__).resolve().parents[1] / "fixtures" / "expert_ratings"
 INTEGER = DataSettings(source="file")
 EXPERT = DataSettings(
     source="file", dimensions=["effectiveness", "empathy"], rating_scale={"min": 1, "max": 5, "kind": "continuous"},

@@ -19,7 +19,7 @@ from reappreg.judge import build_contests
 from reappreg.settings import load_params
 from reappreg.settings.guard import GuardSettings
 
-REPO = Path(__file__).resolve().parents[1]
+REPO = Path(__file__).resolve().parents[2]
 GUARD = GuardSettings()
 VIGNETTES = [
     {"vignette_id": "v1", "title": "Missed promotion",

@@ -37,7 +37,7 @@ from reappreg.settings.policy import (
 
 from policy_fixtures import StandinEnsemble, certificate_for, write_training_inputs  # noqa: E402
 
-REPO = Path(__file__).resolve().parents[1]
+REPO = Path(__file__).resolve().parents[2]
 PROMPT_FILE = REPO / "pipelines/prompts/grpo_prompt.yaml"
 ACCELERATE_FILE = REPO / "pipelines/accelerate/zero2.yaml"
 

@@ -14,7 +14,7 @@ from reappreg.guard.disguise import CLASSES, EDITED, GROUPED, can_disguise, disg
 from reappreg.io import read_jsonl, write_jsonl
 from reappreg.settings.guard import GuardSettings
 
-REPO = Path(__file__).resolve().parents[1]
+REPO = Path(__file__).resolve().parents[2]
 
 
 def config() -> GuardSettings:

@@ -25,7 +25,7 @@ from reappreg.settings import parse_params
 from reappreg.settings.policy import PolicyTrainSettings
 from policy_fixtures import StandinEnsemble, write_training_inputs
 
-REPO = Path(__file__).resolve().parents[1]
+REPO = Path(__file__).resolve().parents[2]
 MODEL_FILES = {"model.safetensors": "weights", "config.json": "{}", "generation_config.json": "{}",
                "tokenizer.json": "{}", "tokenizer_config.json": "{}", "training_args.bin": "args"}
 RESUME_FILES = {"optimizer.pt": "adam", "scheduler.pt": "lr", "rng_state.pth": "rng", "rng_state_1.pth": "rng1",

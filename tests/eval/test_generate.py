@@ -24,7 +24,7 @@ from reappreg.eval.generate import (
 from reappreg.io import read_json, read_jsonl
 from reappreg.settings.generate import GenerateSettings
 
-REPO = Path(__file__).resolve().parents[1]
+REPO = Path(__file__).resolve().parents[2]
 PROMPT_FILE = REPO / "pipelines" / "prompts" / "grpo_prompt.yaml"
 JUDGE_PROMPT_FILE = REPO / "pipelines" / "prompts" / "judge_prompt.yaml"
 VIGNETTES = [{"vignette_id": f"v{i}", "scenario": f"Scenario number {i}: something upsetting happened."}

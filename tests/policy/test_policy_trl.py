@@ -15,7 +15,7 @@ from reappreg.policy.trl_args import OWNED_BY_PROJECT, PROJECT_KEYS, check_trl_o
 from reappreg.settings import parse_params
 from reappreg.settings.policy import PolicyTrainSettings
 
-REPO = Path(__file__).resolve().parents[1]
+REPO = Path(__file__).resolve().parents[2]
 
 
 def _raw(profile: str = "cpu", **trl) -> dict:
