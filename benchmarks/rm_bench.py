@@ -81,7 +81,7 @@ def main() -> None:
     from reappreg.hashing import dvc_md5
     from reappreg.io import write_json
     from reappreg.rm.ensemble import build_ensemble, evaluate_ensemble
-    from reappreg.rm.member import train_member
+    from reappreg.rm.member import MemberPaths, train_member
     from reappreg.data.sample import generate_sample
     from reappreg.settings.data import SampleSettings
     from reappreg.settings.rm import RmSettings
@@ -124,13 +124,12 @@ def main() -> None:
         for objective, seed in settings.trained():
             stage = f"{objective}/seed_{seed}"
             c0, w0 = time.process_time(), time.perf_counter()
-            result = train_member(
-                objective=objective, seed=seed, settings=settings, vignettes=texts["vignettes"],
-                reappraisals=texts["reappraisals"], ratings=root / "train" / "ratings.jsonl",
+            result = train_member(objective=objective, seed=seed, settings=settings, paths=MemberPaths(
+                vignettes=texts["vignettes"], reappraisals=texts["reappraisals"], ratings=root / "train" / "ratings.jsonl",
                 certificate=root / "certificate.json", out_dir=root / "models" / objective / f"seed_{seed}",
                 metrics_path=root / "metrics" / f"{objective}_seed_{seed}.json", plots_dir=root / "plots" / stage,
                 work_dir=root / "work" / stage, meta=root / "train" / "meta.json",
-            )
+            ))
             cpu[stage], wall[stage] = time.process_time() - c0, time.perf_counter() - w0
             results[stage] = result.metrics
             t = result.metrics["timing"]

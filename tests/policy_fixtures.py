@@ -88,7 +88,7 @@ def tiny_ensemble(tmp_path_factory) -> Path:
     from reappreg.data.canonical import load_canonical, write_canonical
     from reappreg.data.sample import generate_sample
     from reappreg.rm.ensemble import build_ensemble
-    from reappreg.rm.member import train_member
+    from reappreg.rm.member import MemberPaths, train_member
     from reappreg.settings.rm import RmSettings
     from reappreg.data.split import split, write_split
 
@@ -108,10 +108,10 @@ def tiny_ensemble(tmp_path_factory) -> Path:
     members = []
     for seed in (0, 1):
         out = root / "members" / f"seed_{seed}"
-        train_member(objective="regression", seed=seed, settings=settings, vignettes=root / "train/vignettes.jsonl",
-                     reappraisals=root / "train/reappraisals.jsonl", ratings=root / "train/ratings.jsonl",
-                     certificate=cert, out_dir=out, metrics_path=root / f"m{seed}.json",
-                     plots_dir=root / f"plots{seed}", work_dir=root / f"work{seed}")
+        train_member(objective="regression", seed=seed, settings=settings, paths=MemberPaths(
+            vignettes=root / "train/vignettes.jsonl", reappraisals=root / "train/reappraisals.jsonl",
+            ratings=root / "train/ratings.jsonl", certificate=cert, out_dir=out, metrics_path=root / f"m{seed}.json",
+            plots_dir=root / f"plots{seed}", work_dir=root / f"work{seed}"))
         members.append(out)
     build_ensemble(members, root / "ensemble", k=0.5, max_sentences=2, format_penalty=-1.0)
     return root / "ensemble"

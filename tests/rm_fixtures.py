@@ -25,12 +25,11 @@ def certify(path: Path, files: list[Path], result: str = "pass") -> Path:
 
 
 def train_on_pool(pool: dict[str, Path], objective: str, seed: int, settings: RmSettings, name: str):
-    from reappreg.rm.member import train_member
+    from reappreg.rm.member import MemberPaths, train_member
 
     root = pool["root"] / name
-    return train_member(
-        objective=objective, seed=seed, settings=settings, vignettes=pool["vignettes"],
-        reappraisals=pool["reappraisals"], ratings=pool["ratings"], certificate=pool["certificate"],
-        out_dir=root / "model", metrics_path=root / "metrics.json", plots_dir=root / "plots", work_dir=root / "work",
-        meta=pool["root"] / "train" / "meta.json",
-    ), root
+    return train_member(objective=objective, seed=seed, settings=settings, paths=MemberPaths(
+        vignettes=pool["vignettes"], reappraisals=pool["reappraisals"], ratings=pool["ratings"],
+        certificate=pool["certificate"], out_dir=root / "model", metrics_path=root / "metrics.json",
+        plots_dir=root / "plots", work_dir=root / "work", meta=pool["root"] / "train" / "meta.json",
+    )), root

@@ -317,7 +317,7 @@ def test_training_refuses_uncertified_or_failed_guard(sample_pool, tmp_path: Pat
     settings = RmSettings()
     failed = certify(tmp_path / "failed.json", [sample_pool["vignettes"], sample_pool["reappraisals"]], result="fail")
     stale = certify(tmp_path / "stale.json", [sample_pool["vignettes"]])  # reappraisals not certified
-    from reappreg.rm.member import train_member
+    from reappreg.rm.member import MemberPaths, train_member
 
     not_a_certificate = tmp_path / "other.json"
     write_json(not_a_certificate, {"result": "pass"})
@@ -325,10 +325,10 @@ def test_training_refuses_uncertified_or_failed_guard(sample_pool, tmp_path: Pat
                                         (stale, GuardViolation, "is not a guarded copy certified"),
                                         (not_a_certificate, InputError, "not a guard certificate")):
         with pytest.raises(error, match=message):
-            train_member(objective="multidim", seed=0, settings=settings, vignettes=sample_pool["vignettes"],
-                         reappraisals=sample_pool["reappraisals"], ratings=sample_pool["ratings"], certificate=certificate,
-                         out_dir=tmp_path / "m", metrics_path=tmp_path / "m.json", plots_dir=tmp_path / "p",
-                         work_dir=tmp_path / "w")
+            train_member(objective="multidim", seed=0, settings=settings, paths=MemberPaths(
+                vignettes=sample_pool["vignettes"], reappraisals=sample_pool["reappraisals"], ratings=sample_pool["ratings"],
+                certificate=certificate, out_dir=tmp_path / "m", metrics_path=tmp_path / "m.json", plots_dir=tmp_path / "p",
+                work_dir=tmp_path / "w"))
     assert not (tmp_path / "m").exists()
 
 
@@ -413,7 +413,7 @@ def test_ensemble_folder_is_self_contained(ensemble_dir, tmp_path: Path) -> None
 def test_fine_tuned_top_layer_is_saved_and_used_by_the_ensemble(tmp_path: Path) -> None:
     """finetune_layers > 0: the trained layer travels as a delta and the ensemble applies it."""
     from reappreg.rm.ensemble import build_ensemble
-    from reappreg.rm.member import train_member
+    from reappreg.rm.member import MemberPaths, train_member
 
     v, r, k = _tiny_pool(tmp_path)
     cert = certify(tmp_path / "cert.json", [v, r])
@@ -423,8 +423,9 @@ def test_fine_tuned_top_layer_is_saved_and_used_by_the_ensemble(tmp_path: Path) 
         "train": base.train.model_copy(update={"epochs": 1, "batch_size": 10, "encoder_learning_rate": 1e-3}),
         "evaluation": base.evaluation.model_copy(update={"leave_one_vignette_out": False, "refit_on_all": False}),
     })
-    train_member(objective="multidim", seed=0, settings=settings, vignettes=v, reappraisals=r, ratings=k, certificate=cert,
-                 out_dir=tmp_path / "m", metrics_path=tmp_path / "m.json", plots_dir=tmp_path / "p", work_dir=tmp_path / "w")
+    train_member(objective="multidim", seed=0, settings=settings,
+                 paths=MemberPaths(vignettes=v, reappraisals=r, ratings=k, certificate=cert, out_dir=tmp_path / "m",
+                                   metrics_path=tmp_path / "m.json", plots_dir=tmp_path / "p", work_dir=tmp_path / "w"))
     assert (tmp_path / "m" / "encoder_delta.safetensors").exists()
     build_ensemble([tmp_path / "m"], tmp_path / "ens", k=0.5, max_sentences=2, format_penalty=-1.0)
     ensemble = load_ensemble(tmp_path / "ens")

@@ -16,15 +16,15 @@ from reappreg.io import read_json, write_json
 SCRIPT = """
 import json, sys
 from pathlib import Path
-from reappreg.rm.member import train_member
+from reappreg.rm.member import MemberPaths, train_member
 from reappreg.settings.rm import RmSettings
 
 spec = json.loads(Path(sys.argv[1]).read_text())
 out = Path(sys.argv[2])
 train_member(objective="multidim", seed=0, settings=RmSettings.model_validate(spec["settings"]),
-             vignettes=spec["vignettes"], reappraisals=spec["reappraisals"], ratings=spec["ratings"],
-             certificate=spec["certificate"], meta=spec["meta"], out_dir=out / "model", metrics_path=out / "metrics.json",
-             plots_dir=out / "plots", work_dir=out / "work")
+             paths=MemberPaths(vignettes=spec["vignettes"], reappraisals=spec["reappraisals"], ratings=spec["ratings"],
+                               certificate=spec["certificate"], meta=spec["meta"], out_dir=out / "model",
+                               metrics_path=out / "metrics.json", plots_dir=out / "plots", work_dir=out / "work"))
 """
 
 # Two busy processes: the machine's cores are oversubscribed while the second run trains.

@@ -59,7 +59,7 @@ def train(
 
     from reappreg.errors import InputError
     from reappreg.rm.evaluate import flat_metrics
-    from reappreg.rm.member import train_member
+    from reappreg.rm.member import MemberPaths, train_member
     from reappreg.rm.objectives import check_objectives
     from reappreg.settings import load_params
     from reappreg.tracking import stage_run
@@ -86,9 +86,9 @@ def train(
                    tags={"rm.objective": objective, "rm.seed": str(seed)}):
         with _progress() as progress:
             result = train_member(
-                objective=objective, seed=seed, settings=params.rm, vignettes=vignettes, reappraisals=reappraisals,
-                ratings=ratings, certificate=certificate, out_dir=out, metrics_path=metrics, plots_dir=plots,
-                work_dir=work, meta=meta, progress=progress,
+                objective=objective, seed=seed, settings=params.rm, progress=progress,
+                paths=MemberPaths(vignettes=vignettes, reappraisals=reappraisals, ratings=ratings, certificate=certificate,
+                                  out_dir=out, metrics_path=metrics, plots_dir=plots, work_dir=work, meta=meta),
             )
         mlflow.log_metrics(flat_metrics(result.metrics))
         mlflow.set_tag("rm.resumed_runs", ",".join(f"{k}@{v}" for k, v in sorted(result.resumed.items())) or "none")

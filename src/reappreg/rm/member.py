@@ -86,39 +86,42 @@ def _fingerprint(parts: dict) -> str:
     return hashlib.sha256(json.dumps(parts, sort_keys=True, default=str).encode()).hexdigest()
 
 
-def train_member(
-    *,
-    objective: str,
-    seed: int,
-    settings: RmSettings,
-    vignettes: str | Path,
-    reappraisals: str | Path,
-    ratings: str | Path,
-    certificate: str | Path,
-    out_dir: str | Path,
-    metrics_path: str | Path,
-    plots_dir: str | Path,
-    work_dir: str | Path,
-    meta: str | Path | None = None,
-    progress=None,
-) -> MemberResult:
+@dataclass(frozen=True)
+class MemberPaths:
+    """The files one member stage reads and writes: the guarded vignettes and reappraisals
+    (which ``certificate`` must certify), the ratings and their ``meta`` (meta.json: dimensions,
+    rating scale; None: no declared scale), and where the member folder, its metrics, its plots
+    and its resumable checkpoints go. One object because every caller (the stage, the benchmark,
+    the fixtures) derives all of them from one (objective, seed) at once."""
+
+    vignettes: str | Path
+    reappraisals: str | Path
+    ratings: str | Path
+    certificate: str | Path
+    out_dir: str | Path
+    metrics_path: str | Path
+    plots_dir: str | Path
+    work_dir: str | Path
+    meta: str | Path | None = None
+
+
+def train_member(*, objective: str, seed: int, settings: RmSettings, paths: MemberPaths, progress=None) -> MemberResult:
     """Train, evaluate (held out, leave one vignette out, against the trivial rankers) and
-    save one objective x seed. ``meta``: the ratings' meta.json (dimensions, rating scale)."""
+    save one objective x seed."""
     if (objective, seed) not in settings.trained():
         raise InputError(
             f"rm: {objective} seed {seed} is neither an ensemble member (rm.ensemble.objective, rm.seeds) "
             "nor a baseline (rm.baselines, rm.baseline_seeds)"
         )
     with deterministic_torch(settings.threads):
-        return _train_member(objective, seed, settings, vignettes, reappraisals, ratings, certificate, out_dir,
-                             metrics_path, plots_dir, work_dir, meta, progress)
+        return _train_member(objective, seed, settings, paths, progress)
 
 
-def _train_member(objective_name, seed, settings, vignettes, reappraisals, ratings, certificate, out_dir, metrics_path,
-                  plots_dir, work_dir, meta, progress) -> MemberResult:
+def _train_member(objective_name, seed, settings, paths: MemberPaths, progress) -> MemberResult:
+    vignettes, reappraisals, ratings = paths.vignettes, paths.reappraisals, paths.ratings
     started, cpu_started = time.perf_counter(), time.process_time()
-    check_certificate(certificate, {"vignettes": vignettes, "reappraisals": reappraisals})
-    pool = load_pool(vignettes, reappraisals, ratings, meta)
+    check_certificate(paths.certificate, {"vignettes": vignettes, "reappraisals": reappraisals})
+    pool = load_pool(vignettes, reappraisals, ratings, paths.meta)
     objective = make_objective(objective_name, settings, pool.dimensions)
     enc = settings.encoder
     location = resolve_encoder(enc.path)
@@ -149,7 +152,7 @@ def _train_member(objective_name, seed, settings, vignettes, reappraisals, ratin
                              encoder.embed_texts(pool.texts, enc.batch_size).numpy())
     gate_ok = np.array([format_gate_ok(t, settings.ensemble.max_sentences) for t in pool.texts], dtype=bool)
     timings = {"load_s": t0 - started, "encode_s": time.perf_counter() - t0, "encode_cpu_s": time.process_time() - cpu_t0}
-    work_dir = Path(work_dir)
+    work_dir = Path(paths.work_dir)
     evaluation = settings.evaluation
     texts = pool.texts
 
@@ -253,7 +256,7 @@ def _train_member(objective_name, seed, settings, vignettes, reappraisals, ratin
             "threads": settings.threads,
         },
     }
-    with atomic_dir(out_dir) as tmp:
+    with atomic_dir(paths.out_dir) as tmp:
         write_json(tmp / "rm_config.json", config)
         _safetensors_save(final.head_state, tmp / "head.safetensors")
         if final.delta_state:
@@ -293,9 +296,9 @@ def _train_member(objective_name, seed, settings, vignettes, reappraisals, ratin
     timings["cpu_s"] = time.process_time() - cpu_started
     timings["load_cpu_s"] = timings_cpu_load
     metrics["timing"] = {k: round(v, 3) for k, v in timings.items()}
-    write_json(metrics_path, metrics)
+    write_json(paths.metrics_path, metrics)
 
-    plots_dir = Path(plots_dir)
+    plots_dir = Path(paths.plots_dir)
     with atomic_dir(plots_dir) as tmp:
         write_csv(table, tmp / "calibration.csv")
         plot_calibration(table, tmp / "calibration.png",
