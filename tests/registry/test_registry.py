@@ -23,7 +23,9 @@ from reappreg.registry import (
     KEY_TAG,
     STATUS_TAG,
     IntegrityError,
+    RegistrationHooks,
     RegistryUnavailable,
+    VersionContent,
     audit,
     connect,
     folder_md5,
@@ -39,6 +41,7 @@ from reappreg.registry import (
 )
 from reappreg.registry.keys import open_statement, sign_statement
 from reappreg.registry.registration import attestation_paths
+from reappreg.settings.registry import RegistrySettings
 
 
 from registry_fixtures import (
@@ -414,7 +417,7 @@ def test_server_down_fails_after_bounded_retries_and_registers_nothing(repo, mon
     assert not (repo / "reports/registry/registration.json").exists()
 
 
-def _library_registration(client, root: Path, name: str = POLICY, **overrides):
+def _library_registration(client, root: Path, name: str = POLICY, **hook_overrides):
     import mlflow
 
     from reappreg.tracking import configure
@@ -433,14 +436,13 @@ def _library_registration(client, root: Path, name: str = POLICY, **overrides):
             return {"_type": "https://in-toto.io/Statement/v1", "subject": [{"name": k, "digest": {"sha256": v}} for k, v in subjects.items()],
                     "predicateType": "https://slsa.dev/provenance/v1", "predicate": {}}
 
-        kwargs = dict(name=name, model=decl.models[POLICY], artifact_dir=artifact, manifest=manifest_of(artifact),
-                      training_md5s=training, tags={"guard.result": "pass"}, card="---\nlicense: x\n---\n# card\n",
-                      log_artifacts=log, attest=attest, key=signing_key(root / "work/registry/keys", create=True),
-                      candidate_alias="candidate", stale_after_s=3600,
-                      # these tests are about rollback and races; the squat check has its own test
-                      squat=lambda mv, key: None)
-        kwargs.update(overrides)
-        return register_version(client, **kwargs)
+        content = VersionContent(artifact_dir=artifact, manifest=manifest_of(artifact), training_md5s=training,
+                                 tags={"guard.result": "pass"}, card="---\nlicense: x\n---\n# card\n")
+        # these tests are about rollback and races; the squat check has its own test
+        hooks = RegistrationHooks(**{"log_artifacts": log, "attest": attest, "squat": lambda mv, key: None, **hook_overrides})
+        return register_version(client, name=name, model=decl.models[POLICY], content=content,
+                                key=signing_key(root / "work/registry/keys", create=True), hooks=hooks,
+                                settings=RegistrySettings(candidate_alias="candidate", stale_registration_s=3600))
 
 
 def test_a_failure_after_creating_the_version_rolls_it_back(repo):
@@ -1161,10 +1163,12 @@ def test_models_uri_loads_in_a_fresh_process_with_the_ensembles_rewards(tmp_path
             return {"_type": "https://in-toto.io/Statement/v1", "predicateType": "https://slsa.dev/provenance/v1",
                     "subject": [{"name": k, "digest": {"sha256": v}} for k, v in subjects.items()], "predicate": {}}
 
-        reg = register_version(client, name=RM, model=decl.models[RM], artifact_dir=ensemble, manifest=manifest_of(ensemble),
-                               training_md5s={"x": "0" * 32}, tags={}, card="---\nlicense: x\n---\n# card\n", log_artifacts=log, attest=attest,
-                               key=signing_key(tmp_path / "keys", create=True), candidate_alias="candidate", stale_after_s=3600,
-                               squat=lambda mv, key: None)
+        content = VersionContent(artifact_dir=ensemble, manifest=manifest_of(ensemble), training_md5s={"x": "0" * 32},
+                                 tags={}, card="---\nlicense: x\n---\n# card\n")
+        reg = register_version(client, name=RM, model=decl.models[RM], content=content,
+                               key=signing_key(tmp_path / "keys", create=True),
+                               hooks=RegistrationHooks(log_artifacts=log, attest=attest, squat=lambda mv, key: None),
+                               settings=RegistrySettings(candidate_alias="candidate", stale_registration_s=3600))
     frame = pd.DataFrame({"scenario": ["Your friend did not reply to your message."] * 4,
                           "answer": ["Maybe she is busy; you could ask later.", "They might not have seen it yet.", "", "One. Two. Three."]})
     expected = load_ensemble(ensemble).score(frame["scenario"].tolist(), frame["answer"].tolist())

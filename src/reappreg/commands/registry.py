@@ -22,7 +22,6 @@ Two ways to move things, for two audiences:
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -35,6 +34,7 @@ from reappreg.commands.options import option_group
 
 if TYPE_CHECKING:
     from reappreg.card.evidence import EvidencePaths
+    from reappreg.registry.stage import RegistryFiles
 
 app = typer.Typer(no_args_is_help=True, help="Model registry: register, promote, verify, watch, pull, keygen, sign-keyring, tag.")
 
@@ -42,32 +42,24 @@ KEYS = typer.Option("registry/keys", "--keys", help="Team public keys (keyring.y
 LOCAL_KEYS = typer.Option("work/registry/keys", "--local-keys", help="This clone's local signing key (gitignored)")
 
 
-@dataclass(frozen=True)
-class RegistryFiles:
-    """The files every registry command but register reads: params, declarations, team keys, local key."""
-
-    params: Path
-    models: Path
-    keys: Path
-    local_keys: Path
-
-    def locations(self) -> dict[str, Path]:
-        """The keyword arguments the library functions take (all but the params, read into settings)."""
-        return {"models": self.models, "keys": self.keys, "local_keys": self.local_keys}
-
-
-# parameter -> (RegistryFiles field, annotation, option), in the order --help lists them.
+# parameter -> (RegistryFiles field, annotation, option), in the order --help lists them. Each command
+# declares --params itself, right before its ``files``: the command reads it, the library reads these.
 REGISTRY_OPTIONS = {
-    "params": ("params", Path, PARAMS),
     "models": ("models", Path, MODELS),
     "keys": ("keys", Path, KEYS),
     "local_keys": ("local_keys", Path, LOCAL_KEYS),
 }
 
 
+def _registry_files(**paths: Path) -> RegistryFiles:
+    from reappreg.registry.stage import RegistryFiles
+
+    return RegistryFiles(**paths)
+
+
 def with_registry_files(command):
-    """--params, --models, --keys and --local-keys in place of the command's ``files`` parameter (a RegistryFiles)."""
-    return option_group("files", REGISTRY_OPTIONS, RegistryFiles)(command)
+    """--models, --keys and --local-keys in place of the command's ``files`` parameter (a RegistryFiles)."""
+    return option_group("files", REGISTRY_OPTIONS, _registry_files)(command)
 
 
 @app.command()
@@ -114,16 +106,18 @@ def promote(
     expect: str = typer.Option(None, "--expect", help="Compare-and-set: the version the alias must point at now "
                                                       "('none': unset); default: what it points at when the command starts"),
     actor: str = typer.Option(None, "--actor", help="Who promotes (default: $REAPPREG_ACTOR or the login name)"),
+    params: Path = PARAMS,
     files: RegistryFiles = None,
 ) -> None:
     """Point ALIAS at NAME/VERSION if its signed evidence passes the gates; compare-and-set; signed history entry."""
-    from reappreg.registry.stage import actor_name, promote_alias
+    from reappreg.registry.promotion import PromotionRequest
+    from reappreg.registry.stage import actor_name, parse_expect, promote_alias
     from reappreg.settings import load_params
 
-    settings = load_params(files.params)
+    settings = load_params(params)
     who = actor_name(actor)
-    result = promote_alias(settings, **files.locations(), name=name, version=version, alias=alias, reason=reason,
-                           actor=who, expect=expect, force=force)
+    result = promote_alias(settings, files, PromotionRequest(name=name, version=version, alias=alias, reason=reason, actor=who,
+                                                             expected=parse_expect(expect), force=force))
     console = Console()
     was = "unset" if result.previous is None else f"v{result.previous}"
     if result.forced:
@@ -145,12 +139,12 @@ def _print_audit(console, result) -> None:
 
 @app.command()
 @with_registry_files
-def verify(files: RegistryFiles = None) -> None:
+def verify(params: Path = PARAMS, files: RegistryFiles = None) -> None:
     """Verify every alias: signature, bytes, tags vs signed copy, gates from signed evidence, signed history (exit 1 on any problem)."""
     from reappreg.registry.stage import verify_aliases
     from reappreg.settings import load_params
 
-    verified = verify_aliases(load_params(files.params), **files.locations())
+    verified = verify_aliases(load_params(params), files)
     result, uri = verified.audit, verified.uri
     console = Console()
     _print_audit(console, result)
@@ -176,6 +170,7 @@ def verify(files: RegistryFiles = None) -> None:
 @app.command()
 @with_registry_files
 def watch(
+    params: Path = PARAMS,
     files: RegistryFiles = None,
     mode: str = typer.Option("auto", "--mode", help="How alias events arrive: auto (webhook on an MLflow server, else poll), webhook or poll"),
     enforce: bool = typer.Option(False, "--enforce", help="Move a failing alias back to the last passing version (or remove it)"),
@@ -188,20 +183,28 @@ def watch(
     max_events: int = typer.Option(1000, "--max-events", help="Webhook mode: stop after this many alias events"),
 ) -> None:
     """Watch every alias against its signed gates; report (exit 1 if any) and with --enforce undo violations."""
-    from reappreg.registry.stage import actor_name, watch_aliases
+    from reappreg.registry.stage import (
+        WatchCallbacks,
+        WatchOptions,
+        actor_name,
+        watch_aliases,
+    )
     from reappreg.settings import load_params
 
-    settings = load_params(files.params)
+    settings = load_params(params)
     console = Console()
     findings = watch_aliases(
-        settings, **files.locations(), mode=mode, enforce=enforce, actor=actor_name(actor), interval=interval,
-        max_polls=max_polls, listen=listen, public_url=public_url, duration=duration, max_events=max_events,
-        on_violation=lambda finding: console.print(f"[red]VIOLATION[/] {escape(finding.describe())}", highlight=False,
-                                                   soft_wrap=True),
-        on_enforced=lambda note: console.print(f"[yellow]ENFORCED[/] {note}", highlight=False, soft_wrap=True),
-        on_webhook=lambda url: console.print(f"watching via webhook -> {url}", highlight=False),
-        on_polling=lambda every, polls: console.print(f"watching by polling every {every:g}s, {polls} time(s)",
-                                                      highlight=False),
+        settings, files, WatchOptions(mode=mode, enforce=enforce, interval=interval, max_polls=max_polls, listen=listen,
+                                      public_url=public_url, duration=duration, max_events=max_events),
+        actor=actor_name(actor),
+        callbacks=WatchCallbacks(
+            on_violation=lambda finding: console.print(f"[red]VIOLATION[/] {escape(finding.describe())}", highlight=False,
+                                                       soft_wrap=True),
+            on_enforced=lambda note: console.print(f"[yellow]ENFORCED[/] {note}", highlight=False, soft_wrap=True),
+            on_webhook=lambda url: console.print(f"watching via webhook -> {url}", highlight=False),
+            on_polling=lambda every, polls: console.print(f"watching by polling every {every:g}s, {polls} time(s)",
+                                                          highlight=False),
+        ),
     )
     if findings:
         raise typer.Exit(1)
@@ -216,6 +219,7 @@ def pull(
     allow_failing_gates: bool = typer.Option(False, "--allow-failing-gates",
                                              help="Take a version that fails its gates (recorded on the version); never tampered bytes"),
     actor: str = typer.Option(None, "--actor", help="Who pulls (recorded with --allow-failing-gates)"),
+    params: Path = PARAMS,
     files: RegistryFiles = None,
 ) -> None:
     """Download one registered MLflow Model version, verified against its signed statement; print its card."""
@@ -224,9 +228,8 @@ def pull(
     from reappreg.settings import load_params
 
     parse_spec(spec)  # a malformed spec fails before any connection
-    settings = load_params(files.params)
-    pulled = pull_version(settings, **files.locations(), spec=spec, to=to, allow_failing_gates=allow_failing_gates,
-                          actor=actor_name(actor))
+    settings = load_params(params)
+    pulled = pull_version(settings, files, spec=spec, to=to, allow_failing_gates=allow_failing_gates, actor=actor_name(actor))
     console = Console()
     console.print(pulled.card, markup=False, highlight=False, soft_wrap=True)
     if pulled.allowed_failing:

@@ -27,7 +27,7 @@ from reappreg.registry.declarations import FrontMatter, Gate, ModelDecl, Registr
 from reappreg.registry.gates import SIGNED_GATE, GateCheck, evaluate_gates, failed
 from reappreg.registry.keyring_chain import load_keyring
 from reappreg.registry.keys import Keyring, SignatureInvalid, SigningKey, signing_key
-from reappreg.registry.promotion import AliasMoved, Promotion, promote, read_history
+from reappreg.registry.promotion import AliasMoved, Promotion, PromotionRequest, RegistrySession, promote, read_history
 from reappreg.registry.provenance import evidence_of, readable_tags, statement
 from reappreg.registry.pull import IntegrityError, Pulled, pull, resolve_version
 from reappreg.registry.registration import (
@@ -38,6 +38,8 @@ from reappreg.registry.registration import (
     MANIFEST_TAG,
     STATUS_TAG,
     Registration,
+    RegistrationHooks,
+    VersionContent,
     check_certificate,
     check_metrics_describe,
     folder_md5,
@@ -52,11 +54,12 @@ from reappreg.registry.watch import enforce, verify_signature, watch_poll, watch
 
 __all__ = [
     "AliasFinding", "AliasMoved", "Audit", "CONTENT_TAG", "ENVELOPE_TAG", "FrontMatter", "Gate", "GateCheck", "IntegrityError",
-    "KEYID_TAG", "KEY_TAG", "Keyring", "MANIFEST_TAG", "ModelDecl", "Promotion", "Pulled", "Registration", "RegistryDecl",
-    "RegistryUnavailable", "SIGNED_GATE", "STATUS_TAG", "SignatureInvalid", "SigningKey", "VersionCheck", "audit", "bounded_http",
-    "check_alias", "check_certificate", "check_metrics_describe", "connect", "declared", "enforce", "evaluate_gates",
-    "evidence_of", "failed", "folder_md5", "for_ui", "gates_for", "get_version", "load_declarations", "load_keyring",
-    "manifest_of", "parse_spec", "promote", "pull", "read_history", "readable_tags", "register_version", "registration_key",
-    "registration_lock", "require_passed", "resolve_version", "signing_key", "statement", "verify_signature",
-    "verify_version", "watch_poll", "watch_webhook",
+    "KEYID_TAG", "KEY_TAG", "Keyring", "MANIFEST_TAG", "ModelDecl", "Promotion", "PromotionRequest", "Pulled", "Registration",
+    "RegistrationHooks", "RegistryDecl", "RegistrySession", "RegistryUnavailable", "SIGNED_GATE", "STATUS_TAG",
+    "SignatureInvalid", "SigningKey", "VersionCheck", "VersionContent", "audit", "bounded_http", "check_alias",
+    "check_certificate", "check_metrics_describe", "connect", "declared", "enforce", "evaluate_gates", "evidence_of", "failed",
+    "folder_md5", "for_ui", "gates_for", "get_version", "load_declarations", "load_keyring", "manifest_of", "parse_spec",
+    "promote", "pull", "read_history", "readable_tags", "register_version", "registration_key", "registration_lock",
+    "require_passed", "resolve_version", "signing_key", "statement", "verify_signature", "verify_version", "watch_poll",
+    "watch_webhook",
 ]

@@ -29,6 +29,7 @@ import os
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from types import EllipsisType
 from typing import Any
 
 from reappreg.errors import GateFailed, InputError, ReappregError
@@ -313,41 +314,60 @@ def current_target(client: Any, name: str, alias: str) -> str | None:
         return None
 
 
-def promote(
-    client: Any,
-    decl: RegistryDecl,
-    keyring: Keyring,
-    key: SigningKey,
-    *,
-    name: str,
-    version: str,
-    alias: str,
-    reason: str,
-    actor: str,
-    tracking_uri: str,
-    lock_timeout_s: float,
-    lock_stale_s: float,
-    expected: str | None | type(...) = ...,
-    force: bool = False,
-) -> Promotion:
-    """Point ``alias`` at ``version`` if its signed evidence passes the gates (or ``force``), compare-and-set.
+@dataclass(frozen=True)
+class RegistrySession:
+    """The registry one command acts on, as it opened it: the client and the URI it talks to, the
+    declarations (which models, aliases and gates there are), the keyring that decides whose
+    signatures count, the key this session signs its history entries with (None: a session that
+    only reads, e.g. a watch without enforcement) and the promotion lock's patience
+    (``registry.promotion_lock_timeout_s``) and lease (``registry.promotion_lock_stale_s``).
+    Opened once per command and shared by every promotion and enforcement it makes, so all of
+    them check against the same trust and honour the same lock."""
 
-    ``expected`` is the version the caller believes the alias points at now (None: no
-    alias); by default what it points at when this call starts.
-    """
+    client: Any
+    decl: RegistryDecl
+    keyring: Keyring
+    key: SigningKey | None
+    tracking_uri: str
+    lock_timeout_s: float
+    lock_stale_s: float
+
+
+@dataclass(frozen=True)
+class PromotionRequest:
+    """One promotion as its requester states it (``registry promote``'s arguments), recorded as
+    stated in the signed history. ``expected`` is the version the requester believes ``alias``
+    points at now (None: unset), by default what it points at when the promotion starts;
+    ``force`` promotes despite failing gates (recorded loudly)."""
+
+    name: str
+    version: str
+    alias: str
+    reason: str
+    actor: str
+    expected: str | None | EllipsisType = ...
+    force: bool = False
+
+
+def promote(session: RegistrySession, request: PromotionRequest) -> Promotion:
+    """Point the alias at the version if its signed evidence passes the gates (or ``request.force``),
+    compare-and-set against ``request.expected``, with an entry signed by ``session.key``."""
+    client, decl = session.client, session.decl
+    name, version, alias, reason, actor = request.name, request.version, request.alias, request.reason, request.actor
     declared(decl, name)
     if not reason.strip():
         raise InputError("promote: --reason must say why (it is recorded in the signed history)")
     mv = get_version(client, name, version=version)
     head = _next_seq(client, name) - 1  # the chain as this promotion saw it
-    seen = current_target(client, name, alias) if expected is ... else expected
-    check = verify_version(mv, gates_for(decl, name, alias), keyring, tracking_uri=tracking_uri,
+    seen = current_target(client, name, alias) if request.expected is ... else request.expected
+    check = verify_version(mv, gates_for(decl, name, alias), session.keyring, tracking_uri=session.tracking_uri,
                            gated=is_gated(decl, name, alias))
     forced = not check.ok
-    if forced and not force:
+    if forced and not request.force:
         raise GateFailed(f"{name} version {version} fails its gates for alias '{alias}': {check.problems()}. "
                          "Not promoted (use --force to override; it is recorded).")
-    lock = acquire_lock(client, name, alias, holder=actor, timeout_s=lock_timeout_s, stale_after_s=lock_stale_s)
+    lock = acquire_lock(client, name, alias, holder=actor, timeout_s=session.lock_timeout_s,
+                        stale_after_s=session.lock_stale_s)
     try:
         now = current_target(client, name, alias)
         if now != seen:
@@ -357,7 +377,7 @@ def promote(
                  "at": _now().isoformat(timespec="seconds"), "reason": reason, "forced": forced,
                  "gates": [c.as_dict() for c in check.gates], "tampering": check.tampering,
                  "signed_by_registration": check.signer.keyid if check.signer else None}
-        tag = _append(client, name, entry, key, stale_after_s=lock_stale_s, unmoved_since=head)
+        tag = _append(client, name, entry, session.key, stale_after_s=session.lock_stale_s, unmoved_since=head)
         try:
             client.set_registered_model_alias(name, alias, str(version))
         except BaseException:
@@ -380,17 +400,18 @@ def _v(version: str | None) -> str:
     return "no version" if version is None else f"v{version}"
 
 
-def record_enforcement(client: Any, name: str, key: SigningKey, *, alias: str, from_version: str | None, to_version: str | None,
-                       actor: str, why: str, lock_timeout_s: float, lock_stale_s: float) -> str:
-    """Move (or remove) an alias under the lock, with a signed history entry and a UI-visible tag."""
-    lock = acquire_lock(client, name, alias, holder=actor, timeout_s=lock_timeout_s, stale_after_s=lock_stale_s)
+def record_enforcement(session: RegistrySession, name: str, *, alias: str, from_version: str | None, to_version: str | None,
+                       actor: str, why: str) -> str:
+    """Move (or remove) an alias under the lock, with a history entry signed by ``session.key`` and a UI-visible tag."""
+    client = session.client
+    lock = acquire_lock(client, name, alias, holder=actor, timeout_s=session.lock_timeout_s, stale_after_s=session.lock_stale_s)
     try:
         if current_target(client, name, alias) != from_version:
             return f"{name}@{alias} moved meanwhile; left alone"
         at = _now().isoformat(timespec="seconds")
         entry = {"kind": "enforce", "alias": alias, "from": from_version, "to": to_version, "by": actor, "at": at,
                  "reason": why, "forced": False, "gates": [], "tampering": [], "signed_by_registration": None}
-        tag = _append(client, name, entry, key, stale_after_s=lock_stale_s)
+        tag = _append(client, name, entry, session.key, stale_after_s=session.lock_stale_s)
         if to_version is None:
             if from_version is not None:
                 client.delete_registered_model_alias(name, alias)

@@ -31,7 +31,7 @@ import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from reappreg.errors import GateFailed, InputError
 from reappreg.hashing import dir_entries
@@ -39,6 +39,9 @@ from reappreg.registry.connection import RegistryUnavailable, short
 from reappreg.registry.declarations import ModelDecl
 from reappreg.registry.keys import SigningKey, sign_folder, sign_statement
 from reappreg.registry.layout import ENVELOPE_TAG, attestation_paths, subject_digests
+
+if TYPE_CHECKING:
+    from reappreg.settings.registry import RegistrySettings
 
 STATUS_TAG = "reappreg.status"
 KEY_TAG = "reappreg.registration_key"
@@ -247,50 +250,71 @@ def _ensure_model(client: Any, name: str, description: str) -> None:
 Attest = Callable[[str, str, str, Mapping[str, str], Mapping[str, str]], dict[str, Any]]
 
 
-def register_version(
-    client: Any,
-    *,
-    name: str,
-    model: ModelDecl,
-    artifact_dir: str | os.PathLike,
-    manifest: list[dict[str, str]],
-    training_md5s: Mapping[str, str],
-    tags: Mapping[str, str],
-    card: str,
-    log_artifacts: Callable[[Path, str], str],
-    attest: Attest,
-    key: SigningKey,
-    candidate_alias: str,
-    stale_after_s: float,
-    squat: Callable[[Any, str], str | None],
-    package: Callable[[str, Path, Path], Path] = package_model,
-    now_ms: Callable[[], float] = lambda: time.time() * 1000,
-) -> Registration:
-    """Register ``artifact_dir`` as a new, signed MLflow Model version of ``name`` unless its key already exists.
+@dataclass(frozen=True)
+class VersionContent:
+    """The folder a version is made of and what the version records about it: ``manifest`` is
+    :func:`manifest_of` the folder (hashed once: its DVC hash, its manifest tag), ``training_md5s``
+    the training inputs' DVC md5s (with the folder's hash, the registration key), ``tags`` the
+    readable tags and ``card`` the card (the version's description). One object because the
+    registration plan computes them together for one folder, and all of them must describe it."""
 
-    ``manifest`` is :func:`manifest_of` the folder. ``log_artifacts(folder, artifact_path)``
-    uploads a folder into the registration run and returns its artifact URI. ``attest``
-    builds the statement once the version number is known; it is signed with ``key``.
-    ``squat(version, registration_key)`` says why an existing complete version with this key
-    is not the signed result of this registration (None when it is): only then is it
-    "unchanged"; otherwise registration refuses, naming it
-    (``reappreg.registry.verification.registration_squat``).
+    artifact_dir: str | os.PathLike
+    manifest: list[dict[str, str]]
+    training_md5s: Mapping[str, str]
+    tags: Mapping[str, str]
+    card: str
+
+
+def _now_ms() -> float:
+    return time.time() * 1000
+
+
+@dataclass(frozen=True)
+class RegistrationHooks:
+    """What registration leaves to its caller: the I/O of the run it registers from and the
+    statement only the caller can write, plus the packaging and the clock, which tests replace
+    to stage a race, a stale leftover or a failure.
+
+    ``log_artifacts(folder, artifact_path)`` uploads a folder into the registration run and
+    returns its artifact URI. ``attest`` builds the statement once the version number is known.
+    ``squat(version, registration_key)`` says why an existing complete version with this key is
+    not the signed result of this registration (None when it is;
+    ``reappreg.registry.verification.registration_squat``). ``package`` makes the MLflow Model
+    folder; ``now_ms`` is the clock stale registrations are judged by."""
+
+    log_artifacts: Callable[[Path, str], str]
+    attest: Attest
+    squat: Callable[[Any, str], str | None]
+    package: Callable[[str, Path, Path], Path] = package_model
+    now_ms: Callable[[], float] = _now_ms
+
+
+def register_version(client: Any, *, name: str, model: ModelDecl, content: VersionContent, key: SigningKey,
+                     hooks: RegistrationHooks, settings: RegistrySettings) -> Registration:
+    """Register ``content.artifact_dir`` as a new, signed MLflow Model version of ``name`` unless its key already exists.
+
+    The statement ``hooks.attest`` builds is signed with ``key``. The new version gets the alias
+    ``settings.candidate_alias``; unfinished versions older than ``settings.stale_registration_s``
+    are deleted. An existing complete version with this key is "unchanged" only when
+    ``hooks.squat`` finds nothing wrong with it; otherwise registration refuses, naming it.
     Call this while holding :func:`registration_lock`.
     """
-    content_md5 = folder_md5(manifest)
-    reg_key = registration_key(content_md5, training_md5s)
-    manifest_json = json.dumps([[e["relpath"], e["md5"]] for e in manifest], separators=(",", ":"))
+    candidate_alias, stale_after_s = settings.candidate_alias, settings.stale_registration_s
+    content_md5 = folder_md5(content.manifest)
+    reg_key = registration_key(content_md5, content.training_md5s)
+    manifest_json = json.dumps([[e["relpath"], e["md5"]] for e in content.manifest], separators=(",", ":"))
     if len(manifest_json) > MAX_TAG_VALUE:
-        raise InputError(f"{artifact_dir}: {len(manifest)} files give a manifest too long for one registry tag; pack the folder")
+        raise InputError(f"{content.artifact_dir}: {len(content.manifest)} files give a manifest too long for one registry tag; "
+                         "pack the folder")
 
     _ensure_model(client, name, model_description(model))
     existing = _versions_with_key(client, name, reg_key)
-    for stale in [v for v in existing if _is_stale(v, stale_after_s, now_ms())]:
+    for stale in [v for v in existing if _is_stale(v, stale_after_s, hooks.now_ms())]:
         # A registration that died before completing (e.g. the server went away).
         client.delete_model_version(name, stale.version)
     complete = [v for v in existing if v.tags.get(STATUS_TAG) == "complete"]
     if complete:
-        reason = squat(complete[0], reg_key)
+        reason = hooks.squat(complete[0], reg_key)
         if reason:
             raise InputError(
                 f"{name} version {complete[0].version} carries registration key {reg_key[:16]}… and "
@@ -302,15 +326,15 @@ def register_version(
                             complete[0].tags.get(KEYID_TAG, ""))
 
     with tempfile.TemporaryDirectory(prefix="reappreg-register-") as tmp:
-        folder = package(model.kind, Path(artifact_dir), Path(tmp) / "model")
+        folder = hooks.package(model.kind, Path(content.artifact_dir), Path(tmp) / "model")
         subjects = subject_digests(folder)
         signatures = Path(tmp) / "attestations"
         signatures.mkdir()
         sign_folder(folder, signatures / "model.sig.json", key)
-        source = log_artifacts(folder, model_folder_path(name))
-        log_artifacts(signatures, f"{name}/attestations")
+        source = hooks.log_artifacts(folder, model_folder_path(name))
+        hooks.log_artifacts(signatures, f"{name}/attestations")
     readable = {
-        **{k: str(v) for k, v in tags.items()},
+        **{k: str(v) for k, v in content.tags.items()},
         CONTENT_TAG: content_md5,
         KEY_TAG: reg_key,
         MANIFEST_TAG: manifest_json,
@@ -319,7 +343,7 @@ def register_version(
     run_id = _run_id_of(source)
     if run_id is None:
         raise InputError(f"{source}: the model was not logged into an MLflow run; cannot store its attestations")
-    description = fit_description(for_ui(card), f"{name}/README.md of run {run_id}")
+    description = fit_description(for_ui(content.card), f"{name}/README.md of run {run_id}")
     mv = client.create_model_version(name, source=source, run_id=run_id, tags={**readable, STATUS_TAG: "registering"},
                                      description=description)
     version = str(mv.version)
@@ -327,13 +351,13 @@ def register_version(
     try:
         # Cross-host race: every registration that created a version with this key sees
         # the same set; the lowest number wins and the others delete themselves.
-        rivals = [v for v in _versions_with_key(client, name, reg_key) if not _is_stale(v, stale_after_s, now_ms())]
+        rivals = [v for v in _versions_with_key(client, name, reg_key) if not _is_stale(v, stale_after_s, hooks.now_ms())]
         winner = min(rivals, key=lambda v: int(v.version)) if rivals else mv
         if int(winner.version) < int(version):
             client.delete_model_version(name, version)
             return Registration(name, str(winner.version), False, content_md5, reg_key,
                                 f"duplicate of concurrent version {winner.version}; removed {version}", key.keyid)
-        envelope = sign_statement(attest(version, run_id, source, subjects, readable), key)
+        envelope = sign_statement(hooks.attest(version, run_id, source, subjects, readable), key)
         client.log_text(run_id, envelope.decode("utf-8"), attestation_paths(name, version)[0])
         client.set_model_version_tag(name, version, ENVELOPE_TAG, hashlib.sha256(envelope).hexdigest())
         # The alias state is the signed history (registry.audit): a registration's alias

@@ -29,10 +29,24 @@ from reappreg.errors import InputError
 
 if TYPE_CHECKING:
     from reappreg.card.evidence import EvidencePaths
+    from reappreg.registry.promotion import PromotionRequest
     from reappreg.settings import Params
 
 # The signed-history heads this clone saw at each tracking URI (beside its local key).
 HEADS_FILE = "history-heads.json"
+
+
+@dataclass(frozen=True)
+class RegistryFiles:
+    """The repository files every registry command but register reads besides the params: the
+    declarations (``models``), the team keys (``keys``) and this clone's local key folder
+    (``local_keys``, beside which this clone's memory of the signed history lives). One object
+    because the commands take them as one option group and every operation here opens the
+    registry from all three."""
+
+    models: Path
+    keys: Path
+    local_keys: Path
 
 
 def client_for(settings: Params) -> tuple[Any, str]:
@@ -198,7 +212,12 @@ def register_models(
     from reappreg.registry.declarations import gate_table
     from reappreg.registry.lineage import check_claims_lineage
     from reappreg.registry.provenance import material, params_md5
-    from reappreg.registry.registration import checkpoint_evidence, version_tags
+    from reappreg.registry.registration import (
+        RegistrationHooks,
+        VersionContent,
+        checkpoint_evidence,
+        version_tags,
+    )
     from reappreg.registry.verification import registration_squat
     from reappreg.tracking import git_state, stage_run
 
@@ -292,10 +311,12 @@ def register_models(
                         )
 
                     result = register_version(
-                        client, name=name, model=model, artifact_dir=Path(artifact), manifest=manifest,
-                        training_md5s=training, tags=tags, card=card, log_artifacts=log_folder, attest=attest, key=key,
-                        candidate_alias=reg.candidate_alias, stale_after_s=reg.stale_registration_s,
-                        squat=lambda mv, reg_key: registration_squat(mv, reg_key, keyring, tracking_uri=tracking_uri),
+                        client, name=name, model=model, key=key, settings=reg,
+                        content=VersionContent(artifact_dir=Path(artifact), manifest=manifest, training_md5s=training,
+                                               tags=tags, card=card),
+                        hooks=RegistrationHooks(
+                            log_artifacts=log_folder, attest=attest,
+                            squat=lambda mv, reg_key: registration_squat(mv, reg_key, keyring, tracking_uri=tracking_uri)),
                     )
                     results.append(result.as_dict())
                     mlflow.set_tag(f"registered.{name}", f"v{result.version} ({'new' if result.created else 'unchanged'})")
@@ -316,23 +337,21 @@ def parse_expect(expect: str | None):
     return ... if expect is None else (None if expect.lower() == "none" else expect.removeprefix("v"))
 
 
-def promote_alias(settings: Params, *, models: Path, keys: Path, local_keys: Path, name: str, version: str, alias: str,
-                  reason: str, actor: str, expect: str | None, force: bool):
-    """Point ``alias`` at ``name``/``version`` if its signed evidence passes the gates (compare-and-set,
-    signed history entry); returns the ``Promotion``."""
-    from reappreg.registry import bounded_http, load_declarations, signing_key
-    from reappreg.registry import promote as do_promote
+def promote_alias(settings: Params, files: RegistryFiles, request: PromotionRequest):
+    """Point ``request.alias`` at ``request.name``/``request.version`` if its signed evidence passes the
+    gates (compare-and-set, signed history entry); returns the ``Promotion``."""
+    from reappreg.registry import bounded_http, load_declarations, promote, signing_key
+    from reappreg.registry.promotion import RegistrySession
 
     reg = settings.registry
-    decl = load_declarations(models)
-    key = signing_key(local_keys, create=True)
-    keyring = team_keyring(settings, keys, local_keys)
-    expected = parse_expect(expect)
+    decl = load_declarations(files.models)
+    key = signing_key(files.local_keys, create=True)
+    keyring = team_keyring(settings, files.keys, files.local_keys)
     with bounded_http(reg.http_retries, reg.http_timeout_s):
         client, uri = client_for(settings)
-        return do_promote(client, decl, keyring, key, name=name, version=version, alias=alias, reason=reason, actor=actor,
-                          tracking_uri=uri, lock_timeout_s=reg.promotion_lock_timeout_s, lock_stale_s=reg.promotion_lock_stale_s,
-                          expected=expected, force=force)
+        session = RegistrySession(client=client, decl=decl, keyring=keyring, key=key, tracking_uri=uri,
+                                  lock_timeout_s=reg.promotion_lock_timeout_s, lock_stale_s=reg.promotion_lock_stale_s)
+        return promote(session, request)
 
 
 def _read_heads(path: Path, uri: str) -> dict:
@@ -373,14 +392,14 @@ class Verified:
         return not self.empty and not self.audit.violations and not self.audit.history_problems
 
 
-def verify_aliases(settings: Params, *, models: Path, keys: Path, local_keys: Path) -> Verified:
+def verify_aliases(settings: Params, files: RegistryFiles) -> Verified:
     """Verify every alias (signature, bytes, tags vs signed copy, gates from signed evidence, signed
     history no shorter than this clone saw before); when it passes, remember the heads it saw."""
     from reappreg.registry import audit, bounded_http, load_declarations
 
-    decl = load_declarations(models)
-    keyring = team_keyring(settings, keys, local_keys)
-    heads_file = local_keys.parent / HEADS_FILE
+    decl = load_declarations(files.models)
+    keyring = team_keyring(settings, files.keys, files.local_keys)
+    heads_file = files.local_keys.parent / HEADS_FILE
     with bounded_http(settings.registry.http_retries, settings.registry.http_timeout_s):
         client, uri = client_for(settings)
         seen = _read_heads(heads_file, uri)
@@ -394,30 +413,68 @@ def verify_aliases(settings: Params, *, models: Path, keys: Path, local_keys: Pa
 WATCH_MODES = ("auto", "webhook", "poll")
 
 
-def watch_aliases(settings: Params, *, models: Path, keys: Path, local_keys: Path, mode: str, enforce: bool, actor: str,
-                  interval: float | None, max_polls: int | None, listen: str, public_url: str | None, duration: float,
-                  max_events: int, on_violation: Callable[[Any], None], on_enforced: Callable[[str], None],
-                  on_webhook: Callable[[str], None], on_polling: Callable[[float, int], None]) -> list:
+@dataclass(frozen=True)
+class WatchOptions:
+    """How one watch runs (``registry watch``'s options): ``mode`` (one of WATCH_MODES), ``enforce``
+    (undo each gated violation); polling every ``interval`` seconds, ``max_polls`` times (None:
+    ``registry.watch_interval_s``, ``registry.watch_max_polls``); a webhook listener on ``listen``
+    (HOST:PORT), posted to at ``public_url`` (None: http://HOST:PORT/), for at most ``duration``
+    seconds or ``max_events`` alias events. One object because they arrive together from the
+    command and only the mode decides which of them apply."""
+
+    mode: str
+    enforce: bool
+    interval: float | None
+    max_polls: int | None
+    listen: str
+    public_url: str | None
+    duration: float
+    max_events: int
+
+
+@dataclass(frozen=True)
+class WatchCallbacks:
+    """What a watch tells its caller as it happens, so the command can print it at once rather
+    than after a watch that may run for an hour: each violation, each enforcement's note, the
+    webhook URL once it listens, or the polling interval and count once polling starts."""
+
+    on_violation: Callable[[Any], None]
+    on_enforced: Callable[[str], None]
+    on_webhook: Callable[[str], None]
+    on_polling: Callable[[float, int], None]
+
+
+def watch_aliases(settings: Params, files: RegistryFiles, options: WatchOptions, *, actor: str,
+                  callbacks: WatchCallbacks) -> list:
     """Watch every alias against its signed gates (webhook on an MLflow server, else polling); with
-    ``enforce`` undo each gated violation. Returns the findings (empty: nothing failed)."""
-    from reappreg.registry import audit, bounded_http, load_declarations, signing_key, watch_poll, watch_webhook
-    from reappreg.registry import enforce as do_enforce
+    ``options.enforce`` undo each gated violation. Returns the findings (empty: nothing failed)."""
+    from reappreg.registry import (
+        audit,
+        bounded_http,
+        enforce,
+        load_declarations,
+        signing_key,
+        watch_poll,
+        watch_webhook,
+    )
+    from reappreg.registry.promotion import RegistrySession
 
     reg = settings.registry
-    decl = load_declarations(models)
-    keyring = team_keyring(settings, keys, local_keys)
-    key = signing_key(local_keys, create=True) if enforce else None
+    mode = options.mode
+    decl = load_declarations(files.models)
+    keyring = team_keyring(settings, files.keys, files.local_keys)
+    key = signing_key(files.local_keys, create=True) if options.enforce else None
     if mode not in WATCH_MODES:
         raise InputError(f"--mode must be auto, webhook or poll, got {mode!r}")
     with bounded_http(reg.http_retries, reg.http_timeout_s):
         client, uri = client_for(settings)
+        session = RegistrySession(client=client, decl=decl, keyring=keyring, key=key, tracking_uri=uri,
+                                  lock_timeout_s=reg.promotion_lock_timeout_s, lock_stale_s=reg.promotion_lock_stale_s)
 
         def report(finding) -> None:
-            on_violation(finding)
-            if enforce and not finding.ungated:
-                note = do_enforce(client, decl, keyring, key, finding, actor=actor, tracking_uri=uri,
-                                  lock_timeout_s=reg.promotion_lock_timeout_s, lock_stale_s=reg.promotion_lock_stale_s)
-                on_enforced(note)
+            callbacks.on_violation(finding)
+            if options.enforce and not finding.ungated:
+                callbacks.on_enforced(enforce(session, finding, actor=actor))
 
         def full_check():
             return audit(client, decl, keyring, tracking_uri=uri).findings
@@ -426,29 +483,29 @@ def watch_aliases(settings: Params, *, models: Path, keys: Path, local_keys: Pat
         if mode == "webhook" and not served:
             raise InputError(f"--mode webhook needs an `mlflow server` tracking URI; {uri} delivers no webhooks (use --mode poll)")
         if mode == "webhook" or (mode == "auto" and served):
-            host, _, port = listen.rpartition(":")
+            host, _, port = options.listen.rpartition(":")
             if not host or not port.isdigit():
-                raise InputError(f"--listen must be HOST:PORT, got {listen!r}")
+                raise InputError(f"--listen must be HOST:PORT, got {options.listen!r}")
             return watch_webhook(client, decl, keyring, tracking_uri=uri, full_check=full_check, listen_host=host,
-                                 listen_port=int(port), public_url=public_url, duration_s=duration, max_events=max_events,
-                                 report=report, on_ready=on_webhook)
-        every = min(max(interval if interval is not None else reg.watch_interval_s, 1.0), 3600.0)
-        polls = max_polls if max_polls is not None else reg.watch_max_polls
+                                 listen_port=int(port), public_url=options.public_url, duration_s=options.duration,
+                                 max_events=options.max_events, report=report, on_ready=callbacks.on_webhook)
+        every = min(max(options.interval if options.interval is not None else reg.watch_interval_s, 1.0), 3600.0)
+        polls = options.max_polls if options.max_polls is not None else reg.watch_max_polls
         if polls < 1:
             raise InputError("--max-polls must be at least 1")
-        on_polling(every, polls)
+        callbacks.on_polling(every, polls)
         return watch_poll(full_check, interval_s=every, max_polls=polls, report=report)
 
 
-def pull_version(settings: Params, *, models: Path, keys: Path, local_keys: Path, spec: str, to: Path | None,
-                 allow_failing_gates: bool, actor: str):
+def pull_version(settings: Params, files: RegistryFiles, *, spec: str, to: Path | None, allow_failing_gates: bool,
+                 actor: str):
     """Download the version ``spec`` names into ``to`` (default ``./<name>-v<version>``), verified
     against its signed statement; returns the ``Pulled``."""
     from reappreg.registry import bounded_http, load_declarations, resolve_version
     from reappreg.registry import pull as do_pull
 
-    decl = load_declarations(models)
-    keyring = team_keyring(settings, keys, local_keys)
+    decl = load_declarations(files.models)
+    keyring = team_keyring(settings, files.keys, files.local_keys)
     with bounded_http(settings.registry.http_retries, settings.registry.http_timeout_s):
         client, uri = client_for(settings)
         if to is None:
@@ -458,6 +515,6 @@ def pull_version(settings: Params, *, models: Path, keys: Path, local_keys: Path
                        actor=actor)
 
 
-__all__ = ["HEADS_FILE", "WATCH_MODES", "Verified", "actor_name", "checkpoint_plans", "client_for", "parse_expect",
-           "plan_model", "promote_alias", "pull_version", "refuse_dirty_card", "register_models", "team_keyring",
-           "verify_aliases", "watch_aliases"]
+__all__ = ["HEADS_FILE", "WATCH_MODES", "RegistryFiles", "Verified", "WatchCallbacks", "WatchOptions", "actor_name",
+           "checkpoint_plans", "client_for", "parse_expect", "plan_model", "promote_alias", "pull_version", "refuse_dirty_card",
+           "register_models", "team_keyring", "verify_aliases", "watch_aliases"]

@@ -31,8 +31,12 @@ from typing import Any
 
 from reappreg.registry.audit import AliasFinding, check_alias
 from reappreg.registry.declarations import RegistryDecl
-from reappreg.registry.keys import Keyring, SigningKey
-from reappreg.registry.promotion import read_history, record_enforcement
+from reappreg.registry.keys import Keyring
+from reappreg.registry.promotion import (
+    RegistrySession,
+    read_history,
+    record_enforcement,
+)
 from reappreg.registry.verification import gates_for, is_gated, verify_version
 
 
@@ -57,11 +61,11 @@ def watch_poll(
     return list(seen.values())
 
 
-def enforce(client: Any, decl: RegistryDecl, keyring: Keyring, key: SigningKey, finding: AliasFinding, *, actor: str,
-            tracking_uri: str, lock_timeout_s: float, lock_stale_s: float) -> str:
+def enforce(session: RegistrySession, finding: AliasFinding, *, actor: str) -> str:
     """Restore ``finding``'s alias to the signed state, or, when the signed target itself fails its
     gates now, to the newest signed target that passes (else remove it). Never to a state taken
     from the current tags: an attacker who edits tags must not steer the enforcer."""
+    client, decl, keyring = session.client, session.decl, session.keyring
     history = read_history(client, finding.name, keyring)
     gates = gates_for(decl, finding.name, finding.alias)
     from_version = finding.version or None
@@ -77,7 +81,7 @@ def enforce(client: Any, decl: RegistryDecl, keyring: Keyring, key: SigningKey, 
             mv = client.get_model_version(finding.name, candidate)
         except Exception:  # deleted since: not a place to go back to
             continue
-        if verify_version(mv, gates, keyring, tracking_uri=tracking_uri,
+        if verify_version(mv, gates, keyring, tracking_uri=session.tracking_uri,
                           gated=is_gated(decl, finding.name, finding.alias)).ok:
             target = candidate
             break
@@ -90,8 +94,8 @@ def enforce(client: Any, decl: RegistryDecl, keyring: Keyring, key: SigningKey, 
             return f"{finding.name}@{finding.alias}: already at v{target}"
     else:
         why = f"v{finding.version} fails its gates: {finding.check.problems()}"
-    return record_enforcement(client, finding.name, key, alias=finding.alias, from_version=from_version, to_version=target,
-                              actor=actor, why=why, lock_timeout_s=lock_timeout_s, lock_stale_s=lock_stale_s)
+    return record_enforcement(session, finding.name, alias=finding.alias, from_version=from_version, to_version=target,
+                              actor=actor, why=why)
 
 
 def verify_signature(secret: str, headers: Mapping[str, str], body: bytes) -> bool:
