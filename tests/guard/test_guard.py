@@ -820,3 +820,19 @@ def test_guard_defaults_equal_params_yaml():
 
     raw = yaml.safe_load((REPO / "params.yaml").read_text())["guard"]
     assert GuardSettings.model_validate(raw) == GuardSettings()
+
+
+def test_vectorised_token_keys_equal_the_scalar_key_of_every_string():
+    """``token_keys`` (one numpy pass) is ``token_key`` of each string: any code point, the
+    empty string, astral planes, repeated and very long strings."""
+    import random
+
+    from reappreg.guard.hashing import token_key, token_keys
+
+    rng = random.Random(3)
+    strings = ["", "a", "ab", "ba", "\U0001d400x", "é", "e\u0301", "x" * 5000]
+    strings += ["".join(chr(rng.choice([rng.randrange(0x20, 0xD800), rng.randrange(0xE000, 0x110000)]))
+                        for _ in range(rng.randrange(0, 25))) for _ in range(2000)]
+    strings += strings[:50]  # the same string twice gets the same key
+    assert token_keys(strings).tolist() == [token_key(s) for s in strings]
+    assert token_keys([]).tolist() == []

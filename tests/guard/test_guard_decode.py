@@ -12,7 +12,8 @@ import pytest
 
 from reappreg.errors import InputError
 from reappreg.guard import AnswerMeta, FastHasher, HeldoutIndex, TextUnit, check_units
-from reappreg.guard.decode import DECODE_VIEW_NAMES, decode_escapes, strip_markup, transliterate, unleet
+from reappreg.guard.decode import (DECODE_VIEW_NAMES, DECODE_VIEWS, decode_escapes, decode_views, strip_markup,
+                                   transliterate, unleet)
 from reappreg.guard.text import check_sizes
 from reappreg.settings.guard import GuardSettings
 
@@ -181,3 +182,18 @@ def test_the_scripts_each_view_folds_are_measured_per_view():
     for script in ("greek", "cyrillic"):
         assert folded["text"][script]["words"] == 0.0 < folded["text"][script]["letters"] < folded["translit"][script]["letters"]
     assert table["scripts"]["regional_indicators"]["letters"] == 26
+
+
+def test_the_batched_decoding_views_equal_each_view_alone():
+    """``decode_views`` (prefilters, ``decoded`` composed from the other views) gives each
+    view's own ``decode`` of every text, on every kind of input the views undo and on noise."""
+    rng = random.Random(12)
+    texts = ["plain words only", "c0ns1d3r th@t", "hello! 2024 3.5 10 am", "%63%6f%6e sider", "\\u0063onsider",
+             "\\emph{x} [b]y[/b] <|endoftext|> [PAD]", "1.Consider 2.that", "١.Consider", "ᴄᴏɴsɪᴅᴇʀ 🅲🅾🅽",
+             "%5Cu0063%30nsider", "\\x41\\x42", "", "!", "a+b", "€5 £3 ¡hola"]
+    alphabet = "ab cd019@$!+€£¡%\\u{}[]<>|/.):ᴄ🅲"
+    texts += ["".join(rng.choice(alphabet) for _ in range(rng.randrange(0, 30))) for _ in range(3000)]
+    batched = dict(decode_views(texts))
+    assert list(batched) == list(DECODE_VIEW_NAMES)
+    for view in DECODE_VIEWS:
+        assert batched[view.name] == [view.decode(t) for t in texts], view.name

@@ -224,3 +224,21 @@ def test_edits_settings_are_validated():
     del detectors["edits"]["span"]
     with pytest.raises(InputError, match=r"incomplete: 'detectors.edits' lacks \['span'\]"):
         settings_from_record(detectors)
+
+def test_word_keys_of_a_batch_equal_each_word_keyed_alone():
+    """``WordKeys.of_tokens`` hashes a batch's new words in one vectorised pass: the keys must
+    be those of ``of_token`` on a fresh cache, word by word (function words stay None)."""
+    from reappreg.guard.edits import WordKeys
+
+    rng = random.Random(9)
+    words = ["the", "considering", "consider", "teh", "friend", "frend", "x", "ok", "a" * 60, "naïve", "pаypal", ""]
+    words += ["".join(rng.choice("abcdefghijklmnopqrstuvwxyz") for _ in range(rng.randrange(1, 14))) for _ in range(400)]
+    batched, alone = WordKeys(FastHasher()), WordKeys(FastHasher())
+    got = batched.of_tokens(words + words[:20])
+    for word, found in zip(words + words[:20], got):
+        want = alone.of_token(word)
+        if want is None:
+            assert found is None, word
+        else:
+            assert found[0].tolist() == want[0].tolist() and found[1].tolist() == want[1].tolist(), word
+    assert sum(f is None for f in got) >= 2  # function words and the empty token

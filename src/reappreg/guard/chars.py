@@ -16,7 +16,7 @@ from reappreg.guard.grams import GramTable
 from reappreg.guard.spans import letter_spans
 
 if TYPE_CHECKING:
-    from reappreg.guard.index import HeldoutIndex
+    from reappreg.guard.detector import DetectorIndex
 
 
 class CharsDetector(Detector):
@@ -25,11 +25,11 @@ class CharsDetector(Detector):
     def build(self, answers) -> dict[str, Any]:
         return {"letter_sets": answers.sets(*answers.letter_grams)}
 
-    def derive(self, index: "HeldoutIndex") -> None:
+    def derive(self, index: DetectorIndex) -> None:
         # the letter windows' table; ``fragments`` reads it too
         index.letters = GramTable(index.letter_sets, index.letter_counts)
 
-    def scan(self, index: "HeldoutIndex", batch: Batch, max_shared: int) -> tuple[list[RawHit], list[list[str]]]:
+    def scan(self, index: DetectorIndex, batch: Batch, max_shared: int) -> tuple[list[RawHit], list[list[str]]]:
         s = index.settings.chars
         grams, offsets = batch.letter_grams
         hits = containment_hits(index.letters, len(batch), grams, offsets, n=s.n, containment=s.containment,
@@ -38,20 +38,20 @@ class CharsDetector(Detector):
         spans = self.spans(index, batch.texts, [(t, a) for t, a, *_ in hits], max_shared) if max_shared else []
         return hits, spans
 
-    def spans(self, index: "HeldoutIndex", texts: Sequence[str], requests, limit: int) -> list[list[str]]:
+    def spans(self, index: DetectorIndex, texts: Sequence[str], requests, limit: int) -> list[list[str]]:
         return letter_spans(index, texts, requests, limit)
 
-    def heldout_summary(self, index: "HeldoutIndex", answers: int) -> dict[str, Any]:
+    def heldout_summary(self, index: DetectorIndex, answers: int) -> dict[str, Any]:
         n = index.settings.chars.n
         return {"answers_shorter_than_letter_window": sum(1 for c in index.letter_counts[:answers] if c < n)}
 
     def threshold(self, settings) -> float:
         return settings.chars.containment
 
-    def answer_grams(self, index: "HeldoutIndex", answer: int) -> int:
+    def answer_grams(self, index: DetectorIndex, answer: int) -> int:
         return len(index.letter_sets[answer])
 
-    def sketch_entry(self, index: "HeldoutIndex", answer: int) -> dict[str, Any]:
+    def sketch_entry(self, index: DetectorIndex, answer: int) -> dict[str, Any]:
         return {"letter_grams": sorted(f"{k:016x}" for k in index.letter_sets[answer])}
 
     def read_sketch_entry(self, entry: dict[str, Any], settings) -> dict[str, Any]:

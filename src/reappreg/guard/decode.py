@@ -86,6 +86,11 @@ _NUMBERING = re.compile(r"(?<![^\W\d_])\d{1,4}[.):](?=[^\W\d_])")
 _BRACES = str.maketrans("{}", "  ")
 
 
+# What every ``_NUMBERING`` match starts with: a search for it alone runs in sre's
+# charset scan, the lookbehind of ``_NUMBERING`` on every position (2.6x slower on plain text).
+_NUMBERING_START = re.compile(r"\d[.):]")
+
+
 def strip_markup(text: str) -> str:
     """LaTeX commands, BBCode tags, special tokens and glued list numbering removed."""
     if "\\" in text:
@@ -93,7 +98,7 @@ def strip_markup(text: str) -> str:
     if "[" in text or "<" in text:
         text = _SPECIAL.sub(" ", text)
         text = _BBCODE.sub("", text)
-    return _NUMBERING.sub(" ", text)
+    return _NUMBERING.sub(" ", text) if _NUMBERING_START.search(text) else text
 
 
 # --------------------------------------------------------------------------- translit
@@ -118,6 +123,8 @@ _LEET_CLASS = re.escape("".join(LEET))
 _RUN = re.compile(rf"(?:[^\W_]|[{_LEET_CLASS}])+")
 _MIXED = re.compile(rf"[{_LEET_CLASS}][^\W\d_]|[^\W\d_][0-9@$€£]")
 _LEET_TABLE = str.maketrans(LEET)
+# Every ``_MIXED`` match holds a leet symbol: a charset search for one is the cheap first test.
+_ANY_LEET = re.compile(f"[{_LEET_CLASS}]")
 
 
 def _unleet_run(match: re.Match) -> str:
@@ -127,7 +134,7 @@ def _unleet_run(match: re.Match) -> str:
 
 def unleet(text: str) -> str:
     """Leet symbols read as letters inside words that mix them with letters."""
-    return _RUN.sub(_unleet_run, text) if _MIXED.search(text) else text
+    return _RUN.sub(_unleet_run, text) if _ANY_LEET.search(text) and _MIXED.search(text) else text
 
 
 # --------------------------------------------------------------------------- views
@@ -156,4 +163,22 @@ DECODE_VIEWS: tuple[DecodeView, ...] = (
     DecodeView("decoded", decode_all),
 )
 DECODE_VIEW_NAMES = tuple(v.name for v in DECODE_VIEWS)
+
+
+def decode_views(texts: Sequence[str]) -> list[tuple[str, list[str]]]:
+    """Every ``DECODE_VIEWS`` round trip of ``texts``, (view name, decoded texts) in that order.
+
+    The same strings as each view's ``roundtrip``; ``decoded`` is composed from the others'
+    results where a step left its input unchanged, so a plain text is decoded once per view.
+    """
+    steps = {"escapes": [decode_escapes(t) for t in texts], "markup": [strip_markup(t) for t in texts],
+             "translit": [transliterate(t) for t in texts], "leet": [unleet(t) for t in texts]}
+    decoded = []
+    for i, text in enumerate(texts):
+        step = steps["escapes"][i]
+        step = steps["markup"][i] if step is text else strip_markup(step)
+        step = steps["translit"][i] if step is text else transliterate(step)
+        decoded.append(steps["leet"][i] if step is text else unleet(step))
+    steps["decoded"] = decoded
+    return [(name, steps[name]) for name in DECODE_VIEW_NAMES]
 DECODING = f"decode-views/v1:{','.join(DECODE_VIEW_NAMES)};anyascii{ANYASCII_VERSION}"

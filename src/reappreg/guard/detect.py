@@ -26,6 +26,7 @@ from __future__ import annotations
 import contextlib
 import gc
 import multiprocessing
+import os
 import pickle
 from collections.abc import Callable, Sequence
 from concurrent.futures import ProcessPoolExecutor, as_completed
@@ -35,7 +36,7 @@ from typing import Any
 import numpy as np
 
 from reappreg.errors import InputError
-from reappreg.guard.decode import DECODE_VIEWS
+from reappreg.guard.decode import decode_views
 from reappreg.guard.detector import TEXT_VIEW, Batch, GroupContext, Hit, RawHit
 from reappreg.guard.fragments import Group
 from reappreg.guard.index import AnswerMeta, HeldoutIndex, TextView
@@ -72,6 +73,11 @@ class ScanResult:
     # index; ``fragments``: (text index, held-out letter-gram position, place in the text))
     collected: dict[str, np.ndarray]
     spans: list[list[str]] = field(default_factory=list)  # shared passages per hit (with max_shared > 0)
+    # The texts scanned after the inputs: view round trips that change an input's words, each
+    # with its input's index and its view. Hits and ``collected`` index the inputs, then these.
+    extra: list[str] = field(default_factory=list)
+    extra_of: list[int] = field(default_factory=list)
+    extra_view: list[str] = field(default_factory=list)
 
 
 @_without_cyclic_gc()
@@ -117,17 +123,27 @@ def shared_spans_many(index: HeldoutIndex, texts: Sequence[str], requests: Seque
     return out
 
 
+def _scan_chunk(index: HeldoutIndex, texts: list[str], views: Sequence[TextView], max_shared: int) -> ScanResult:
+    """``_scan`` of ``texts`` and of their view round trips (``_expand_views``)."""
+    scanned, source, view_of = _expand_views(texts, views)
+    result = _scan(index, scanned, max_shared)
+    n = len(texts)
+    result.extra, result.extra_of, result.extra_view = scanned[n:], source[n:], view_of[n:]
+    return result
+
+
 _WORKER_INDEX: HeldoutIndex | None = None
+_WORKER_VIEWS: Sequence[TextView] = ()
 
 
 def _init_worker(blob: bytes) -> None:
-    global _WORKER_INDEX
-    _WORKER_INDEX = pickle.loads(blob)
+    global _WORKER_INDEX, _WORKER_VIEWS
+    _WORKER_INDEX, _WORKER_VIEWS = pickle.loads(blob)
 
 
 def _worker_scan(start: int, texts: list[str], max_shared: int) -> tuple[int, ScanResult]:
     assert _WORKER_INDEX is not None, "worker started without an index"
-    return start, _scan(_WORKER_INDEX, texts, max_shared)
+    return start, _scan_chunk(_WORKER_INDEX, texts, _WORKER_VIEWS, max_shared)
 
 
 def _pool_context() -> tuple[Any, tuple]:
@@ -135,61 +151,84 @@ def _pool_context() -> tuple[Any, tuple]:
 
     Where the platform can fork, workers are forked with the index already in memory (a
     module global set just before the pool starts): no pickling, no re-import, no index
-    rebuild, which on a 2-core machine cost as much as the scan itself. The workers only run
-    numpy/scipy/ICU code and leave through ``os._exit``, so the parent's other threads
-    (tokenizers, MLflow) are never touched in them. Elsewhere (macOS, Windows) a spawned
-    worker unpickles the index once. Either way the results are the same.
+    rebuild, which on a 2-core machine cost as much as the scan itself. The workers run
+    numpy/scipy/ICU code and the tokenizers of the views, and leave through ``os._exit``, so
+    the parent's other threads (MLflow) are never touched in them. Elsewhere (macOS, Windows)
+    a spawned worker unpickles the index and the views once. Either way the results are the same.
     """
     if "fork" in multiprocessing.get_all_start_methods():
         return multiprocessing.get_context("fork"), ()
-    return multiprocessing.get_context("spawn"), (pickle.dumps(_WORKER_INDEX),)
+    return multiprocessing.get_context("spawn"), (pickle.dumps((_WORKER_INDEX, _WORKER_VIEWS)),)
 
 
-def scan_batches(index: HeldoutIndex, texts: Sequence[str], *, workers: int = 1, chunk_size: int = 2000,
-                 progress: Callable[[int], None] | None = None, max_shared: int = 0) -> ScanResult:
-    """Per-text hits (global text index, ...) and fragment pieces for ``texts``, deterministic;
-    with ``max_shared`` also each hit's shared passages (``ScanResult.spans``).
+def scan_batches(index: HeldoutIndex, texts: Sequence[str], *, views: Sequence[TextView] = (), workers: int = 1,
+                 chunk_size: int = 2000, progress: Callable[[int], None] | None = None, max_shared: int = 0) -> ScanResult:
+    """Per-text hits (global text index, ...) and fragment pieces for ``texts`` and their
+    ``views`` round trips, deterministic; with ``max_shared`` also each hit's shared passages
+    (``ScanResult.spans``). Text indexes count ``texts`` first, then ``ScanResult.extra``.
 
     With ``workers > 1`` and more than one chunk, chunks go to a process pool
-    (``_pool_context``); results do not depend on ``workers``.
+    (``_pool_context``), each expanded into its views there: a view's round trip (a
+    tokenizer's above all) costs as much as the scan. Results do not depend on ``workers``.
     """
-    global _WORKER_INDEX
+    global _WORKER_INDEX, _WORKER_VIEWS
     if workers < 1 or chunk_size < 1:
         raise InputError(f"guard: workers ({workers}) and chunk_size ({chunk_size}) must be >= 1")
     chunks = [(s, list(texts[s : s + chunk_size])) for s in range(0, len(texts), chunk_size)]
-    found: list[tuple[RawHit, list[str]]] = []
-    collected: dict[str, list[np.ndarray]] = {d.name: [np.zeros((3, 0), dtype=np.int64)] for d in REGISTERED if d.groupwise}
-
-    def collect(start: int, result: ScanResult) -> None:
-        spans = result.spans or [[] for _ in result.hits]
-        found.extend(((start + i, *rest), shared) for (i, *rest), shared in zip(result.hits, spans))
-        for name, state in result.collected.items():
-            collected[name].append(state + np.array([[start], [0], [0]], dtype=np.int64))
-
+    results: dict[int, ScanResult] = {}
     if workers == 1 or len(chunks) <= 1:
         for start, chunk in chunks:
-            collect(start, _scan(index, chunk, max_shared))
+            results[start] = _scan_chunk(index, chunk, views, max_shared)
             if progress:
                 progress(len(chunk))
     else:
-        _WORKER_INDEX = index
+        _WORKER_INDEX, _WORKER_VIEWS = index, views
+        if views:
+            # The tokenizers ran threaded for the index; a forked worker then switches their
+            # threads off (the workers are the parallelism) and says so on stderr unless told.
+            os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
         try:
             ctx, initargs = _pool_context()
             with ProcessPoolExecutor(max_workers=min(workers, len(chunks)), mp_context=ctx,
                                      initializer=_init_worker if initargs else None, initargs=initargs) as pool:
                 futures = {pool.submit(_worker_scan, start, chunk, max_shared): len(chunk) for start, chunk in chunks}
                 for future in as_completed(futures):
-                    collect(*future.result())
+                    start, result = future.result()
+                    results[start] = result
                     if progress:
                         progress(futures[future])
         finally:
-            _WORKER_INDEX = None
+            _WORKER_INDEX, _WORKER_VIEWS = None, ()
+    return _merge(results, len(texts), max_shared)
+
+
+def _merge(results: dict[int, ScanResult], n: int, max_shared: int) -> ScanResult:
+    """One ``ScanResult`` of ``n`` inputs from the chunks' (keyed by their first input), in
+    chunk order: an input keeps its global index, the extra texts follow every input."""
+    merged = ScanResult([], {})
+    found: list[tuple[RawHit, list[str]]] = []
+    collected: dict[str, list[np.ndarray]] = {d.name: [np.zeros((3, 0), dtype=np.int64)] for d in REGISTERED if d.groupwise}
+    starts = sorted(results)
+    for start, end in zip(starts, [*starts[1:], n]):
+        result, inputs, offset = results[start], end - start, n + len(merged.extra)
+
+        def place(local: np.ndarray) -> np.ndarray:
+            return np.where(local < inputs, local + start, local - inputs + offset)  # noqa: B023 (used in this pass)
+
+        spans = result.spans or [[] for _ in result.hits]
+        found += [((int(place(np.int64(i))), *rest), shared) for (i, *rest), shared in zip(result.hits, spans)]
+        for name, state in result.collected.items():
+            collected[name].append(np.vstack([place(state[0]), state[1:]]))
+        merged.extra += result.extra
+        merged.extra_of += [start + i for i in result.extra_of]
+        merged.extra_view += result.extra_view
     found.sort(key=lambda f: (f[0][0], f[0][1], f[0][2]))
-    merged = {}
     for name, parts in collected.items():
         state = np.concatenate(parts, axis=1)
-        merged[name] = state[:, np.lexsort((state[2], state[0]))]
-    return ScanResult([hit for hit, _ in found], merged, [shared for _, shared in found] if max_shared else [])
+        merged.collected[name] = state[:, np.lexsort((state[2], state[0]))]
+    merged.hits = [hit for hit, _ in found]
+    merged.spans = [shared for _, shared in found] if max_shared else []
+    return merged
 
 
 def scan_texts(index: HeldoutIndex, texts: Sequence[str], *, workers: int = 1, chunk_size: int = 2000,
@@ -205,8 +244,9 @@ def _expand_views(texts: list[str], views: Sequence[TextView]) -> tuple[list[str
     out, unit_of, view_of = list(texts), list(range(len(texts))), [TEXT_VIEW] * len(texts)
     raw_tokens: dict[int, list[str]] = {}
     queued: dict[int, set[str]] = {}
-    for view in (*DECODE_VIEWS, *views):
-        for i, decoded in enumerate(view.roundtrip(texts)):
+    round_trips = [*decode_views(texts), *((view.name, view.roundtrip(texts)) for view in views)]
+    for view_name, decoded_texts in round_trips:
+        for i, decoded in enumerate(decoded_texts):
             if decoded == texts[i] or decoded in queued.get(i, ()):
                 continue
             if i not in raw_tokens:
@@ -215,7 +255,7 @@ def _expand_views(texts: list[str], views: Sequence[TextView]) -> tuple[list[str
                 queued.setdefault(i, set()).add(decoded)
                 out.append(decoded)
                 unit_of.append(i)
-                view_of.append(view.name)
+                view_of.append(view_name)
     return out, unit_of, view_of
 
 
@@ -236,8 +276,11 @@ def check_units(
     One hit per (record or group, answer, detector): the best score over the views and over
     the answer's variants.
     """
-    texts, unit_of, view_of = _expand_views([u.text for u in units], views)
-    result = scan_batches(index, texts, workers=workers, chunk_size=chunk_size, progress=progress, max_shared=max_shared)
+    result = scan_batches(index, [u.text for u in units], views=views, workers=workers, chunk_size=chunk_size,
+                          progress=progress, max_shared=max_shared)
+    texts = [u.text for u in units] + result.extra
+    unit_of = list(range(len(units))) + result.extra_of
+    view_of = [TEXT_VIEW] * len(units) + result.extra_view
     settings = index.settings
     thresholds = {d.name: d.threshold(settings) for d in REGISTERED}
     best: dict[tuple, Hit] = {}

@@ -27,19 +27,41 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import asdict, dataclass, field
 from functools import cached_property
-from typing import TYPE_CHECKING, Any, ClassVar
+from typing import TYPE_CHECKING, Any, ClassVar, Protocol
 
 import numpy as np
 
 from reappreg.errors import InputError
 
 if TYPE_CHECKING:
-    from reappreg.guard.fragments import Group
-    from reappreg.guard.index import HeldoutIndex
-    from reappreg.guard.text import TextUnit
+    from reappreg.guard.text import Group, TextUnit
     from reappreg.settings.guard import GuardSettings
 
 TEXT_VIEW = "text"
+
+
+@dataclass(frozen=True)
+class AnswerMeta:
+    answer_id: str
+    source: str | None = None
+    vignette_id: str | None = None
+    view: str = TEXT_VIEW  # "text", or the tokenizer view this variant of the answer is
+
+
+class DetectorIndex(Protocol):
+    """What a detector sees of the held-out index (``index.HeldoutIndex``, built from the
+    detectors in ``registry``): the settings and hasher, the answers (variants included), and
+    every detector's stored and derived parts as attributes (``index.ngram_sets``,
+    ``index.letters``). An interface here, so the detectors depend on what they implement and
+    never on the index that composes them."""
+
+    settings: GuardSettings
+    hasher: Any
+    answers: list[AnswerMeta]
+    token_counts: list[int]
+    letter_counts: list[int]
+
+    def __getattr__(self, name: str) -> Any: ...
 
 # (local text index, answer index, detector, score, reason, shared count, longest run)
 RawHit = tuple[int, int, str, float, str, int, int]
@@ -84,9 +106,9 @@ class GroupContext:
     """What a groupwise detector needs once every batch is scanned: the units and their
     groups, every scanned text (views included) with its unit and view, and the per-text hits."""
 
-    index: "HeldoutIndex"
-    units: Sequence["TextUnit"]
-    groups: Sequence["Group"]
+    index: DetectorIndex
+    units: Sequence[TextUnit]
+    groups: Sequence[Group]
     texts: Sequence[str]
     unit_of: Sequence[int]
     view_of: Sequence[str]
@@ -100,7 +122,7 @@ class Batch:
     registered detector asked for (one hashing pass), the letter windows and their lookup
     in the held-out letter table (shared by ``chars`` and ``fragments``)."""
 
-    def __init__(self, index: "HeldoutIndex", texts: Sequence[str], word_specs: Sequence[tuple[int, int]]) -> None:
+    def __init__(self, index: DetectorIndex, texts: Sequence[str], word_specs: Sequence[tuple[int, int]]) -> None:
         from reappreg.guard.hashing import FastHasher
         from reappreg.guard.normalise import ascii_words, scan_views
 
@@ -185,7 +207,7 @@ class Detector:
         (``sketch_entry``) reads back into the same (``read_sketch_entry``, ``from_sketch``)."""
         return {}
 
-    def derive(self, index: "HeldoutIndex") -> None:
+    def derive(self, index: DetectorIndex) -> None:
         """Set on ``index`` what the scan derives from the stored part (tables, LSH index),
         when the index is built or unpickled (detectors derive in registry order)."""
 
@@ -199,11 +221,11 @@ class Detector:
         """(n, domain) of the word grams ``build`` and ``scan`` read (of the answers, of a batch)."""
         return []
 
-    def scan(self, index: "HeldoutIndex", batch: Batch, max_shared: int) -> tuple[list[RawHit], list[list[str]]]:
+    def scan(self, index: DetectorIndex, batch: Batch, max_shared: int) -> tuple[list[RawHit], list[list[str]]]:
         """Raw hits of one batch and (with ``max_shared``) each hit's shared passages."""
         return [], []
 
-    def collect(self, index: "HeldoutIndex", batch: Batch) -> np.ndarray | None:
+    def collect(self, index: DetectorIndex, batch: Batch) -> np.ndarray | None:
         """A groupwise detector's per-batch state: a 3 x k array whose first row is the text
         index in the batch (``fragments``: its pieces)."""
         return None
@@ -212,12 +234,12 @@ class Detector:
         """A groupwise detector's hits, each with its key (source, record, field, answer, name)."""
         return []
 
-    def spans(self, index: "HeldoutIndex", texts: Sequence[str], requests: Sequence[tuple[int, int]],
+    def spans(self, index: DetectorIndex, texts: Sequence[str], requests: Sequence[tuple[int, int]],
               limit: int) -> list[list[str]]:
         """Shared passages for (text index, answer index) pairs."""
         return [[] for _ in requests]
 
-    def heldout_summary(self, index: "HeldoutIndex", answers: int) -> dict[str, Any]:
+    def heldout_summary(self, index: DetectorIndex, answers: int) -> dict[str, Any]:
         """What the certificate's ``heldout`` section says about the first ``answers`` answers
         for this detector (e.g. how many are too short for it)."""
         return {}
@@ -227,12 +249,12 @@ class Detector:
     def threshold(self, settings: "GuardSettings") -> float:
         raise NotImplementedError
 
-    def answer_grams(self, index: "HeldoutIndex", answer: int) -> int:
+    def answer_grams(self, index: DetectorIndex, answer: int) -> int:
         raise NotImplementedError
 
     # -- the sketch
 
-    def sketch_entry(self, index: "HeldoutIndex", answer: int) -> dict[str, Any]:
+    def sketch_entry(self, index: DetectorIndex, answer: int) -> dict[str, Any]:
         """What the sketch stores for this detector about one answer variant."""
         return {}
 

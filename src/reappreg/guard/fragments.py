@@ -14,7 +14,6 @@ share, decided from the held-out side alone) are removed before pieces are measu
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 import numpy as np
@@ -23,25 +22,16 @@ from reappreg.guard.containment import letters_per_text
 from reappreg.guard.detector import TEXT_VIEW, Batch, Detector, GroupContext, Hit
 from reappreg.guard.grams import GramTable
 from reappreg.guard.spans import letter_spans
+from reappreg.guard.text import Group, SourceTexts, record_ids
 
 if TYPE_CHECKING:
-    from reappreg.guard.index import AnswerMeta, HeldoutIndex
-    from reappreg.guard.text import SourceTexts
+    from reappreg.guard.detector import AnswerMeta, DetectorIndex
 
 
 STOCK_RUN_SHARE = 0.8  # a shared run this much stock is an opener/closer (tests: both directions)
 
 
-@dataclass(frozen=True)
-class Group:
-    """Records that may together hold one answer: one author, one conversation, one file."""
-
-    source: str
-    label: str                 # "author_id=a7", "file", ...
-    members: tuple[int, ...]   # unit indices
-
-
-def fragment_hits(index: "HeldoutIndex", pieces: np.ndarray, groups: Sequence[tuple[int, Sequence[int]]],
+def fragment_hits(index: DetectorIndex, pieces: np.ndarray, groups: Sequence[tuple[int, Sequence[int]]],
                   n_texts: int, record_of: np.ndarray | None = None,
                   flagged: np.ndarray | None = None) -> list[tuple[int, int, float, int, list[int]]]:
     """(group index, answer index, coverage, shared windows, contributing texts) for every group
@@ -127,7 +117,7 @@ def fragment_hits(index: "HeldoutIndex", pieces: np.ndarray, groups: Sequence[tu
     return out
 
 
-def stock_windows(table: GramTable, answers: Sequence["AnswerMeta"], min_answers: int) -> np.ndarray:
+def stock_windows(table: GramTable, answers: Sequence[AnswerMeta], min_answers: int) -> np.ndarray:
     """Mask over ``table.keys``: the held-out answers' stock phrasing, decided from the answers
     alone: letter windows found in >= ``min_answers`` distinct answers and, where every answer
     names its vignette, in answers to >= 2 vignettes (an opener or closer is said about any
@@ -160,11 +150,10 @@ def pieces(table: GramTable, grams: np.ndarray, offsets: np.ndarray, n: int, min
     return np.stack([text_of[keep], pos[idx[keep]], idx[keep] - offsets[text_of[keep]]])
 
 
-def fragment_groups(sources: Sequence["SourceTexts"], settings) -> list[Group]:
+def fragment_groups(sources: Sequence[SourceTexts], settings) -> list[Group]:
     """The groups whose records may together hold one answer, over the units of ``sources``
     in order: a record's several text fields, each value of each ``fragments.group_fields``
     field, and (``fragments.whole_file``) each source file."""
-    from reappreg.guard.text import record_ids
 
     fragments = settings.fragments
     groups: list[Group] = []
@@ -206,11 +195,11 @@ class FragmentsDetector(Detector):
     name = "fragments"
     groupwise = True
 
-    def derive(self, index: "HeldoutIndex") -> None:
+    def derive(self, index: DetectorIndex) -> None:
         # after ``chars`` (registry order): stock windows over its letter table
         index.stock = stock_windows(index.letters, index.answers, index.settings.fragments.stock_answers)
 
-    def collect(self, index: "HeldoutIndex", batch: Batch) -> np.ndarray:
+    def collect(self, index: DetectorIndex, batch: Batch) -> np.ndarray:
         grams, offsets = batch.letter_grams
         return pieces(index.letters, grams, offsets, index.settings.chars.n, index.settings.fragments.min_piece,
                       batch.letter_lookup)
@@ -252,11 +241,11 @@ class FragmentsDetector(Detector):
                 out.append(((group.source, member, "*", meta.answer_id, self.name), hit))
         return out
 
-    def spans(self, index: "HeldoutIndex", texts: Sequence[str], requests, limit: int) -> list[list[str]]:
+    def spans(self, index: DetectorIndex, texts: Sequence[str], requests, limit: int) -> list[list[str]]:
         return letter_spans(index, texts, requests, limit)
 
     def threshold(self, settings) -> float:
         return settings.fragments.coverage
 
-    def answer_grams(self, index: "HeldoutIndex", answer: int) -> int:
+    def answer_grams(self, index: DetectorIndex, answer: int) -> int:
         return len(index.letter_sets[answer])

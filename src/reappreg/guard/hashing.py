@@ -311,6 +311,24 @@ def token_key(skeleton_text: str) -> int:
     return _mix64_int(acc ^ _mix64_int(_TOKEN_SEED + len(skeleton_text)))
 
 
+def token_keys(texts: Sequence[str]) -> np.ndarray:
+    """``token_key`` of every string, in one vectorised pass (equal, tested)."""
+    if not texts:
+        return np.zeros(0, dtype=np.uint64)
+    lengths = np.fromiter(map(len, texts), dtype=np.int64, count=len(texts))
+    ends = np.cumsum(lengths)
+    starts = ends - lengths
+    total = int(ends[-1])
+    codes = _char_codes("".join(texts))
+    up, down = _powers(total + 1)
+    with np.errstate(over="ignore"):
+        prefix = np.zeros(total + 1, dtype=np.uint64)
+        np.cumsum(codes * down[:total], out=prefix[1:])
+        # sum_j c[s+j] * base^(L-1-j) = (P[e] - P[s]) * base^(e-1); an empty string's is 0
+        poly = (prefix[ends] - prefix[starts]) * up[np.maximum(ends - 1, 0)]
+        return _mix64(poly ^ _mix64(lengths.astype(np.uint64) + _U64(_TOKEN_SEED)))
+
+
 _WORD_BYTES = b"abcdefghijklmnopqrstuvwxyz0123456789"
 
 

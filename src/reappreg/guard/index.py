@@ -19,7 +19,7 @@ from typing import Any, Protocol
 import numpy as np
 
 from reappreg.errors import InputError
-from reappreg.guard.detector import TEXT_VIEW
+from reappreg.guard.detector import AnswerMeta
 from reappreg.guard.normalise import text_views
 from reappreg.settings.guard import GuardSettings
 
@@ -30,14 +30,6 @@ class TextView(Protocol):
     name: str
 
     def roundtrip(self, texts: Sequence[str]) -> list[str]: ...
-
-
-@dataclass(frozen=True)
-class AnswerMeta:
-    answer_id: str
-    source: str | None = None
-    vignette_id: str | None = None
-    view: str = TEXT_VIEW  # "text", or the tokenizer view this variant of the answer is
 
 
 class AnswerTexts:

@@ -21,7 +21,7 @@ from reappreg.guard.hashing import _SHINGLE, _U64
 from reappreg.guard.spans import word_spans
 
 if TYPE_CHECKING:
-    from reappreg.guard.index import HeldoutIndex
+    from reappreg.guard.detector import DetectorIndex
 
 MINHASH_SCHEME = "affine32"  # datasketch >= 2.0 permutation scheme used for every signature
 
@@ -168,7 +168,7 @@ def lsh_error_rates(threshold: float, bands: int, rows: int) -> dict[str, float]
     }
 
 
-def minhash_hits(index: "HeldoutIndex", n_texts: int, sh: np.ndarray, sh_off: np.ndarray) -> list[RawHit]:
+def minhash_hits(index: DetectorIndex, n_texts: int, sh: np.ndarray, sh_off: np.ndarray) -> list[RawHit]:
     """LSH candidates (datasketch's index, looked up in batch), each scored by exact Jaccard
     of the shingle sets."""
     t = index.settings.minhash.threshold
@@ -229,7 +229,7 @@ class MinHashDetector(Detector):
         return {"shingle_sets": answers.sets(keys, offsets),
                 "signatures": minhash_signatures(keys, offsets, minhash_permutations(s.num_perm, s.seed))}
 
-    def derive(self, index: "HeldoutIndex") -> None:
+    def derive(self, index: DetectorIndex) -> None:
         """Shingle table, and datasketch's LSH index over the signatures with the batched
         lookup (checked against ``MinHashLSH.query``)."""
         from datasketch import LeanMinHash, MinHashLSH
@@ -253,21 +253,21 @@ class MinHashDetector(Detector):
     def from_sketch(self, fields: dict[str, list]) -> dict[str, Any]:
         return {"shingle_sets": fields["shingle_sets"], "signatures": np.vstack(fields["signatures"])}
 
-    def scan(self, index: "HeldoutIndex", batch: Batch, max_shared: int) -> tuple[list[RawHit], list[list[str]]]:
+    def scan(self, index: DetectorIndex, batch: Batch, max_shared: int) -> tuple[list[RawHit], list[list[str]]]:
         hits = minhash_hits(index, len(batch), *batch.word_grams(index.settings.minhash.shingle_words, _SHINGLE))
         spans = self.spans(index, batch.texts, [(t, a) for t, a, *_ in hits], max_shared) if max_shared else []
         return hits, spans
 
-    def spans(self, index: "HeldoutIndex", texts: Sequence[str], requests, limit: int) -> list[list[str]]:
+    def spans(self, index: DetectorIndex, texts: Sequence[str], requests, limit: int) -> list[list[str]]:
         return word_spans(index, texts, requests, index.settings.minhash.shingle_words, _SHINGLE, index.shingles, limit)
 
     def threshold(self, settings) -> float:
         return settings.minhash.threshold
 
-    def answer_grams(self, index: "HeldoutIndex", answer: int) -> int:
+    def answer_grams(self, index: DetectorIndex, answer: int) -> int:
         return len(index.shingle_sets[answer])
 
-    def sketch_entry(self, index: "HeldoutIndex", answer: int) -> dict[str, Any]:
+    def sketch_entry(self, index: DetectorIndex, answer: int) -> dict[str, Any]:
         return {"shingles": sorted(f"{k:016x}" for k in index.shingle_sets[answer]),
                 "minhash": [int(v) for v in index.signatures[answer]]}
 

@@ -15,7 +15,7 @@ from reappreg.guard.hashing import _NGRAM
 from reappreg.guard.spans import word_spans
 
 if TYPE_CHECKING:
-    from reappreg.guard.index import HeldoutIndex
+    from reappreg.guard.detector import DetectorIndex
 
 
 class NgramDetector(Detector):
@@ -27,10 +27,10 @@ class NgramDetector(Detector):
     def build(self, answers) -> dict[str, Any]:
         return {"ngram_sets": answers.sets(*answers.word_grams(answers.settings.ngram.n, _NGRAM))}
 
-    def derive(self, index: "HeldoutIndex") -> None:
+    def derive(self, index: DetectorIndex) -> None:
         index.ngrams = GramTable(index.ngram_sets, index.token_counts)
 
-    def scan(self, index: "HeldoutIndex", batch: Batch, max_shared: int) -> tuple[list[RawHit], list[list[str]]]:
+    def scan(self, index: DetectorIndex, batch: Batch, max_shared: int) -> tuple[list[RawHit], list[list[str]]]:
         s = index.settings.ngram
         grams, offsets = batch.word_grams(s.n, _NGRAM)
         hits = containment_hits(index.ngrams, len(batch), grams, offsets, n=s.n, containment=s.containment,
@@ -38,20 +38,20 @@ class NgramDetector(Detector):
         spans = self.spans(index, batch.texts, [(t, a) for t, a, *_ in hits], max_shared) if max_shared else []
         return hits, spans
 
-    def spans(self, index: "HeldoutIndex", texts: Sequence[str], requests, limit: int) -> list[list[str]]:
+    def spans(self, index: DetectorIndex, texts: Sequence[str], requests, limit: int) -> list[list[str]]:
         return word_spans(index, texts, requests, index.settings.ngram.n, _NGRAM, index.ngrams, limit)
 
-    def heldout_summary(self, index: "HeldoutIndex", answers: int) -> dict[str, Any]:
+    def heldout_summary(self, index: DetectorIndex, answers: int) -> dict[str, Any]:
         n = index.settings.ngram.n
         return {"answers_shorter_than_ngram": sum(1 for c in index.token_counts[:answers] if c < n)}
 
     def threshold(self, settings) -> float:
         return settings.ngram.containment
 
-    def answer_grams(self, index: "HeldoutIndex", answer: int) -> int:
+    def answer_grams(self, index: DetectorIndex, answer: int) -> int:
         return len(index.ngram_sets[answer])
 
-    def sketch_entry(self, index: "HeldoutIndex", answer: int) -> dict[str, Any]:
+    def sketch_entry(self, index: DetectorIndex, answer: int) -> dict[str, Any]:
         return {"ngrams": sorted(f"{k:016x}" for k in index.ngram_sets[answer])}
 
     def read_sketch_entry(self, entry: dict[str, Any], settings) -> dict[str, Any]:

@@ -16,7 +16,7 @@ from reappreg.guard.normalise import letter_tokens, letters, tokens
 
 if TYPE_CHECKING:
     from reappreg.guard.grams import GramTable
-    from reappreg.guard.index import HeldoutIndex
+    from reappreg.guard.detector import DetectorIndex
 
 
 def _merge_spans(hit_positions: list[int], n: int) -> list[tuple[int, int]]:
@@ -33,7 +33,7 @@ def _firsts(spans: list[str], limit: int) -> list[str]:
     return list(dict.fromkeys(spans))[:limit]
 
 
-def word_spans(index: "HeldoutIndex", texts: Sequence[str], requests: Sequence[tuple[int, int]], n: int, domain: int,
+def word_spans(index: DetectorIndex, texts: Sequence[str], requests: Sequence[tuple[int, int]], n: int, domain: int,
                table: "GramTable", limit: int) -> list[list[str]]:
     """Shared passages of word grams of ``n`` words (``domain``, held-out side ``table``):
     each text normalised once, its grams hashed in one vectorised call (the keys the scan used)."""
@@ -53,7 +53,7 @@ def word_spans(index: "HeldoutIndex", texts: Sequence[str], requests: Sequence[t
     return out
 
 
-def letter_spans(index: "HeldoutIndex", texts: Sequence[str], requests: Sequence[tuple[int, int]], limit: int) -> list[list[str]]:
+def letter_spans(index: DetectorIndex, texts: Sequence[str], requests: Sequence[tuple[int, int]], limit: int) -> list[list[str]]:
     """Shared passages of letter windows (``chars.n`` letters), as the words that hold them."""
     out: list[list[str]] = [[] for _ in requests]
     if not requests:

@@ -23,6 +23,16 @@ __all__ = ["NORMALISATION", "SourceSpec", "SourceTexts", "TextUnit", "check_size
 
 
 @dataclass(frozen=True)
+class Group:
+    """Records that may together hold one answer: one author, one conversation, one file
+    (``fragments.fragment_groups`` forms them; ``fragments`` checks them together)."""
+
+    source: str
+    label: str                 # "author_id=a7", "file", ...
+    members: tuple[int, ...]   # unit indices
+
+
+@dataclass(frozen=True)
 class SourceSpec:
     """A file to check and where its ids and texts are.
 

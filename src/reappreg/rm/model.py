@@ -10,7 +10,7 @@ Bit-for-bit reproducibility on CPU: :func:`deterministic_torch` fixes the intra-
 count (``rm.threads``; float reductions are summed in an order that depends on it) and
 turns on torch's deterministic algorithms for the whole stage, and data order and dropout
 are seeded as above; machine load then changes only how long a stage takes, not its bytes
-(tests/test_rm_determinism.py runs a stage twice in separate processes, once under load).
+(tests/rm/test_rm_determinism.py runs a stage twice in separate processes, once under load).
 """
 
 from __future__ import annotations

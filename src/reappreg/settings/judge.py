@@ -111,7 +111,7 @@ class JudgeSettings(Section):
 
 
 # The fields that cannot change the verdict for a given prompt, each with why (every other field
-# is marked Verdict; tests/test_judge.py checks that each field is in exactly one of the two).
+# is marked Verdict; tests/judge/test_judge.py checks that each field is in exactly one of the two).
 NOT_VERDICT = {
     "backend": "in the cache key on its own",
     "model": "in the cache key on its own (with the judge's fingerprint)",
