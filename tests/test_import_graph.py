@@ -1,0 +1,109 @@
+"""The package's import graph: no cycles and no upward arrows into the params schema.
+
+Every import counts, module-level, inside functions and under ``TYPE_CHECKING``: a cycle that
+only a lazy or type-only import keeps open is still two modules that cannot be read, tested
+or moved apart, and it makes every DVC stage that imports one depend on the other's code.
+"""
+
+from __future__ import annotations
+
+import ast
+from pathlib import Path
+
+SRC = Path(__file__).resolve().parents[1] / "src"
+PACKAGE = "reappreg"
+
+
+def _modules() -> dict[str, Path]:
+    out = {}
+    for path in (SRC / PACKAGE).rglob("*.py"):
+        rel = path.relative_to(SRC).with_suffix("")
+        out[".".join(rel.parts[:-1] if rel.name == "__init__" else rel.parts)] = path
+    return out
+
+
+def import_graph() -> dict[str, set[str]]:
+    """module -> the package's modules it imports (a name imported from a package counts as
+    that submodule when there is one, else as the package). A package's own ``__init__``
+    re-exporting its submodules is not an arrow from them."""
+    modules = _modules()
+
+    def owner(name: str) -> str:
+        while name and name not in modules:
+            name = name.rpartition(".")[0]
+        return name
+
+    graph: dict[str, set[str]] = {m: set() for m in modules}
+    for module, path in modules.items():
+        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+            targets: list[str] = []
+            if isinstance(node, ast.Import):
+                targets = [owner(a.name) for a in node.names if a.name.startswith(PACKAGE)]
+            elif isinstance(node, ast.ImportFrom) and node.level == 0 and (node.module or "").startswith(PACKAGE):
+                targets = [f"{node.module}.{a.name}" if f"{node.module}.{a.name}" in modules else owner(node.module)
+                           for a in node.names]
+            graph[module] |= {t for t in targets if t and t != module and t != PACKAGE and not module.startswith(t + ".")}
+    return graph
+
+
+def cycles(graph: dict[str, set[str]]) -> list[list[str]]:
+    """The strongly connected groups of more than one module (Tarjan, iterative)."""
+    index: dict[str, int] = {}
+    low: dict[str, int] = {}
+    stack: list[str] = []
+    on_stack: set[str] = set()
+    found: list[list[str]] = []
+    for root in graph:
+        if root in index:
+            continue
+        work = [(root, iter(sorted(graph[root])))]
+        index[root] = low[root] = len(index)
+        stack.append(root)
+        on_stack.add(root)
+        while work:
+            node, children = work[-1]
+            child = next(children, None)
+            if child is not None:
+                if child not in index:
+                    index[child] = low[child] = len(index)
+                    stack.append(child)
+                    on_stack.add(child)
+                    work.append((child, iter(sorted(graph[child]))))
+                elif child in on_stack:
+                    low[node] = min(low[node], index[child])
+                continue
+            work.pop()
+            if work:
+                low[work[-1][0]] = min(low[work[-1][0]], low[node])
+            if low[node] == index[node]:
+                group = []
+                while True:
+                    member = stack.pop()
+                    on_stack.discard(member)
+                    group.append(member)
+                    if member == node:
+                        break
+                if len(group) > 1:
+                    found.append(sorted(group))
+    return found
+
+
+def test_the_cycle_finder_finds_a_planted_cycle():
+    graph = {"a": {"b"}, "b": {"c"}, "c": {"a"}, "d": {"a"}, "e": set()}
+    assert cycles(graph) == [["a", "b", "c"]]
+    assert cycles({"a": {"b"}, "b": set()}) == []
+
+
+def test_the_package_has_no_import_cycle():
+    graph = import_graph()
+    assert len(graph) > 100  # the walk found the package
+    assert cycles(graph) == []
+
+
+def test_the_params_schema_imports_nothing_of_the_library():
+    """``settings`` is the bottom layer: every stage reads it, so anything it imported would
+    make every stage depend on that code."""
+    allowed = {f"{PACKAGE}.errors", f"{PACKAGE}.io"}
+    upward = {(m, t) for m, targets in import_graph().items() if m.startswith(f"{PACKAGE}.settings")
+              for t in targets if not t.startswith(f"{PACKAGE}.settings") and t not in allowed}
+    assert upward == set()
