@@ -24,8 +24,10 @@ from reappreg.registry import (
     STATUS_TAG,
     IntegrityError,
     RegistrationHooks,
+    RegistrySession,
     RegistryUnavailable,
     VersionContent,
+    WebhookListener,
     audit,
     connect,
     folder_md5,
@@ -883,6 +885,13 @@ def test_poll_watcher_reports_a_ui_alias_once(tmp_path, monkeypatch, templates):
     assert found == reported
 
 
+def test_webhook_listener_address_is_host_and_port():
+    assert WebhookListener(listen="127.0.0.1:0", public_url=None, duration=1, max_events=1).address() == ("127.0.0.1", 0)
+    for bad in ("8080", ":8080", "localhost:", "localhost:http"):
+        with pytest.raises(InputError, match="--listen must be HOST:PORT"):
+            WebhookListener(listen=bad, public_url=None, duration=1, max_events=1).address()
+
+
 # --------------------------------------------------------------------------- pull and clear failures
 
 
@@ -1027,17 +1036,20 @@ def test_remote_server_register_pull_and_webhook_watch(tmp_path, monkeypatch, te
     assert dvc_md5(tmp_path / "pulled" / "data/grpo") == dvc_md5(root / "models/policy/grpo")
 
     # Webhook watcher: the server posts alias events to a loopback listener.
+    from reappreg.settings import load_params
+
     decl = load_declarations(root / "registry/models.yaml")
+    reg = load_params(root / "params.yaml").registry
     ready = threading.Event()
     reported, result = [], {}
 
     def watch():
-        watcher = connect(url, attempts=3, backoff_s=0.5)
-        keyring = keyring_of(root)
-        result["findings"] = watch_webhook(watcher, decl, keyring, tracking_uri=url,
-                                           full_check=lambda: audit(watcher, decl, keyring, tracking_uri=url).findings,
-                                           listen_host="127.0.0.1", listen_port=0, public_url=None, duration_s=60, max_events=2,
-                                           report=reported.append, on_ready=lambda _: ready.set())
+        # Without a key: this watch only reports, it never enforces.
+        session = RegistrySession(client=connect(url, attempts=3, backoff_s=0.5), decl=decl, keyring=keyring_of(root), key=None,
+                                  tracking_uri=url, lock_timeout_s=reg.promotion_lock_timeout_s,
+                                  lock_stale_s=reg.promotion_lock_stale_s)
+        listener = WebhookListener(listen="127.0.0.1:0", public_url=None, duration=60, max_events=2)
+        result["findings"] = watch_webhook(session, listener, report=reported.append, on_ready=lambda _: ready.set())
 
     thread = threading.Thread(target=watch)
     thread.start()

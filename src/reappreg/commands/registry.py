@@ -81,7 +81,11 @@ def register(
     first in step order (each in a nested run of its own), so `candidate` ends on the final model."""
     from rich.progress import Progress
 
-    from reappreg.registry.stage import register_models
+    from reappreg.registry.stage import (
+        RegistrationFiles,
+        RegistryFiles,
+        register_models,
+    )
     from reappreg.settings import load_params
 
     console = Console()
@@ -90,9 +94,9 @@ def register(
         colour = "green" if result.created else "yellow"
         console.print(f"[{colour}]{name}[/] version {result.version}: {result.note}", highlight=False, soft_wrap=True)
 
-    register_models(load_params(params), models=models, cards=cards, evidence_paths=evidence_paths, keys=keys,
-                    local_keys=local_keys, lock_file=lock_file, receipt=receipt, lock=lock,
-                    progress=Progress(transient=True), on_registered=registered)
+    files = RegistrationFiles(registry=RegistryFiles(models=models, keys=keys, local_keys=local_keys), cards=cards,
+                              evidence=evidence_paths, registration_lock=lock_file, receipt=receipt, dvc_lock=lock)
+    register_models(load_params(params), files, progress=Progress(transient=True), on_registered=registered)
 
 
 @app.command()
@@ -189,13 +193,14 @@ def watch(
         actor_name,
         watch_aliases,
     )
+    from reappreg.registry.watch import WebhookListener
     from reappreg.settings import load_params
 
     settings = load_params(params)
     console = Console()
+    webhook = WebhookListener(listen=listen, public_url=public_url, duration=duration, max_events=max_events)
     findings = watch_aliases(
-        settings, files, WatchOptions(mode=mode, enforce=enforce, interval=interval, max_polls=max_polls, listen=listen,
-                                      public_url=public_url, duration=duration, max_events=max_events),
+        settings, files, WatchOptions(mode=mode, enforce=enforce, interval=interval, max_polls=max_polls, webhook=webhook),
         actor=actor_name(actor),
         callbacks=WatchCallbacks(
             on_violation=lambda finding: console.print(f"[red]VIOLATION[/] {escape(finding.describe())}", highlight=False,

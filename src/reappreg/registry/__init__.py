@@ -50,13 +50,13 @@ from reappreg.registry.registration import (
     require_passed,
 )
 from reappreg.registry.verification import VersionCheck, gates_for, get_version, verify_version
-from reappreg.registry.watch import enforce, verify_signature, watch_poll, watch_webhook
+from reappreg.registry.watch import WebhookListener, enforce, verify_signature, watch_poll, watch_webhook
 
 __all__ = [
     "AliasFinding", "AliasMoved", "Audit", "CONTENT_TAG", "ENVELOPE_TAG", "FrontMatter", "Gate", "GateCheck", "IntegrityError",
     "KEYID_TAG", "KEY_TAG", "Keyring", "MANIFEST_TAG", "ModelDecl", "Promotion", "PromotionRequest", "Pulled", "Registration",
     "RegistrationHooks", "RegistryDecl", "RegistrySession", "RegistryUnavailable", "SIGNED_GATE", "STATUS_TAG",
-    "SignatureInvalid", "SigningKey", "VersionCheck", "VersionContent", "audit", "bounded_http", "check_alias",
+    "SignatureInvalid", "SigningKey", "VersionCheck", "VersionContent", "WebhookListener", "audit", "bounded_http", "check_alias",
     "check_certificate", "check_metrics_describe", "connect", "declared", "enforce", "evaluate_gates", "evidence_of", "failed",
     "folder_md5", "for_ui", "gates_for", "get_version", "load_declarations", "load_keyring", "manifest_of", "parse_spec",
     "promote", "pull", "read_history", "readable_tags", "register_version", "registration_key", "registration_lock",

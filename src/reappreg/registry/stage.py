@@ -30,6 +30,7 @@ from reappreg.errors import InputError
 if TYPE_CHECKING:
     from reappreg.card.evidence import EvidencePaths
     from reappreg.registry.promotion import PromotionRequest
+    from reappreg.registry.watch import WebhookListener
     from reappreg.settings import Params
 
 # The signed-history heads this clone saw at each tracking URI (beside its local key).
@@ -38,15 +39,31 @@ HEADS_FILE = "history-heads.json"
 
 @dataclass(frozen=True)
 class RegistryFiles:
-    """The repository files every registry command but register reads besides the params: the
-    declarations (``models``), the team keys (``keys``) and this clone's local key folder
-    (``local_keys``, beside which this clone's memory of the signed history lives). One object
-    because the commands take them as one option group and every operation here opens the
-    registry from all three."""
+    """The repository files every registry command reads besides the params: the declarations
+    (``models``), the team keys (``keys``) and this clone's local key folder (``local_keys``,
+    beside which this clone's memory of the signed history lives). One object because the
+    commands take them as one option group and every operation here opens the registry from all
+    three."""
 
     models: Path
     keys: Path
     local_keys: Path
+
+
+@dataclass(frozen=True)
+class RegistrationFiles:
+    """What registration reads and writes besides the params: the ``registry`` files every command
+    reads, the ``cards`` folder (``<model>.md``), the ``evidence`` the gates are read from, the
+    host-wide ``registration_lock`` (``--lock-file``), the ``receipt`` it writes and the
+    ``dvc_lock`` the claims must match (``--lock``). One object because ``registry register``
+    takes them all as options and only registration needs the ones beyond ``registry``."""
+
+    registry: RegistryFiles
+    cards: Path
+    evidence: EvidencePaths
+    registration_lock: Path
+    receipt: Path
+    dvc_lock: Path
 
 
 def client_for(settings: Params) -> tuple[Any, str]:
@@ -170,15 +187,8 @@ def _log_dvc_inputs(md5s: dict[str, str], context: str) -> None:
 
 def register_models(
     settings: Params,
+    files: RegistrationFiles,
     *,
-    models: Path,
-    cards: Path,
-    evidence_paths: EvidencePaths,
-    keys: Path,
-    local_keys: Path,
-    lock_file: Path,
-    receipt: Path,
-    lock: Path,
     progress=None,  # noqa: ANN001 - a rich Progress (not started), shown while hashing
     on_registered: Callable[[str, Any], None] | None = None,
 ) -> None:
@@ -222,25 +232,26 @@ def register_models(
     from reappreg.tracking import git_state, stage_run
 
     reg = settings.registry
-    decl = load_declarations(models)
+    decl = load_declarations(files.registry.models)
     bar_opponent = decl.reference_bar.opponent if decl.reference_bar is not None else None
-    evidence = evidence_paths.load()
+    evidence = files.evidence.load()
     # Derive, don't accept: the claims must be the ones the stats stage drew from the judge's output.
-    claims = evidence_paths.claims
+    claims = files.evidence.claims
     claims_key = claims.resolve().relative_to(Path.cwd().resolve()) if claims.is_absolute() else claims
-    lineage = check_claims_lineage(claims_key, evidence.claims, lock, claims_md5=dvc_md5(claims))
-    key = signing_key(local_keys, create=True)
-    keyring = team_keyring(settings, keys, local_keys)
+    lineage = check_claims_lineage(claims_key, evidence.claims, files.dvc_lock, claims_md5=dvc_md5(claims))
+    key = signing_key(files.registry.local_keys, create=True)
+    keyring = team_keyring(settings, files.registry.keys, files.registry.local_keys)
     if reg.trust_local_key is False and key.keyid not in keyring.keys:
-        raise InputError(f"signing key {key.path} (id {key.keyid[:16]}) is not a team key in {keys} and registry.trust_local_key "
-                         "is false: its versions would fail every gate; add its public key to the keyring or set $REAPPREG_SIGNING_KEY")
+        raise InputError(f"signing key {key.path} (id {key.keyid[:16]}) is not a team key in {files.registry.keys} and "
+                         "registry.trust_local_key is false: its versions would fail every gate; add its public key to the "
+                         "keyring or set $REAPPREG_SIGNING_KEY")
     plans = []
     # Refuse before touching the registry: every model's training text must be certified.
     with progress if progress is not None else contextlib.nullcontext():
         task = progress.add_task("hashing artifacts and inputs", total=len(decl.models)) if progress is not None else None
         for name, model in decl.models.items():
-            plan = plan_model(name, model, evidence, cards)
-            plans += [*checkpoint_plans(plan, evidence, cards, settings.policy.train.checkpoint_steps), (*plan, None)]
+            plan = plan_model(name, model, evidence, files.cards)
+            plans += [*checkpoint_plans(plan, evidence, files.cards, settings.policy.train.checkpoint_steps), (*plan, None)]
             if progress is not None:
                 progress.advance(task)
     git = git_state()
@@ -250,8 +261,8 @@ def register_models(
     builder = {"id": f"reappreg registry register ({actor_name(None)})",
                "version": {pkg: importlib.metadata.version(pkg) for pkg in ("reappreg", "mlflow", "model-signing", "securesystemslib")}}
     started = dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds").replace("+00:00", "Z")
-    inputs = {"models": models, "cards": cards, **evidence.sources}
-    with bounded_http(reg.http_retries, reg.http_timeout_s), registration_lock(lock_file, reg.lock_timeout_s):
+    inputs = {"models": files.registry.models, "cards": files.cards, **evidence.sources}
+    with bounded_http(reg.http_retries, reg.http_timeout_s), registration_lock(files.registration_lock, reg.lock_timeout_s):
         client, tracking_uri = client_for(settings)
         # ... and a lock made to agree with edited files is not enough: finished runs the stages
         # tracked wrote them (checked before anything is registered).
@@ -326,7 +337,7 @@ def register_models(
             # What a reader of the receipt (and the report) needs next: where every alias points
             # now and whether `registry verify` passes, derived by the same audit it runs.
             state = audit(client, decl, keyring, tracking_uri=tracking_uri)
-            write_json(receipt, {"registered": results, "signing_keyid": key.keyid, "claims_lineage": lineage,
+            write_json(files.receipt, {"registered": results, "signing_keyid": key.keyid, "claims_lineage": lineage,
                                  "claims_tracked": tracked,
                                  "verify": alias_rows(state)})
 
@@ -417,19 +428,15 @@ WATCH_MODES = ("auto", "webhook", "poll")
 class WatchOptions:
     """How one watch runs (``registry watch``'s options): ``mode`` (one of WATCH_MODES), ``enforce``
     (undo each gated violation); polling every ``interval`` seconds, ``max_polls`` times (None:
-    ``registry.watch_interval_s``, ``registry.watch_max_polls``); a webhook listener on ``listen``
-    (HOST:PORT), posted to at ``public_url`` (None: http://HOST:PORT/), for at most ``duration``
-    seconds or ``max_events`` alias events. One object because they arrive together from the
-    command and only the mode decides which of them apply."""
+    ``registry.watch_interval_s``, ``registry.watch_max_polls``); or the ``webhook`` listener. One
+    object because they arrive together from the command and only the mode decides which of them
+    apply."""
 
     mode: str
     enforce: bool
     interval: float | None
     max_polls: int | None
-    listen: str
-    public_url: str | None
-    duration: float
-    max_events: int
+    webhook: WebhookListener
 
 
 @dataclass(frozen=True)
@@ -483,12 +490,7 @@ def watch_aliases(settings: Params, files: RegistryFiles, options: WatchOptions,
         if mode == "webhook" and not served:
             raise InputError(f"--mode webhook needs an `mlflow server` tracking URI; {uri} delivers no webhooks (use --mode poll)")
         if mode == "webhook" or (mode == "auto" and served):
-            host, _, port = options.listen.rpartition(":")
-            if not host or not port.isdigit():
-                raise InputError(f"--listen must be HOST:PORT, got {options.listen!r}")
-            return watch_webhook(client, decl, keyring, tracking_uri=uri, full_check=full_check, listen_host=host,
-                                 listen_port=int(port), public_url=options.public_url, duration_s=options.duration,
-                                 max_events=options.max_events, report=report, on_ready=callbacks.on_webhook)
+            return watch_webhook(session, options.webhook, report=report, on_ready=callbacks.on_webhook)
         every = min(max(options.interval if options.interval is not None else reg.watch_interval_s, 1.0), 3600.0)
         polls = options.max_polls if options.max_polls is not None else reg.watch_max_polls
         if polls < 1:
@@ -515,6 +517,6 @@ def pull_version(settings: Params, files: RegistryFiles, *, spec: str, to: Path 
                        actor=actor)
 
 
-__all__ = ["HEADS_FILE", "WATCH_MODES", "RegistryFiles", "Verified", "WatchCallbacks", "WatchOptions", "actor_name",
+__all__ = ["HEADS_FILE", "WATCH_MODES", "RegistrationFiles", "RegistryFiles", "Verified", "WatchCallbacks", "WatchOptions", "actor_name",
            "checkpoint_plans", "client_for", "parse_expect", "plan_model", "promote_alias", "pull_version", "refuse_dirty_card",
            "register_models", "team_keyring", "verify_aliases", "watch_aliases"]

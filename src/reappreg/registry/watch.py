@@ -27,17 +27,36 @@ import json
 import secrets
 import time
 from collections.abc import Callable, Mapping
+from dataclasses import dataclass
 from typing import Any
 
-from reappreg.registry.audit import AliasFinding, check_alias
-from reappreg.registry.declarations import RegistryDecl
-from reappreg.registry.keys import Keyring
+from reappreg.errors import InputError
+from reappreg.registry.audit import AliasFinding, audit, check_alias
 from reappreg.registry.promotion import (
     RegistrySession,
     read_history,
     record_enforcement,
 )
 from reappreg.registry.verification import gates_for, is_gated, verify_version
+
+
+@dataclass(frozen=True)
+class WebhookListener:
+    """Where a webhook watch listens (``listen``: HOST:PORT, port 0 for any free one), the URL the
+    server posts to (``public_url``; None: http://HOST:PORT/) and when it stops: after ``duration``
+    seconds or ``max_events`` alias events. Kept as the user typed ``listen`` and split only when
+    a webhook watch starts: a polling watch never reads it, so a bad value must not stop one."""
+
+    listen: str
+    public_url: str | None
+    duration: float
+    max_events: int
+
+    def address(self) -> tuple[str, int]:
+        host, _, port = self.listen.rpartition(":")
+        if not host or not port.isdigit():
+            raise InputError(f"--listen must be HOST:PORT, got {self.listen!r}")
+        return host, int(port)
 
 
 def watch_poll(
@@ -112,30 +131,25 @@ def verify_signature(secret: str, headers: Mapping[str, str], body: bytes) -> bo
 
 
 def watch_webhook(
-    client: Any,
-    decl: RegistryDecl,
-    keyring: Keyring,
+    session: RegistrySession,
+    listener: WebhookListener,
     *,
-    tracking_uri: str,
-    full_check: Callable[[], list[AliasFinding]],
-    listen_host: str,
-    listen_port: int,
-    public_url: str | None,
-    duration_s: float,
-    max_events: int,
     report: Callable[[AliasFinding], None],
     on_ready: Callable[[str], None] | None = None,
 ) -> list[AliasFinding]:
     """Subscribe to ``model_version_alias.created`` on an ``mlflow server`` and check each new alias.
 
-    Runs ``full_check`` once after subscribing, then checks each new alias as it is set.
-    Stops after ``duration_s`` seconds or ``max_events`` alias events, then deletes its
-    webhook. ``report`` is called once per violating (model, alias, version).
+    Audits every alias once after subscribing, then checks each new alias as it is set. Stops
+    after ``listener.duration`` seconds or ``listener.max_events`` alias events, then deletes its
+    webhook. ``report`` is called once per violating (model, alias, version); ``on_ready`` with
+    the URL the server posts to, once the listener runs.
     """
     import queue
     import threading
     from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
+    client, decl, keyring, tracking_uri = session.client, session.decl, session.keyring, session.tracking_uri
+    host, port = listener.address()
     secret = secrets.token_hex(16)
     events: queue.Queue = queue.Queue()
 
@@ -153,8 +167,8 @@ def watch_webhook(
         def log_message(self, *args: Any) -> None:  # keep the console for findings
             pass
 
-    server = ThreadingHTTPServer((listen_host, listen_port), Handler)
-    url = public_url or f"http://{listen_host}:{server.server_address[1]}/"
+    server = ThreadingHTTPServer((host, port), Handler)
+    url = listener.public_url or f"http://{host}:{server.server_address[1]}/"
     thread = threading.Thread(target=server.serve_forever, daemon=True)
     thread.start()
     hook = client.create_webhook(name=f"reappreg-watch-{secrets.token_hex(4)}", url=url,
@@ -173,13 +187,13 @@ def watch_webhook(
     try:
         # Aliases set before the webhook existed (or while the server's webhook cache was
         # stale) are caught by one full check once the subscription is in place.
-        for finding in full_check():
+        for finding in audit(client, decl, keyring, tracking_uri=tracking_uri).findings:
             found(finding)
         if on_ready:
             on_ready(url)
-        deadline = time.monotonic() + duration_s
+        deadline = time.monotonic() + listener.duration
         handled = 0
-        while handled < max_events:
+        while handled < listener.max_events:
             remaining = deadline - time.monotonic()
             if remaining <= 0:
                 break
