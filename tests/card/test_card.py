@@ -18,6 +18,7 @@ import yaml
 
 from reappreg import stats
 from reappreg.card.build import (
+    CardBuild,
     ClaimRejected,
     card_inputs_for,
     check_template,
@@ -52,10 +53,8 @@ def build_card(root: Path, name: str, evidence=None) -> str:
     params = load_params(root / "params.yaml")
     decl = load_declarations(root / "registry/models.yaml")
     evidence = evidence or evidence_of(root)
-    inputs = card_inputs_for(name, decl, params=params.model_dump(by_alias=True), evidence=evidence, root=root,
-                             revision={"commit": "0f3c9e2ab41d5e6f7a8b9c0d1e2f3a4b5c6d7e8f", "dirty": "false", "dirty_paths": []},
-                             min_n_confirm=params.stats.min_n_confirm, decimals=params.registry.card_decimals,
-                             health=params.card.health)
+    revision = {"commit": "0f3c9e2ab41d5e6f7a8b9c0d1e2f3a4b5c6d7e8f", "dirty": "false", "dirty_paths": []}
+    inputs = card_inputs_for(params, CardBuild(decl=decl, evidence=evidence, revision=revision, root=root), name)
     template = root / "registry/card_template.md"
     return render_card(template.read_text(encoding="utf-8"), str(template), inputs, evidence)
 
@@ -387,11 +386,9 @@ def test_card_parses_as_a_hugging_face_model_card_with_model_index(pipeline, nam
 
 def inputs_of(root: Path, name: str, **revision):
     params = load_params(root / "params.yaml")
-    return card_inputs_for(name, load_declarations(root / "registry/models.yaml"), params=params.model_dump(by_alias=True),
-                           evidence=evidence_of(root), root=root,
-                           revision={"commit": "abc123", "dirty": "false", "dirty_paths": [], **revision},
-                           min_n_confirm=params.stats.min_n_confirm, decimals=params.registry.card_decimals,
-                           health=params.card.health)
+    build = CardBuild(decl=load_declarations(root / "registry/models.yaml"), evidence=evidence_of(root), root=root,
+                      revision={"commit": "abc123", "dirty": "false", "dirty_paths": [], **revision})
+    return card_inputs_for(params, build, name)
 
 
 def test_validate_card_refuses_broken_metadata():

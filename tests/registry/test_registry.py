@@ -434,8 +434,8 @@ def _library_registration(client, root: Path, name: str = POLICY, **hook_overrid
             mlflow.log_artifacts(str(folder), artifact_path)
             return mlflow.get_artifact_uri(artifact_path)
 
-        def attest(version, run_id, source, subjects, readable):
-            return {"_type": "https://in-toto.io/Statement/v1", "subject": [{"name": k, "digest": {"sha256": v}} for k, v in subjects.items()],
+        def attest(attested):
+            return {"_type": "https://in-toto.io/Statement/v1", "subject": [{"name": k, "digest": {"sha256": v}} for k, v in attested.subjects.items()],
                     "predicateType": "https://slsa.dev/provenance/v1", "predicate": {}}
 
         content = VersionContent(artifact_dir=artifact, manifest=manifest_of(artifact), training_md5s=training,
@@ -1171,9 +1171,9 @@ def test_models_uri_loads_in_a_fresh_process_with_the_ensembles_rewards(tmp_path
             mlflow.log_artifacts(str(folder), artifact_path)
             return mlflow.get_artifact_uri(artifact_path)
 
-        def attest(version, run_id, source, subjects, readable):
+        def attest(attested):
             return {"_type": "https://in-toto.io/Statement/v1", "predicateType": "https://slsa.dev/provenance/v1",
-                    "subject": [{"name": k, "digest": {"sha256": v}} for k, v in subjects.items()], "predicate": {}}
+                    "subject": [{"name": k, "digest": {"sha256": v}} for k, v in attested.subjects.items()], "predicate": {}}
 
         content = VersionContent(artifact_dir=ensemble, manifest=manifest_of(ensemble), training_md5s={"x": "0" * 32},
                                  tags={}, card="---\nlicense: x\n---\n# card\n")

@@ -3,24 +3,31 @@
 from __future__ import annotations
 
 import copy
+import dataclasses
 import math
 
 import pytest
 
 from reappreg.errors import InputError
-from reappreg.registry.provenance import material, statement
+from reappreg.registry.provenance import (
+    AttestedVersion,
+    Provenance,
+    material,
+    statement,
+)
 from reappreg.registry.slsa import check_statement
+
+VERSION = AttestedVersion(name="m", version="3", run_id="r" * 32, source="mlflow-artifacts:/x",
+                          subjects={"MLmodel": "a" * 64, "data/grpo/model.safetensors": "b" * 64}, tags={"t": "v"})
+PROVENANCE = Provenance(
+    registration={"registration_key": "k", "gates": [{"name": "g"}]},
+    materials=[material("data/train/ratings.jsonl", "c" * 32), material("models/rm/ensemble", "d" * 32 + ".dir")],
+    flat_evidence={"judge.n_pairs": 240, "eval.win_rate": 0.61}, gate_results=[{"gate": "g", "ok": True}],
+    builder={"id": "reappreg registry register (ci)", "version": {"reappreg": "0.1"}}, started="2026-12-04T00:00:00Z")
 
 
 def _statement(**overrides) -> dict:
-    kwargs = dict(subjects={"MLmodel": "a" * 64, "data/grpo/model.safetensors": "b" * 64}, name="m", version="3",
-                  run_id="r" * 32, source="mlflow-artifacts:/x", registration={"registration_key": "k", "gates": [{"name": "g"}]},
-                  materials=[material("data/train/ratings.jsonl", "c" * 32), material("models/rm/ensemble", "d" * 32 + ".dir")],
-                  flat_evidence={"judge.n_pairs": 240, "eval.win_rate": 0.61}, gate_results=[{"gate": "g", "ok": True}],
-                  tags={"t": "v"}, builder={"id": "reappreg registry register (ci)", "version": {"reappreg": "0.1"}},
-                  started="2026-12-04T00:00:00Z")
-    kwargs.update(overrides)
-    return statement(**kwargs)
+    return statement(VERSION, dataclasses.replace(PROVENANCE, **overrides))
 
 
 def test_a_statement_is_plain_json_with_its_types_kept():

@@ -30,7 +30,7 @@ import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import yaml
 
@@ -45,6 +45,9 @@ from reappreg.errors import InputError, ReappregError
 from reappreg.hashing import dvc_md5
 from reappreg.io import read_json
 from reappreg.stats.claims import BLOCKING_FLAGS  # claim flags that can never back a printed claim
+
+if TYPE_CHECKING:
+    from reappreg.settings import Params
 
 
 class ClaimRejected(ReappregError):
@@ -322,31 +325,35 @@ def rows_as_comparisons(rows: Sequence[Mapping[str, Any]]) -> list[dict[str, Any
             for r in rows if r.get("status") == "evaluated" and r.get("pool") == "policy"]
 
 
-def card_inputs_for(
-    name: str,
-    decl: Any,
-    *,
-    params: Mapping[str, Any],
-    evidence: Evidence,
-    root: str | os.PathLike = ".",
-    revision: Mapping[str, str],
-    min_n_confirm: int,
-    decimals: int,
-    health: Any,
-    stage: str = "register",
-    checkpoint: Mapping[str, Any] | None = None,
-) -> CardInputs:
-    """The facts of model ``name`` (declared in ``decl``, a RegistryDecl) for its card.
+@dataclass(frozen=True)
+class CardBuild:
+    """What every card of one build reads: the declarations (``decl``, a RegistryDecl), the loaded
+    ``evidence``, the ``revision`` the cards are built at (:func:`source_revision`'s ``commit``,
+    ``dirty``, ``dirty_paths`` plus ``dirty_allowed``: built with ``--allow-dirty``), the ``root``
+    the declared paths are relative to and the ``stage`` the reproduce commands end with. One object
+    because a build reads them once and writes the card of every model and kept checkpoint from the
+    same ones; only the model and the checkpoint change from card to card."""
+
+    decl: Any
+    evidence: Evidence
+    revision: Mapping[str, Any]
+    root: str | os.PathLike = "."
+    stage: str = "register"
+
+
+def card_inputs_for(settings: Params, build: CardBuild, name: str, *,
+                    checkpoint: Mapping[str, Any] | None = None) -> CardInputs:
+    """The facts of model ``name`` (declared in ``build.decl``) for its card, under the params
+    ``settings`` (its hyperparameters, the confirmation rule, the decimals and the thresholds its
+    training health is judged by).
 
     ``checkpoint`` (one of :func:`kept_checkpoints`) makes it the card of that kept checkpoint's
     version: its evaluation table is its own results rows, not the final model's.
-
-    ``revision`` is :func:`source_revision`'s (``commit``, ``dirty``, ``dirty_paths``) plus
-    ``dirty_allowed`` (the card was built with ``--allow-dirty``); ``health`` is the
-    CardHealthSettings the policy's training health is judged by.
     """
+    decl, evidence, revision = build.decl, build.evidence, build.revision
+    params = settings.model_dump(by_alias=True)
     model = decl.models[name]
-    root = Path(root)
+    root = Path(build.root)
     source = f"registry declaration of {name}"
     base_model = str(_dotted(params, model.base_model_param, source))
     base_model = decl.known_models.get(base_model, base_model)
@@ -387,14 +394,14 @@ def card_inputs_for(
                   "dirty_paths": list(revision.get("dirty_paths", [])),
                   "dirty_allowed": bool(revision.get("dirty_allowed", False)),
                   "experiment": revision.get("experiment"),
-                  "commands": reproduce_commands(stage, revision.get("commit", "none"), model.artifact,
+                  "commands": reproduce_commands(build.stage, revision.get("commit", "none"), model.artifact,
                                                  model_md5(model, evidence, root), model.kind,
                                                  revision.get("experiment"))},
         datasets=[*model.training_inputs, *[p for p in model.other_inputs if p.startswith("data/")]],
-        health=evidence.training_health(health, _max_completion_length(params)) if model.kind == "policy" else None,
+        health=evidence.training_health(settings.card.health, _max_completion_length(params)) if model.kind == "policy" else None,
         paths={name: display_path(path, root) for name, path in evidence.sources.items()},
-        min_n_confirm=min_n_confirm,
-        decimals=decimals,
+        min_n_confirm=settings.stats.min_n_confirm,
+        decimals=settings.registry.card_decimals,
         results_rows=results_rows_of(evidence, checkpoint["condition"] if checkpoint else "policy")
         if model.kind == "policy" else [],
         checkpoint=dict(checkpoint) if checkpoint else None,
@@ -452,8 +459,8 @@ def render_card(template_text: str, template_source: str, inputs: CardInputs, ev
 
 
 # The evidence names (reappreg.card.evidence) are re-exported: callers read a card's inputs from here.
-__all__ = ["CLAIM_KEYS", "CONDITIONS", "EVAL_COLUMNS", "CardInputs", "Certificate", "ClaimRejected", "Evidence",
-           "LintProblem", "TRAINING_STAGE", "TrainingHealth", "calibration_rows", "card_body", "card_comparisons",
+__all__ = ["CLAIM_KEYS", "CONDITIONS", "EVAL_COLUMNS", "CardBuild", "CardInputs", "Certificate", "ClaimRejected",
+           "Evidence", "LintProblem", "TRAINING_STAGE", "TrainingHealth", "calibration_rows", "card_body", "card_comparisons",
            "card_inputs_for", "card_revision", "check_template", "checkpoint_card_name", "flatten", "fmt",
            "kept_checkpoints", "lint_claims", "load_evidence", "metric_label", "model_md5", "numbers_in", "parse_card",
            "read_certificate", "render_card", "reproduce_commands", "source_revision", "training_health",

@@ -15,7 +15,14 @@ def build_cards(settings: Params, *, models: Path, template: Path, evidence_path
     policy) under ``out_dir``; returns the paths. ``on_card(path, chars)`` is told of each card."""
     import mlflow
 
-    from reappreg.card.build import card_inputs_for, checkpoint_card_name, kept_checkpoints, render_card, source_revision
+    from reappreg.card.build import (
+        CardBuild,
+        card_inputs_for,
+        checkpoint_card_name,
+        kept_checkpoints,
+        render_card,
+        source_revision,
+    )
     from reappreg.errors import InputError
     from reappreg.io import write_text
     from reappreg.registry import load_declarations
@@ -26,9 +33,9 @@ def build_cards(settings: Params, *, models: Path, template: Path, evidence_path
         raise InputError(f"{template}: card template not found")
     template_text = template.read_text(encoding="utf-8")
     evidence = evidence_paths.load()
-    params_dict = settings.model_dump(by_alias=True)
     inputs = {"models": models, "template": template, **dict(evidence.sources.items())}
-    revision = {**source_revision(), "dirty_allowed": allow_dirty}
+    build = CardBuild(decl=decl, evidence=evidence, revision={**source_revision(), "dirty_allowed": allow_dirty},
+                      stage="register")
     written = []
     with stage_run("card", tracking=settings.tracking, params={**settings.registry.model_dump(),
                                                                "card": settings.card.model_dump()}, inputs=inputs):
@@ -38,10 +45,7 @@ def build_cards(settings: Params, *, models: Path, template: Path, evidence_path
             versions = [(checkpoint_card_name(name, c["step"]), c)
                         for c in kept_checkpoints(model, evidence, settings.policy.train.checkpoint_steps)]
             for stem, checkpoint in [*versions, (name, None)]:
-                card_inputs = card_inputs_for(name, decl, params=params_dict, evidence=evidence, revision=revision,
-                                              min_n_confirm=settings.stats.min_n_confirm,
-                                              decimals=settings.registry.card_decimals, health=settings.card.health,
-                                              stage="register", checkpoint=checkpoint)
+                card_inputs = card_inputs_for(settings, build, name, checkpoint=checkpoint)
                 text = render_card(template_text, str(template), card_inputs, evidence)
                 out = out_dir / f"{stem}.md"
                 write_text(out, text)

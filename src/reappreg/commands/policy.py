@@ -66,12 +66,12 @@ def train(
 ) -> None:
     """GRPO with TRL against the RM ensemble; resumes from work-dir checkpoints of the same run.
     Every policy.train.checkpoint_steps checkpoint is kept as a model folder of its own."""
-    from reappreg.policy.stage.train import train_stage
+    from reappreg.policy.stage.train import TrainPaths, train_stage
 
+    paths = TrainPaths(prompts=prompts, vignettes=vignettes, rm_ensemble=rm_ensemble, base_model=base_model,
+                       certificate=certificate, work_dir=work_dir, out=out, checkpoints_out=checkpoints_out, metrics=metrics)
     summary = train_stage(
-        load_params(params), params_source=str(params), prompts=prompts, vignettes=vignettes, rm_ensemble=rm_ensemble,
-        base_model=base_model, certificate=certificate, work_dir=work_dir, out=out, checkpoints_out=checkpoints_out,
-        metrics=metrics, status=console.status,
+        load_params(params), paths, params_source=str(params), status=console.status,
         on_resume=lambda step: console.print(f"[yellow]resuming[/] from checkpoint at step {step}"),
         on_launch=lambda command: console.print("[bold]launching[/] " + " ".join(command[2:])),
     )

@@ -28,7 +28,7 @@ from reappreg.registry.gates import SIGNED_GATE, GateCheck, evaluate_gates, fail
 from reappreg.registry.keyring_chain import load_keyring
 from reappreg.registry.keys import Keyring, SignatureInvalid, SigningKey, signing_key
 from reappreg.registry.promotion import AliasMoved, Promotion, PromotionRequest, RegistrySession, promote, read_history
-from reappreg.registry.provenance import evidence_of, readable_tags, statement
+from reappreg.registry.provenance import AttestedVersion, Provenance, evidence_of, readable_tags, statement
 from reappreg.registry.pull import IntegrityError, Pulled, pull, resolve_version
 from reappreg.registry.registration import (
     CONTENT_TAG,
@@ -53,13 +53,13 @@ from reappreg.registry.verification import VersionCheck, gates_for, get_version,
 from reappreg.registry.watch import WebhookListener, enforce, verify_signature, watch_poll, watch_webhook
 
 __all__ = [
-    "AliasFinding", "AliasMoved", "Audit", "CONTENT_TAG", "ENVELOPE_TAG", "FrontMatter", "Gate", "GateCheck", "IntegrityError",
-    "KEYID_TAG", "KEY_TAG", "Keyring", "MANIFEST_TAG", "ModelDecl", "Promotion", "PromotionRequest", "Pulled", "Registration",
-    "RegistrationHooks", "RegistryDecl", "RegistrySession", "RegistryUnavailable", "SIGNED_GATE", "STATUS_TAG",
-    "SignatureInvalid", "SigningKey", "VersionCheck", "VersionContent", "WebhookListener", "audit", "bounded_http", "check_alias",
-    "check_certificate", "check_metrics_describe", "connect", "declared", "enforce", "evaluate_gates", "evidence_of", "failed",
-    "folder_md5", "for_ui", "gates_for", "get_version", "load_declarations", "load_keyring", "manifest_of", "parse_spec",
-    "promote", "pull", "read_history", "readable_tags", "register_version", "registration_key", "registration_lock",
-    "require_passed", "resolve_version", "signing_key", "statement", "verify_signature", "verify_version", "watch_poll",
-    "watch_webhook",
+    "AliasFinding", "AliasMoved", "AttestedVersion", "Audit", "CONTENT_TAG", "ENVELOPE_TAG", "FrontMatter", "Gate",
+    "GateCheck", "IntegrityError", "KEYID_TAG", "KEY_TAG", "Keyring", "MANIFEST_TAG", "ModelDecl", "Promotion",
+    "PromotionRequest", "Provenance", "Pulled", "Registration", "RegistrationHooks", "RegistryDecl", "RegistrySession",
+    "RegistryUnavailable", "SIGNED_GATE", "STATUS_TAG", "SignatureInvalid", "SigningKey", "VersionCheck", "VersionContent",
+    "WebhookListener", "audit", "bounded_http", "check_alias", "check_certificate", "check_metrics_describe", "connect",
+    "declared", "enforce", "evaluate_gates", "evidence_of", "failed", "folder_md5", "for_ui", "gates_for", "get_version",
+    "load_declarations", "load_keyring", "manifest_of", "parse_spec", "promote", "pull", "read_history", "readable_tags",
+    "register_version", "registration_key", "registration_lock", "require_passed", "resolve_version", "signing_key",
+    "statement", "verify_signature", "verify_version", "watch_poll", "watch_webhook",
 ]

@@ -20,6 +20,7 @@ from __future__ import annotations
 import hashlib
 import json
 from collections.abc import Mapping
+from dataclasses import dataclass
 from typing import Any
 
 from reappreg.hashing import dvc_md5
@@ -137,21 +138,40 @@ def params_md5(params: Mapping[str, Any]) -> str:
     return hashlib.md5(json.dumps(params, sort_keys=True, default=str).encode("utf-8")).hexdigest()
 
 
-def statement(
-    *,
-    subjects: Mapping[str, str],
-    name: str,
-    version: str,
-    run_id: str,
-    source: str,
-    registration: Mapping[str, Any],
-    materials: list[dict[str, Any]],
-    flat_evidence: Mapping[str, Any],
-    gate_results: list[dict[str, Any]],
-    tags: Mapping[str, str],
-    builder: Mapping[str, Any],
-    started: str,
-) -> dict[str, Any]:
+@dataclass(frozen=True)
+class AttestedVersion:
+    """The registered version a statement is about: the model ``name`` and ``version`` number, the
+    MLflow run (``run_id``) and artifact URI (``source``) its folder was logged to, every file of that
+    folder with its sha256 (``subjects``) and the readable ``tags`` the version carries. One object
+    because registration knows them only once the version exists, all at that moment, and hands
+    them together to the caller's ``attest`` hook."""
+
+    name: str
+    version: str
+    run_id: str
+    source: str
+    subjects: Mapping[str, str]
+    tags: Mapping[str, str]
+
+
+@dataclass(frozen=True)
+class Provenance:
+    """How a version was made and judged, as the statement records it: the ``registration``
+    parameters (registration key, artifact hash, params hash, commit, gate declarations, keyring
+    head), the ``materials`` (every input with its digest), the ``flat_evidence`` the gates read and
+    their ``gate_results``, the ``builder`` (who, with which packages) and when registration
+    ``started``. One object because the registration plan has all of it for a folder before the
+    version exists, and none of it depends on the version number."""
+
+    registration: Mapping[str, Any]
+    materials: list[dict[str, Any]]
+    flat_evidence: Mapping[str, Any]
+    gate_results: list[dict[str, Any]]
+    builder: Mapping[str, Any]
+    started: str
+
+
+def statement(version: AttestedVersion, provenance: Provenance) -> dict[str, Any]:
     """An in-toto Statement v1 / SLSA provenance v1 as plain JSON, checked against both specs
     (:mod:`reappreg.registry.slsa`: a field either spec does not define is refused)."""
     from reappreg.registry.slsa import check_statement
@@ -159,20 +179,21 @@ def statement(
     predicate = {
         "buildDefinition": {
             "buildType": BUILD_TYPE,
-            "externalParameters": {"model": name, "version": str(version), "mlflow_run_id": run_id, "source": source, **registration},
-            "resolvedDependencies": materials,
+            "externalParameters": {"model": version.name, "version": str(version.version), "mlflow_run_id": version.run_id,
+                                   "source": version.source, **provenance.registration},
+            "resolvedDependencies": provenance.materials,
         },
         "runDetails": {
-            "builder": dict(builder),
-            "metadata": {"invocationId": run_id, "startedOn": started},
-            "byproducts": [_byproduct(EVIDENCE_BYPRODUCT, dict(flat_evidence)),
-                           _byproduct(GATES_BYPRODUCT, {"results": gate_results}),
-                           _byproduct(TAGS_BYPRODUCT, dict(tags))],
+            "builder": dict(provenance.builder),
+            "metadata": {"invocationId": version.run_id, "startedOn": provenance.started},
+            "byproducts": [_byproduct(EVIDENCE_BYPRODUCT, dict(provenance.flat_evidence)),
+                           _byproduct(GATES_BYPRODUCT, {"results": provenance.gate_results}),
+                           _byproduct(TAGS_BYPRODUCT, dict(version.tags))],
         },
     }
     built = {
         "_type": STATEMENT_TYPE,
-        "subject": [{"name": rel, "digest": {"sha256": digest}} for rel, digest in sorted(subjects.items())],
+        "subject": [{"name": rel, "digest": {"sha256": digest}} for rel, digest in sorted(version.subjects.items())],
         "predicateType": PREDICATE_TYPE,
         "predicate": predicate,
     }

@@ -39,6 +39,7 @@ from reappreg.registry.connection import RegistryUnavailable, short
 from reappreg.registry.declarations import ModelDecl
 from reappreg.registry.keys import SigningKey, sign_folder, sign_statement
 from reappreg.registry.layout import ENVELOPE_TAG, attestation_paths, subject_digests
+from reappreg.registry.provenance import AttestedVersion
 
 if TYPE_CHECKING:
     from reappreg.settings.registry import RegistrySettings
@@ -246,8 +247,8 @@ def _ensure_model(client: Any, name: str, description: str) -> None:
                 raise
 
 
-# (version, run_id, source, subjects, readable tags) -> the in-toto statement to sign
-Attest = Callable[[str, str, str, Mapping[str, str], Mapping[str, str]], dict[str, Any]]
+# the version just created -> the in-toto statement to sign
+Attest = Callable[[AttestedVersion], dict[str, Any]]
 
 
 @dataclass(frozen=True)
@@ -276,7 +277,8 @@ class RegistrationHooks:
     to stage a race, a stale leftover or a failure.
 
     ``log_artifacts(folder, artifact_path)`` uploads a folder into the registration run and
-    returns its artifact URI. ``attest`` builds the statement once the version number is known.
+    returns its artifact URI. ``attest(attested)`` builds the statement from the
+    :class:`AttestedVersion` once the version number is known.
     ``squat(version, registration_key)`` says why an existing complete version with this key is
     not the signed result of this registration (None when it is;
     ``reappreg.registry.verification.registration_squat``). ``package`` makes the MLflow Model
@@ -357,7 +359,8 @@ def register_version(client: Any, *, name: str, model: ModelDecl, content: Versi
             client.delete_model_version(name, version)
             return Registration(name, str(winner.version), False, content_md5, reg_key,
                                 f"duplicate of concurrent version {winner.version}; removed {version}", key.keyid)
-        envelope = sign_statement(hooks.attest(version, run_id, source, subjects, readable), key)
+        attested = AttestedVersion(name=name, version=version, run_id=run_id, source=source, subjects=subjects, tags=readable)
+        envelope = sign_statement(hooks.attest(attested), key)
         client.log_text(run_id, envelope.decode("utf-8"), attestation_paths(name, version)[0])
         client.set_model_version_tag(name, version, ENVELOPE_TAG, hashlib.sha256(envelope).hexdigest())
         # The alias state is the signed history (registry.audit): a registration's alias

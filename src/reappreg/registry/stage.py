@@ -197,6 +197,7 @@ def register_models(
     write the receipt. ``on_registered(name, registration)`` is called after each version."""
     import contextlib
     import datetime as dt
+    import functools
     import importlib.metadata
 
     import mlflow
@@ -221,7 +222,7 @@ def register_models(
     from reappreg.registry.audit import alias_rows
     from reappreg.registry.declarations import gate_table
     from reappreg.registry.lineage import check_claims_lineage
-    from reappreg.registry.provenance import material, params_md5
+    from reappreg.registry.provenance import Provenance, material, params_md5
     from reappreg.registry.registration import (
         RegistrationHooks,
         VersionContent,
@@ -306,27 +307,24 @@ def register_models(
                     materials += [material(str(cert.path), cert.md5, role="guard_certificate", result=cert.result)]
                     materials += [material(p, m, role="evidence") for p, m in sorted(evidence_md5s.items()) if p != str(cert.path)]
 
-                    def attest(version, run_id, source, subjects, readable, *, _model=model, _name=name, _manifest=manifest,
-                               _training=training, _materials=materials, _flat=flat, _checks=checks, _artifact=artifact):
-                        return statement(
-                            subjects=subjects, name=_name, version=version, run_id=run_id, source=source,
-                            registration={"registration_key": registration_key(folder_md5(_manifest), _training),
-                                          "artifact": _artifact, "artifact_dvc_md5": folder_md5(_manifest),
-                                          "params_md5": params_md5(settings.model_dump(by_alias=True)),
-                                          "git_commit": git.get("git.commit", "none"), "git_dirty": git.get("git.dirty", "unknown"),
-                                          "gates": gate_table(list(_model.gates)),
-                                          # the signed keyring this version was registered under (verify checks it is still in the chain)
-                                          "keyring_head": keyring.head},
-                            materials=_materials, flat_evidence=_flat, gate_results=[c.as_dict() for c in _checks],
-                            tags=readable, builder=builder, started=started,
-                        )
+                    provenance = Provenance(
+                        registration={"registration_key": registration_key(content, training),
+                                      "artifact": artifact, "artifact_dvc_md5": content,
+                                      "params_md5": params_md5(settings.model_dump(by_alias=True)),
+                                      "git_commit": git.get("git.commit", "none"), "git_dirty": git.get("git.dirty", "unknown"),
+                                      "gates": gate_table(list(model.gates)),
+                                      # the signed keyring this version was registered under (verify checks it is still in the chain)
+                                      "keyring_head": keyring.head},
+                        materials=materials, flat_evidence=flat, gate_results=[c.as_dict() for c in checks],
+                        builder=builder, started=started,
+                    )
 
                     result = register_version(
                         client, name=name, model=model, key=key, settings=reg,
                         content=VersionContent(artifact_dir=Path(artifact), manifest=manifest, training_md5s=training,
                                                tags=tags, card=card),
                         hooks=RegistrationHooks(
-                            log_artifacts=log_folder, attest=attest,
+                            log_artifacts=log_folder, attest=functools.partial(statement, provenance=provenance),
                             squat=lambda mv, reg_key: registration_squat(mv, reg_key, keyring, tracking_uri=tracking_uri)),
                     )
                     results.append(result.as_dict())

@@ -6,6 +6,7 @@ import os
 import shutil
 import subprocess
 from collections.abc import Callable
+from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -17,18 +18,38 @@ if TYPE_CHECKING:
     from reappreg.settings import Params
 
 
-def training_spec(p: Params, *, prompts, vignettes, rm_ensemble, base_model, work_dir, world_size, use_cpu, run_id,
-                  tracking_uri) -> GrpoSpec:
+@dataclass(frozen=True)
+class TrainPaths:
+    """The files the stage reads and writes: the guarded ``prompts`` and ``vignettes`` (which
+    ``certificate`` must certify), the ``rm_ensemble`` and ``base_model`` folders, the resumable
+    ``work_dir`` (not a DVC out), the model folder ``out``, the kept checkpoints under
+    ``checkpoints_out`` and the summary ``metrics``. One object because they are the stage's deps
+    and outs in dvc.yaml, arrive together as the command's options, and the stage checks, hashes
+    and certifies the inputs as one set before every training process reads them."""
+
+    prompts: Path
+    vignettes: Path
+    rm_ensemble: Path
+    base_model: Path
+    certificate: Path
+    work_dir: Path
+    out: Path
+    checkpoints_out: Path
+    metrics: Path
+
+
+def training_spec(p: Params, paths: TrainPaths, *, world_size: int, use_cpu: bool, run_id: str,
+                  tracking_uri: str) -> GrpoSpec:
     """The run spec every training process reads (in-process, or each accelerate worker)."""
     from reappreg.policy.train import GrpoSpec
 
     s = p.policy
     return GrpoSpec(
-        base_model_dir=str(base_model),
-        prompts_path=str(prompts),
-        vignettes_path=str(vignettes),
-        ensemble_path=str(rm_ensemble),
-        work_dir=str(work_dir),
+        base_model_dir=str(paths.base_model),
+        prompts_path=str(paths.prompts),
+        vignettes_path=str(paths.vignettes),
+        ensemble_path=str(paths.rm_ensemble),
+        work_dir=str(paths.work_dir),
         train=s.train,
         reward=s.reward,
         health=s.health,
@@ -41,24 +62,16 @@ def training_spec(p: Params, *, prompts, vignettes, rm_ensemble, base_model, wor
 
 def train_stage(
     p: Params,
+    paths: TrainPaths,
     *,
     params_source: str,
-    prompts: Path,
-    vignettes: Path,
-    rm_ensemble: Path,
-    base_model: Path,
-    certificate: Path,
-    work_dir: Path,
-    out: Path,
-    checkpoints_out: Path,
-    metrics: Path,
     status: Status = no_status,
     on_resume: Callable[[int], None] | None = None,
     on_launch: Callable[[list[str]], None] | None = None,
 ) -> dict[str, Any]:
     """GRPO with TRL against the RM ensemble; resumes from work-dir checkpoints of the same run. Every
     ``policy.train.checkpoint_steps`` checkpoint is kept as a model folder of its own. Returns the
-    summary written to ``metrics``. ``params_source`` names the params file in messages;
+    summary written to ``paths.metrics``. ``params_source`` names the params file in messages;
     ``on_resume(step)`` and ``on_launch(argv)`` are told before training resumes or is launched."""
     import mlflow
 
@@ -81,18 +94,18 @@ def train_stage(
 
     s = p.policy
     check_trl_overrides(s.train.trl, params_source)  # before any process is launched
-    for name, path in (("prompts", prompts), ("vignettes", vignettes), ("certificate", certificate)):
+    for name, path in (("prompts", paths.prompts), ("vignettes", paths.vignettes), ("certificate", paths.certificate)):
         if not path.is_file():
             raise InputError(f"{path}: {name} file not found")
-    for name, path in (("rm ensemble", rm_ensemble), ("base model", base_model)):
+    for name, path in (("rm ensemble", paths.rm_ensemble), ("base model", paths.base_model)):
         if not path.is_dir():
             raise InputError(f"{path}: {name} folder not found")
     # The guard must have passed and certified these exact prompt and vignette files.
-    check_certified(certificate, {"prompts": prompts, "vignettes": vignettes})
-    rows = load_training_prompts(prompts, vignettes)
+    check_certified(paths.certificate, {"prompts": paths.prompts, "vignettes": paths.vignettes})
+    rows = load_training_prompts(paths.prompts, paths.vignettes)
     # The policy records the prompt it was trained with; make sure that is the prompt the rows hold.
     template = load_prompt_template(s.prompt.file)
-    check_rendered_with(template, rows, source=str(prompts))
+    check_rendered_with(template, rows, source=str(paths.prompts))
     world = s.launcher.num_processes if s.launcher.kind == "accelerate" else 1
     geometry = BatchGeometry(s.train.per_device_train_batch_size, s.train.gradient_accumulation_steps, world, s.train.num_generations)
     launch = None
@@ -105,8 +118,8 @@ def train_stage(
 
     with status("hashing inputs ..."):
         lineage = input_tags({
-            "prompts": prompts, "vignettes": vignettes, "rm_ensemble": rm_ensemble,
-            "base_model": base_model, "guard_certificate": certificate,
+            "prompts": paths.prompts, "vignettes": paths.vignettes, "rm_ensemble": paths.rm_ensemble,
+            "base_model": paths.base_model, "guard_certificate": paths.certificate,
         })
     tags = {
         **lineage,
@@ -124,7 +137,7 @@ def train_stage(
     fingerprint = run_fingerprint(s.train, s.reward, lineage, world)
 
     with stage_run("policy_train", tracking=p.tracking, params=s.model_dump(), tags=tags) as run:
-        resume_step, discarded = prepare_work_dir(work_dir, fingerprint, s.train.max_steps)
+        resume_step, discarded = prepare_work_dir(paths.work_dir, fingerprint, s.train.max_steps)
         mlflow.set_tags({
             "resume.from_step": str(resume_step or 0),
             "resume.discarded_stale_checkpoints": str(discarded).lower(),
@@ -132,12 +145,11 @@ def train_stage(
         })
         if resume_step and on_resume is not None:
             on_resume(resume_step)
-        spec = training_spec(p, prompts=prompts, vignettes=vignettes, rm_ensemble=rm_ensemble, base_model=base_model,
-                             work_dir=work_dir, world_size=world,
+        spec = training_spec(p, paths, world_size=world,
                              use_cpu=launch is not None and launch["distributed_type"] == "MULTI_CPU", run_id=run.info.run_id,
                              tracking_uri=mlflow.get_tracking_uri())
         if launch is not None:
-            spec_path = Path(work_dir) / SPEC
+            spec_path = Path(paths.work_dir) / SPEC
             write_json(spec_path, spec.to_json())
             command = launch_command(launch["distributed_type"], s.launcher.config_file, world, spec_path)
             if on_launch is not None:
@@ -154,13 +166,13 @@ def train_stage(
         prompt = template.identity()
         # The prompt travels with the weights: whoever loads the folder can see it.
         prompt_file = {**prompt, "system": template.system, "user_template": template.user_template}
-        with atomic_dir(out) as tmp:
+        with atomic_dir(paths.out) as tmp:
             for item in spec.final_dir.iterdir():
                 shutil.move(str(item), tmp / item.name)
             write_json(tmp / TRAINING_PROMPT, prompt_file)
         spec.final_dir.rmdir()
-        model_md5 = dvc_md5(out)
-        kept = publish_checkpoints(spec.export_dir, checkpoints_out, steps=s.train.checkpoint_steps,
+        model_md5 = dvc_md5(paths.out)
+        kept = publish_checkpoints(spec.export_dir, paths.checkpoints_out, steps=s.train.checkpoint_steps,
                                    final_step=s.train.max_steps, fingerprint=fingerprint,
                                    extra_files={TRAINING_PROMPT: prompt_file})
         summary = {
@@ -175,12 +187,12 @@ def train_stage(
             "guard_certificate_md5": tags["guard_certificate.md5"],
             "base_model_md5": lineage["input.base_model.md5"],
         }
-        write_json(metrics, summary)
+        write_json(paths.metrics, summary)
         mlflow.set_tags({"model.md5": model_md5, "health": "healthy" if outcome["healthy"] else "unhealthy",
                          **{f"checkpoint.{e['path']}.md5": e["md5"] for e in kept["checkpoints"]}})
         mlflow.log_metrics({
             k: float(outcome[k]) for k in ("seconds_per_step_mean", "train_seconds", "global_step")
             if outcome.get(k) is not None
         })
-        mlflow.log_artifact(str(metrics))
+        mlflow.log_artifact(str(paths.metrics))
     return summary
