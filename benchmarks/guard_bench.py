@@ -11,8 +11,9 @@ In one run, on the same data, it measures:
 
 * the guard (``check_units``: ngram, minhash, chars and fragments over author and file
   groups) with ``--workers`` processes and with one;
-* the guard with its tokenizer views (MiniLM's tokenizer and SmolLM2's) on a subsample:
-  what the tokenizer view costs;
+* the guard with every detector and both tokenizer views (MiniLM's tokenizer and SmolLM2's)
+  on a subsample, with ``--workers`` processes and with one, and each tokenizer's round trip
+  alone: what the views cost (the target: every detector and view at >= 2x datasketch used well);
 * datasketch used well on a subsample: signatures from ``MinHash.bulk`` (permutations made
   once), one ``MinHashLSH.query`` per text with exact verification, and the same exact
   word n-gram probe (a dict of held-out n-grams);
@@ -494,7 +495,9 @@ def main(argv: list[str] | None = None) -> int:
                                              workers=args.workers, chunk_size=args.chunk_size))
     timed("guard + tokenizer views, 1 worker", view_n,
           lambda: check_units(view_index, view_units, groups=view_groups, views=views, workers=1))
-    timed("tokenizer round trips only (2 tokenizers)", view_n, lambda: [v.roundtrip([u.text for u in view_units]) for v in views])
+    for view in views:
+        timed(f"{view.name} tokenizer round trip only, 1 process", view_n,
+              lambda view=view: view.roundtrip([u.text for u in view_units]))
     base_n = min(len(texts), args.baseline_sample)
     timed("datasketch well used (bulk + query + n-gram probe)", base_n,
           lambda: datasketch_well_used(heldout, texts[:base_n], config))
