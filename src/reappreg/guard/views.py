@@ -93,6 +93,10 @@ class TokenizerView:
         self.files_sha256 = files_digest(self.files)
         self._backend, self._cleans_up = _backend_of(self.tokenizer)
         self._added = _lossless_added_tokens(self._backend, self._cleans_up, self.roundtrip_transformers)
+        self._chunks = None if self._added is not None else _ChunkCache.for_backend(self._backend)
+        if self._chunks is not None and self._cleaned(self._chunks.decode(list(_CHUNK_PROBES))) != \
+                self.roundtrip_transformers(list(_CHUNK_PROBES)):
+            self._chunks = None  # the structure says space-separated chunks are independent; the probes disagree
 
     def roundtrip_transformers(self, texts: Sequence[str]) -> list[str]:
         """``decode(encode(text))`` of each text through transformers, special tokens dropped:
@@ -121,7 +125,12 @@ class TokenizerView:
             for i, text in zip(pending, self._computed([out[i] for i in pending])):
                 out[i] = text
             return out
+        if self._chunks is not None:
+            return self._cleaned(self._chunks.decode([_encodable(t) for t in texts]))
         return self._computed(texts)
+
+    def _cleaned(self, decoded: list[str]) -> list[str]:
+        return list(map(self.tokenizer.clean_up_tokenization, decoded)) if self._cleans_up else decoded
 
     def _computed(self, texts: Sequence[str]) -> list[str]:
         out: list[str] = []
@@ -133,9 +142,13 @@ class TokenizerView:
         return out
 
     def describe(self) -> dict[str, Any]:
-        round_trip = ("identity unless an added token or a byte outside its vocabulary occurs (lossless byte-level "
-                      "BPE, checked on load)"
-                      if self._added is not None else "decode(encode(text))")
+        if self._added is not None:
+            round_trip = ("identity unless an added token or a byte outside its vocabulary occurs (lossless byte-level "
+                          "BPE, checked on load)")
+        elif self._chunks is not None:
+            round_trip = "decode of the tokens of each space-separated chunk, cached per chunk (checked on load)"
+        else:
+            round_trip = "decode(encode(text))"
         return {"name": self.name, "spec": self.spec, "class": type(self.tokenizer).__name__,
                 "vocab_size": len(self.tokenizer), "files": self.files, "files_sha256": self.files_sha256,
                 "round_trip": round_trip}
@@ -213,6 +226,92 @@ def _lossless_added_tokens(backend: Any, cleans_up: bool, computed: Any) -> re.P
     if computed(probes) != probes:
         return None
     return pattern
+
+
+# Texts whose chunked round trip must equal the whole one (checked on load): contractions and
+# punctuation the clean-up joins across chunks, special tokens, long and unknown words,
+# accents, CJK, controls and every kind of space.
+_CHUNK_PROBES = ("don 't , it 's . they 're ! you 've ? I 'm do not", "a [PAD] b [MASK]c [UNK] [CLS]x[SEP]",
+                 "x" * 120 + " short " + "y" * 100, "Café NAÏVE ÀÉÎÕÜ ß ﬁ ½ Ⅻ 𝐁𝐨𝐥𝐝 Σίσυφος ΣΑΣ", "中文字 日本語 한국어 عربى",
+                 "tab\there\nnew  line   spaces \u00a0nbsp\u2003em\u3000ideo", "\x00ctrl\x01\x7f\u200b\ufeff end",
+                 " lead", "trail ", "e\u0301 \u0301mark", "##hash ##", "a.b,c!d?e", "")
+
+
+class _ChunkCache:
+    """A round trip computed per space-separated chunk and cached, for tokenizers whose
+    encoding of a text is the encodings of its chunks in a row: a normaliser that maps each
+    character on its own (BERT's, case and Unicode forms), a pre-tokenizer that splits at
+    every space (BERT's, whitespace), a model applied per pre-token without randomness, and
+    added tokens that hold no space and strip none. A WordPiece decoder decodes token by
+    token (a token's text depends only on itself and on whether it is the first), so each
+    chunk's decoding is cached too, as the text's first and as a later chunk; any other
+    decoder decodes the whole text's token list in one call. Ordinary text repeats its
+    words, so most chunks are found in the cache: ``benchmarks/guard_bench.py`` measures
+    MiniLM's round trip both ways."""
+
+    _NORMALISERS = {"BertNormalizer", "Lowercase", "NFD", "NFKD", "NFC", "NFKC", "StripAccents"}
+    _PRE_TOKENIZERS = {"BertPreTokenizer", "Whitespace", "WhitespaceSplit"}
+    _PER_TOKEN_DECODERS = {"WordPiece"}
+    _LIMIT = 500_000  # chunks kept; the cache starts over past it
+    _OTHER = "a"  # a token put before a chunk's to decode it as a later chunk
+
+    def __init__(self, backend: Any, per_token: bool) -> None:
+        self.backend, self.per_token = backend, per_token
+        self.special = frozenset(t.content for t in backend.get_added_tokens_decoder().values() if t.special)
+        self.cache: dict[str, tuple[str, str] | tuple[str, ...]] = {}
+
+    @classmethod
+    def for_backend(cls, backend: Any) -> "_ChunkCache | None":
+        if backend is None:
+            return None
+        spec = json.loads(backend.to_str())
+        normaliser, pre, model = spec.get("normalizer"), spec.get("pre_tokenizer") or {}, spec.get("model") or {}
+        steps = [] if normaliser is None else normaliser.get("normalizers", []) if normaliser["type"] == "Sequence" else [normaliser]
+        pres = pre.get("pretokenizers", []) if pre.get("type") == "Sequence" else [pre]
+        added = spec.get("added_tokens", [])
+        if (all(step.get("type") in cls._NORMALISERS for step in steps)
+                and len(pres) == 1 and pres[0].get("type") in cls._PRE_TOKENIZERS
+                and model.get("dropout") is None
+                and not any(a["lstrip"] or a["rstrip"] or any(ch.isspace() for ch in a["content"]) for a in added)):
+            return cls(backend, (spec.get("decoder") or {}).get("type") in cls._PER_TOKEN_DECODERS)
+        return None
+
+    def _fill(self, chunks: list[str]) -> None:
+        decoder = self.backend.decoder
+        other = decoder.decode([self._OTHER]) if self.per_token else ""
+        for start in range(0, len(chunks), _BATCH * 8):
+            batch = chunks[start : start + _BATCH * 8]
+            for chunk, encoding in zip(batch, self.backend.encode_batch(batch, add_special_tokens=False)):
+                tokens = tuple(t for t in encoding.tokens if t not in self.special)
+                if not self.per_token:
+                    self.cache[chunk] = tokens
+                elif not tokens:
+                    self.cache[chunk] = ("", "")
+                else:
+                    # as the first chunk, and as a later one (after another token, whose text is cut off)
+                    self.cache[chunk] = (decoder.decode(list(tokens)), decoder.decode([self._OTHER, *tokens])[len(other):])
+
+    def decode(self, texts: Sequence[str]) -> list[str]:
+        """The decoding of each text's tokens, special tokens dropped (no transformers clean-up)."""
+        chunked = [t.split(" ") for t in texts]
+        missing = list(dict.fromkeys(c for chunks in chunked for c in chunks if c not in self.cache))
+        if len(self.cache) + len(missing) > self._LIMIT:
+            self.cache.clear()
+            missing = list(dict.fromkeys(c for chunks in chunked for c in chunks))
+        self._fill(missing)
+        cache, out = self.cache, []
+        if not self.per_token:
+            decoder = self.backend.decoder
+            for chunks in chunked:
+                tokens = [t for c in chunks for t in cache[c]]
+                out.append(decoder.decode(tokens) if decoder is not None else " ".join(tokens))
+            return out
+        for chunks in chunked:
+            later = [cache[c][1] for c in chunks]
+            # the first chunk with tokens decodes as the text's first, the rest as later ones
+            k = next((k for k, text in enumerate(later) if text), None)
+            out.append("" if k is None else cache[chunks[k]][0] + "".join(later[k + 1 :]))
+        return out
 
 
 def _byte_symbols() -> list[str]:
