@@ -211,15 +211,14 @@ def _merge(results: dict[int, ScanResult], n: int, max_shared: int) -> ScanResul
     collected: dict[str, list[np.ndarray]] = {d.name: [np.zeros((3, 0), dtype=np.int64)] for d in REGISTERED if d.groupwise}
     starts = sorted(results)
     for start, end in zip(starts, [*starts[1:], n]):
-        result, inputs, offset = results[start], end - start, n + len(merged.extra)
-
-        def place(local: np.ndarray) -> np.ndarray:
-            return np.where(local < inputs, local + start, local - inputs + offset)  # noqa: B023 (used in this pass)
-
+        result = results[start]
+        # a chunk's local index -> global: its inputs keep their place, its extra texts follow every input
+        shift = (start, end - start, n + len(merged.extra))
         spans = result.spans or [[] for _ in result.hits]
-        found += [((int(place(np.int64(i))), *rest), shared) for (i, *rest), shared in zip(result.hits, spans)]
+        places = _global_index(np.array([h[0] for h in result.hits], dtype=np.int64), *shift).tolist()
+        found += [((place, *rest), shared) for place, (_, *rest), shared in zip(places, result.hits, spans)]
         for name, state in result.collected.items():
-            collected[name].append(np.vstack([place(state[0]), state[1:]]))
+            collected[name].append(np.vstack([_global_index(state[0], *shift), state[1:]]))
         merged.extra += result.extra
         merged.extra_of += [start + i for i in result.extra_of]
         merged.extra_view += result.extra_view
@@ -230,6 +229,10 @@ def _merge(results: dict[int, ScanResult], n: int, max_shared: int) -> ScanResul
     merged.hits = [hit for hit, _ in found]
     merged.spans = [shared for _, shared in found] if max_shared else []
     return merged
+
+
+def _global_index(local: np.ndarray, start: int, inputs: int, offset: int) -> np.ndarray:
+    return np.where(local < inputs, local + start, local - inputs + offset)
 
 
 def scan_texts(index: HeldoutIndex, texts: Sequence[str], *, workers: int = 1, chunk_size: int = 2000,

@@ -317,16 +317,19 @@ def token_keys(texts: Sequence[str]) -> np.ndarray:
         return np.zeros(0, dtype=np.uint64)
     lengths = np.fromiter(map(len, texts), dtype=np.int64, count=len(texts))
     ends = np.cumsum(lengths)
-    starts = ends - lengths
-    total = int(ends[-1])
-    codes = _char_codes("".join(texts))
-    up, down = _powers(total + 1)
+    return _span_keys(_char_codes("".join(texts)), ends - lengths, ends)
+
+
+def _span_keys(codes: np.ndarray, starts: np.ndarray, ends: np.ndarray) -> np.ndarray:
+    """``token_key`` of each span ``codes[start:end]`` (character codes as ``_char_codes``
+    gives them), all at once from one prefix sum:
+    sum_j c[s+j] * base^(L-1-j) = (P[e] - P[s]) * base^(e-1); an empty span's polynomial is 0."""
+    up, down = _powers(len(codes) + 1)
     with np.errstate(over="ignore"):
-        prefix = np.zeros(total + 1, dtype=np.uint64)
-        np.cumsum(codes * down[:total], out=prefix[1:])
-        # sum_j c[s+j] * base^(L-1-j) = (P[e] - P[s]) * base^(e-1); an empty string's is 0
+        prefix = np.zeros(len(codes) + 1, dtype=np.uint64)
+        np.cumsum(codes * down[: len(codes)], out=prefix[1:])
         poly = (prefix[ends] - prefix[starts]) * up[np.maximum(ends - 1, 0)]
-        return _mix64(poly ^ _mix64(lengths.astype(np.uint64) + _U64(_TOKEN_SEED)))
+        return _mix64(poly ^ _mix64((ends - starts).astype(np.uint64) + _U64(_TOKEN_SEED)))
 
 
 _WORD_BYTES = b"abcdefghijklmnopqrstuvwxyz0123456789"
@@ -376,14 +379,7 @@ def ascii_token_keys(word_views: Sequence[str]) -> tuple[np.ndarray, np.ndarray]
     counts = np.bincount(np.searchsorted(text_starts, starts, side="right") - 1, minlength=len(views))
     if not len(starts):
         return np.zeros(0, dtype=np.uint64), counts
-    codes = _ASCII_CODES[data]
-    up, down = _powers(len(data) + 1)
-    with np.errstate(over="ignore"):
-        prefix = np.zeros(len(data) + 1, dtype=np.uint64)
-        np.cumsum(codes * down[: len(data)], out=prefix[1:])
-        poly = (prefix[ends] - prefix[starts]) * up[ends - 1]
-        keys = _mix64(poly ^ _mix64((ends - starts).astype(np.uint64) + _U64(_TOKEN_SEED)))
-    return keys, counts
+    return _span_keys(_ASCII_CODES[data], starts, ends), counts
 
 
 _ASCII_CODES = _mix64(np.arange(256, dtype=np.uint64) + _U64(_CHAR_SEED))  # ``_char_codes`` of each byte

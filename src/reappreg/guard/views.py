@@ -92,8 +92,9 @@ class TokenizerView:
         self.files = tokenizer_files(location.folder, location.gguf_file)
         self.files_sha256 = files_digest(self.files)
         self._backend, self._cleans_up = _backend_of(self.tokenizer)
-        self._added = _lossless_added_tokens(self._backend, self._cleans_up, self.roundtrip_transformers)
-        self._chunks = None if self._added is not None else _ChunkCache.for_backend(self._backend)
+        spec = json.loads(self._backend.to_str()) if self._backend is not None else None
+        self._added = _lossless_added_tokens(spec, self._cleans_up, self.roundtrip_transformers)
+        self._chunks = None if self._added is not None else _ChunkCache.for_backend(self._backend, spec)
         if self._chunks is not None and self._cleaned(self._chunks.decode(list(_CHUNK_PROBES))) != \
                 self.roundtrip_transformers(list(_CHUNK_PROBES)):
             self._chunks = None  # the structure says space-separated chunks are independent; the probes disagree
@@ -121,7 +122,7 @@ class TokenizerView:
         if self._added is not None:
             # lossless: a text comes back as it went in unless an added token occurs in it
             out = [_encodable(t) for t in texts]
-            pending = [i for i, t in enumerate(out) if self._added.search(t)] if self._added.pattern else []
+            pending = [i for i, t in enumerate(out) if self._added.search(t)]
             for i, text in zip(pending, self._computed([out[i] for i in pending])):
                 out[i] = text
             return out
@@ -137,8 +138,7 @@ class TokenizerView:
         for start in range(0, len(texts), _BATCH):
             batch = [_encodable(t) for t in texts[start : start + _BATCH]]
             ids = [e.ids for e in self._backend.encode_batch(batch, add_special_tokens=False)]
-            decoded = self._backend.decode_batch(ids, skip_special_tokens=True)
-            out.extend(map(self.tokenizer.clean_up_tokenization, decoded) if self._cleans_up else decoded)
+            out.extend(self._cleaned(self._backend.decode_batch(ids, skip_special_tokens=True)))
         return out
 
     def describe(self) -> dict[str, Any]:
@@ -192,7 +192,7 @@ _LOSSLESS_PROBES = ("".join(map(chr, range(0x20, 0x7F))), "  two  spaces\tand\tt
                     "\u200b\u200d\u202e\u2028\ufeff", " lead", "trail ")
 
 
-def _lossless_added_tokens(backend: Any, cleans_up: bool, computed: Any) -> re.Pattern | None:
+def _lossless_added_tokens(spec: dict | None, cleans_up: bool, computed: Any) -> re.Pattern | None:
     """For a tokenizer whose round trip gives back every text that holds none of its added
     tokens and no character it cannot encode: a pattern that finds those (the texts whose
     round trip is computed); for any other tokenizer None.
@@ -203,13 +203,13 @@ def _lossless_added_tokens(backend: Any, cleans_up: bool, computed: Any) -> re.P
     spaces by transformers. Every byte of the text is then one symbol of some token and
     decoding maps the symbols back to the bytes, except the bytes missing from its vocabulary
     (SmolLM2 lacks six control characters and two UTF-8 lead bytes; BPE without an unknown
-    token drops them): the characters whose UTF-8 holds one are in the pattern. It is also
-    checked on ``_LOSSLESS_PROBES`` against transformers' ``decode(encode)``.
+    token drops them): the characters whose UTF-8 holds one are in the pattern (which matches
+    nothing when there are none). It is also checked on ``_LOSSLESS_PROBES`` against
+    transformers' ``decode(encode)``. ``spec``: the tokenizer file's contents.
     """
 
-    if backend is None or cleans_up:
+    if spec is None or cleans_up:
         return None
-    spec = json.loads(backend.to_str())
     pre, model, decoder = spec.get("pre_tokenizer") or {}, spec.get("model") or {}, spec.get("decoder") or {}
     steps = pre.get("pretokenizers", []) if pre.get("type") == "Sequence" else [pre]
     splits_keep = all(p.get("type") == "Split" and p.get("behavior") != "Removed" for p in steps[:-1])
@@ -261,10 +261,10 @@ class _ChunkCache:
         self.cache: dict[str, tuple[str, str] | tuple[str, ...]] = {}
 
     @classmethod
-    def for_backend(cls, backend: Any) -> "_ChunkCache | None":
+    def for_backend(cls, backend: Any, spec: dict | None) -> "_ChunkCache | None":
+        """The cache for ``backend`` (its file's contents: ``spec``) if its structure allows it."""
         if backend is None:
             return None
-        spec = json.loads(backend.to_str())
         normaliser, pre, model = spec.get("normalizer"), spec.get("pre_tokenizer") or {}, spec.get("model") or {}
         steps = [] if normaliser is None else normaliser.get("normalizers", []) if normaliser["type"] == "Sequence" else [normaliser]
         pres = pre.get("pretokenizers", []) if pre.get("type") == "Sequence" else [pre]
