@@ -84,7 +84,8 @@ def tiny_random_policy(smollm_base, tmp_path_factory) -> Path:
 
 @pytest.fixture(scope="session")
 def tiny_ensemble(tmp_path_factory) -> Path:
-    """A real 2-seed regression ensemble built with the rm module's own API on sample data."""
+    """A real 2-seed two-part RM (the default recipe, tiny: 3 epochs, linear heads, held-out split
+    only) built with the rm module's own API on sample data."""
     from reappreg.data.canonical import load_canonical, write_canonical
     from reappreg.data.sample import generate_sample
     from reappreg.rm.ensemble import build_ensemble
@@ -103,12 +104,12 @@ def tiny_ensemble(tmp_path_factory) -> Path:
         "seeds": [0, 1], "baselines": [],
         "train": {"epochs": 3, "hidden": 0},
         "evaluation": {"leave_one_vignette_out": False, "refit_on_all": False},
-        "ensemble": {"objective": "regression"},
+        "two_part": {"inner_folds": 2},
     })
     members = []
     for seed in (0, 1):
         out = root / "members" / f"seed_{seed}"
-        train_member(objective="regression", seed=seed, settings=settings, paths=MemberPaths(
+        train_member(objective=settings.ensemble.objective, seed=seed, settings=settings, paths=MemberPaths(
             vignettes=root / "train/vignettes.jsonl", reappraisals=root / "train/reappraisals.jsonl",
             ratings=root / "train/ratings.jsonl", certificate=cert, out_dir=out, metrics_path=root / f"m{seed}.json",
             plots_dir=root / f"plots{seed}", work_dir=root / f"work{seed}"))

@@ -1,5 +1,6 @@
-"""RM helpers shared by the RM and registry test modules: a guard certificate for given files, and
-one reward-model member trained on a pool with the rm package's own API."""
+"""RM helpers shared by the RM and registry test modules: a guard certificate for given files, the
+seeded sample pool as the guard leaves it, and one reward-model member trained on a pool with the
+rm package's own API."""
 
 from __future__ import annotations
 
@@ -24,12 +25,29 @@ def certify(path: Path, files: list[Path], result: str = "pass") -> Path:
     return path
 
 
-def train_on_pool(pool: dict[str, Path], objective: str, seed: int, settings: RmSettings, name: str):
+def train_on_pool(pool: dict[str, Path], objective: str, seed: int, settings: RmSettings, name: str,
+                  out: Path | None = None):
+    """One member trained on ``pool``; its folder, metrics, plots and work under ``out`` (default: the pool's root) / ``name``."""
     from reappreg.rm.member import MemberPaths, train_member
 
-    root = pool["root"] / name
+    root = (out or pool["root"]) / name
     return train_member(objective=objective, seed=seed, settings=settings, paths=MemberPaths(
         vignettes=pool["vignettes"], reappraisals=pool["reappraisals"], ratings=pool["ratings"],
         certificate=pool["certificate"], out_dir=root / "model", metrics_path=root / "metrics.json",
         plots_dir=root / "plots", work_dir=root / "work", meta=pool["root"] / "train" / "meta.json",
     )), root
+
+
+def sample_pool(root: Path, *, seed: int = 7, per_vignette: int = 20) -> dict[str, Path]:
+    """The generated sample (6 vignettes x ``per_vignette`` human reappraisals, 3 raters) split and
+    certified as the guard leaves it: the files ``train_on_pool`` reads."""
+    from reappreg.data.sample import generate_sample
+    from reappreg.data.split import split, write_split
+
+    train, answers = split(generate_sample(seed=seed, reappraisals_per_vignette=per_vignette, gpt4_answers_per_vignette=4,
+                                           opponent_answers_per_vignette=3), ["human"])
+    write_split(train, answers, root / "train", root / "heldout" / "answers.jsonl")
+    files = {name: root / "train" / f"{name}.jsonl" for name in ("vignettes", "reappraisals", "ratings")}
+    files["certificate"] = certify(root / "certificate.json", [files["vignettes"], files["reappraisals"]])
+    files["root"] = root
+    return files

@@ -21,8 +21,15 @@ from reappreg.rm.dataset import holdout_split, load_pool, mean_targets, preferen
 from reappreg.rm.trivial import RANKERS
 from reappreg.settings.rm import RmSettings
 from rm_fixtures import certify, train_on_pool
+from rm_fixtures import sample_pool as make_sample_pool
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
+
+
+def one_part() -> RmSettings:
+    """The recipe before the two-part default: a multidim ensemble of rm.seeds, shipped alone."""
+    return RmSettings.model_validate({"ensemble": {"objective": "multidim"}, "baselines": ["bt", "regression"],
+                                      "two_part": {"enabled": False}})
 
 
 # ----------------------------------------------------------------------------- format gate
@@ -234,29 +241,14 @@ def test_interrupted_training_resumes_to_the_same_weights(tmp_path: Path, monkey
 @pytest.fixture(scope="module")
 def sample_pool(tmp_path_factory) -> dict[str, Path]:
     """The generated sample (6 vignettes x 20 human reappraisals, 3 raters), as the guard leaves it."""
-    from reappreg.data.sample import generate_sample
-    from reappreg.data.split import split, write_split
-
-    root = tmp_path_factory.mktemp("rm_sample")
-    train, answers = split(
-        generate_sample(seed=7, reappraisals_per_vignette=20, gpt4_answers_per_vignette=4, opponent_answers_per_vignette=3),
-        ["human"],
-    )
-    write_split(train, answers, root / "train", root / "heldout" / "answers.jsonl")
-    files = {
-        "vignettes": root / "train" / "vignettes.jsonl",
-        "reappraisals": root / "train" / "reappraisals.jsonl",
-        "ratings": root / "train" / "ratings.jsonl",
-    }
-    files["certificate"] = certify(root / "certificate.json", [files["vignettes"], files["reappraisals"]])
-    files["root"] = root
-    return files
+    return make_sample_pool(tmp_path_factory.mktemp("rm_sample"))
 
 
 @pytest.fixture(scope="module")
 def members(sample_pool) -> list[Path]:
-    """Three multidim seeds trained on the sample pool (the default recipe)."""
-    settings = RmSettings()
+    """Three multidim seeds trained on the sample pool (the one-part recipe before the two-part
+    default; a baseline objective now): what one member's training and a plain ensemble do."""
+    settings = one_part()
     return [train_on_pool(sample_pool, "multidim", seed, settings, f"multidim_{seed}")[1] / "model" for seed in (0, 1, 2)]
 
 
@@ -282,7 +274,11 @@ def test_trained_rm_ranks_held_out_reappraisals_well_above_chance(members) -> No
         assert split["pairwise_accuracy_low"] <= split["pairwise_accuracy"] <= split["pairwise_accuracy_high"]
     headline = metrics["baselines"]["lovo"]
     assert headline["length_chars"] >= 0.7
-    assert headline["model_minus_length_cluster_low"] > 0
+    assert lovo["trivial_baselines"]["model_minus_ranker"]["length_chars"]["cluster_low"] > 0
+    # the strongest rival on these pairs is named, with the paired difference against it
+    vs = lovo["trivial_baselines"]["vs_rival"]
+    assert headline["rival"] == vs["ranker"] and headline["model_minus_rival"] == vs["difference"]
+    assert vs["rival_accuracy"] == max(f["accuracy"] for f in lovo["trivial_baselines"]["rankers"].values())
     # the gain over the length regression and the longer-is-worse accuracy, with intervals
     gain = lovo["trivial_baselines"]["model_minus_ranker"]["length_regression"]
     assert headline["model_minus_length_regression"] == gain["difference"]
@@ -305,7 +301,7 @@ def test_bt_objective_also_learns_the_ordering(sample_pool) -> None:
 
 
 def test_same_seed_gives_the_same_model(sample_pool, members) -> None:
-    again, root = train_on_pool(sample_pool, "multidim", 0, RmSettings(), "multidim_0_again")
+    again, root = train_on_pool(sample_pool, "multidim", 0, one_part(), "multidim_0_again")
     first = pd.DataFrame(read_jsonl(members[0] / "eval_predictions.jsonl"))
     second = pd.DataFrame(read_jsonl(root / "model" / "eval_predictions.jsonl"))
     assert np.allclose(first["score"], second["score"], atol=1e-6)
@@ -374,18 +370,24 @@ def test_ensemble_reward_matches_the_formula_and_the_gate(ensemble_dir, members,
     assert rewards[0] > rewards[1]
 
 
-def test_ensemble_beats_length_on_unseen_vignettes_with_its_evidence(members, tmp_path: Path) -> None:
-    """The sample's ensemble passes beats_length_baseline on LOVO pairs; the figures, the
-    per-vignette plot and the format-gate effect (kept apart) are written."""
+def test_a_one_part_ensemble_is_gated_on_its_own_evidence(members, tmp_path: Path) -> None:
+    """Members without the two-part recipe: the ranking model is their mean - k * std, there is no
+    residual part, and the gate reads the ensemble itself (its strongest rival, its own accuracy
+    where the longer text is worse); the figures, the per-vignette plot and the format-gate effect
+    (kept apart) are written."""
     from reappreg.rm.ensemble import evaluate_ensemble
 
     metrics, table = evaluate_ensemble(members, k=0.5, pair_margin=1.0, bins=4, plots_dir=tmp_path / "plots",
-                                       objective="multidim", format_penalty=-1.0)
+                                       objective="multidim", format_penalty=-1.0, min_pairs=20)
+    assert metrics["two_part"] == {"enabled": False} and "residual" not in metrics["lovo"]
     gate = metrics["beats_length_baseline"]
-    assert gate["passed"] and gate["cluster_low"] > 0 and gate["n_vignettes"] == 6
-    lovo = metrics["lovo"]["reward"]
+    lovo = metrics["lovo"]["ranking"]
+    assert gate["n_vignettes"] == 6 and gate["rival"] == lovo["trivial_baselines"]["vs_rival"]["ranker"]
     assert gate["difference"] == pytest.approx(
-        lovo["pairwise_accuracy"] - lovo["trivial_baselines"]["rankers"][gate["ranker"]]["accuracy"])
+        lovo["pairwise_accuracy"] - lovo["trivial_baselines"]["rankers"][gate["rival"]]["accuracy"])
+    assert gate["reward_longer_is_worse"]["part"] == "model"
+    assert gate["reward_longer_is_worse"]["accuracy"] == lovo["trivial_baselines"]["longer_is_worse"]["model"]["accuracy"]
+    assert gate["passed"] == (gate["cluster_low"] > 0 and gate["reward_longer_is_worse"]["low"] > 0.5)
     assert metrics["baselines"]["lovo"]["model"] == lovo["pairwise_accuracy"]
     # ungated RM metrics; the gate's effect is reported apart
     effect = metrics["lovo"]["format_gate"]
@@ -394,7 +396,8 @@ def test_ensemble_beats_length_on_unseen_vignettes_with_its_evidence(members, tm
     per_vignette = pd.read_csv(tmp_path / "plots" / "per_vignette.csv")
     assert set(per_vignette["vignette"]) == {*(f"v{i}" for i in range(1, 7)), "all (pooled)"}
     assert (tmp_path / "plots" / "per_vignette.png").stat().st_size > 5000
-    assert "baseline:length_chars" in set(table["model"])
+    assert list(table["model"]) == ["seed_0", "seed_1", "seed_2", "ensemble_mean", "ensemble_reward_k0.5",
+                                    *(f"baseline:{name}" for name in RANKERS)]
 
 
 def test_ensemble_folder_is_self_contained(ensemble_dir, tmp_path: Path) -> None:
@@ -496,8 +499,22 @@ def test_settings_reject_a_baseline_equal_to_the_ensemble_objective() -> None:
     from pydantic import ValidationError
 
     with pytest.raises(ValidationError, match="must not include the ensemble objective"):
-        RmSettings(baselines=["multidim"])
-    assert RmSettings().trained() == [("multidim", 0), ("multidim", 1), ("multidim", 2), ("bt", 0), ("regression", 0)]
+        RmSettings(baselines=["length_residual"])
+    assert RmSettings().trained() == [("length_residual", 0), ("length_residual", 1), ("length_residual", 2), ("bt", 0),
+                                      ("regression", 0), ("multidim", 0)]
+
+
+def test_the_two_part_recipe_is_the_default_and_needs_the_length_residual_members() -> None:
+    from pydantic import ValidationError
+
+    default = RmSettings()
+    assert default.two_part.enabled and default.ensemble.objective == "length_residual"
+    # the prior adds length back: an objective that learns length itself would count it twice
+    with pytest.raises(ValidationError, match="two_part.enabled needs ensemble.objective: length_residual"):
+        RmSettings.model_validate({"ensemble": {"objective": "multidim"}, "baselines": []})
+    one_part = RmSettings.model_validate({"ensemble": {"objective": "multidim"}, "baselines": [],
+                                          "two_part": {"enabled": False}})
+    assert one_part.trained()[0] == ("multidim", 0)
 
 
 # ----------------------------------------------------------------------------- stages and pyfunc
@@ -505,8 +522,9 @@ def test_settings_reject_a_baseline_equal_to_the_ensemble_objective() -> None:
 
 @pytest.mark.slow
 def test_cli_stages_and_pyfunc_loads_in_a_fresh_process(sample_pool, tmp_path: Path, tracking_uri: str) -> None:
-    """`reappreg rm train/ensemble/compare` as DVC runs them; then a new Python process loads
-    the logged pyfunc model and gets the rewards the ensemble folder gives."""
+    """`reappreg rm train/ensemble/compare` as DVC runs them (the default two-part recipe); then a
+    new Python process loads the logged pyfunc model and gets the rewards, and every part, the
+    ensemble folder gives."""
     import yaml
     from typer.testing import CliRunner
 
@@ -520,7 +538,7 @@ def test_cli_stages_and_pyfunc_loads_in_a_fresh_process(sample_pool, tmp_path: P
     common = ["--params", str(tmp_path / "params.yaml"), "--vignettes", str(sample_pool["vignettes"]),
               "--reappraisals", str(sample_pool["reappraisals"]), "--ratings", str(sample_pool["ratings"]),
               "--meta", str(sample_pool["root"] / "train" / "meta.json"), "--certificate", str(sample_pool["certificate"])]
-    for objective, seed in (("multidim", 0), ("multidim", 1), ("bt", 0)):
+    for objective, seed in (("length_residual", 0), ("length_residual", 1), ("bt", 0)):
         out = tmp_path / "models" / objective / f"seed_{seed}"
         result = runner.invoke(app, ["train", "--objective", objective, "--seed", str(seed), *common, "--out", str(out),
                                      "--metrics", str(tmp_path / "metrics" / f"{objective}_seed_{seed}.json"),
@@ -535,13 +553,14 @@ def test_cli_stages_and_pyfunc_loads_in_a_fresh_process(sample_pool, tmp_path: P
 
     info_path = tmp_path / "models" / "ensemble_mlflow.json"
     result = runner.invoke(app, ["ensemble", "--params", str(tmp_path / "params.yaml"),
-                                 "--members", str(tmp_path / "models" / "multidim"), "--out", str(tmp_path / "models" / "ensemble"),
+                                 "--members", str(tmp_path / "models" / "length_residual"), "--out", str(tmp_path / "models" / "ensemble"),
                                  "--metrics", str(tmp_path / "metrics" / "ensemble.json"),
                                  "--plots", str(tmp_path / "plots" / "ensemble"), "--model-info", str(info_path)])
     assert result.exit_code == 0, result.output
     ensemble_metrics = read_json(tmp_path / "metrics" / "ensemble.json")
     assert ensemble_metrics["seeds"] == [0, 1]
-    assert ensemble_metrics["holdout"]["reward"]["pairwise_accuracy"] >= 0.8
+    assert ensemble_metrics["holdout"]["ranking"]["pairwise_accuracy"] >= 0.8
+    assert ensemble_metrics["two_part"]["enabled"] and ensemble_metrics["two_part"]["shipped_fold"] == "final"
     # no leave-one-vignette-out evaluation here: the gate cannot pass and says why
     assert ensemble_metrics["beats_length_baseline"]["passed"] is False
     assert "leave_one_vignette_out is off" in ensemble_metrics["beats_length_baseline"]["checked"]
@@ -551,7 +570,7 @@ def test_cli_stages_and_pyfunc_loads_in_a_fresh_process(sample_pool, tmp_path: P
     per_vignette = pd.read_csv(tmp_path / "plots" / "ensemble" / "per_vignette.csv")
     assert set(per_vignette["vignette"]) - {"all (pooled)"} == set(pd.read_json(sample_pool["vignettes"], lines=True)["vignette_id"])
     assert (tmp_path / "plots" / "ensemble" / "per_vignette.png").exists()
-    assert list(members_table["model"]) == ["seed_0", "seed_1", "ensemble_mean", "ensemble_reward_k0.5",
+    assert list(members_table["model"]) == ["seed_0", "seed_1", "ensemble_mean", "residual_k0.5", "two_part",
                                             *(f"baseline:{name}" for name in RANKERS)]
 
     result = runner.invoke(app, ["compare", "--params", str(tmp_path / "params.yaml"), "--metrics", str(tmp_path / "metrics"),
@@ -559,10 +578,13 @@ def test_cli_stages_and_pyfunc_loads_in_a_fresh_process(sample_pool, tmp_path: P
                                  "--figure", str(tmp_path / "plots" / "comparison.png")])
     assert result.exit_code == 0, result.output
     comparison = pd.read_csv(tmp_path / "plots" / "comparison.csv")
-    assert list(comparison["model"]) == ["multidim/seed_0", "multidim/seed_1", "bt/seed_0", "multidim/ensemble",
+    assert list(comparison["model"]) == ["length_residual/seed_0", "length_residual/seed_1", "bt/seed_0",
+                                         "length_residual/two-part", "length_residual/ensemble",
                                          *(f"baseline: {name}" for name in RANKERS)]
-    # every row is scored on the same held-out pairs
+    # every row is scored on the same held-out pairs, and every model names its strongest rival there
     assert comparison["holdout_n_pairs"].nunique() == 1
+    models = comparison[comparison["kind"] == "reward model"]
+    assert models["holdout_rival"].notna().all() and models["holdout_minus_rival"].notna().all()
 
     import mlflow
 
@@ -572,11 +594,13 @@ def test_cli_stages_and_pyfunc_loads_in_a_fresh_process(sample_pool, tmp_path: P
     model_uri = read_json(info_path)["model_uri"]
     frame = pd.DataFrame({"scenario": ["Your friend did not reply to your message."] * len(ANSWERS), "answer": ANSWERS})
     expected = load_ensemble(tmp_path / "models" / "ensemble").predict_frame(frame)
+    parts = load_ensemble(tmp_path / "models" / "ensemble").predict_parts(frame)
     script = (
         "import json, sys, mlflow, pandas as pd\n"
         "frame = pd.read_json(sys.argv[2], orient='records')\n"
         "model = mlflow.pyfunc.load_model(sys.argv[1])\n"
-        "print(json.dumps([float(x) for x in model.predict(frame)]))\n"
+        "parts = model.predict(frame, params={'output': 'parts'})\n"
+        "print(json.dumps([[float(x) for x in model.predict(frame)], parts.to_dict('list')]))\n"
     )
     frame_path = tmp_path / "frame.json"
     frame.to_json(frame_path, orient="records")
@@ -584,9 +608,12 @@ def test_cli_stages_and_pyfunc_loads_in_a_fresh_process(sample_pool, tmp_path: P
     done = subprocess.run([sys.executable, "-c", script, model_uri, str(frame_path)], capture_output=True, text=True,
                           env=env, cwd=tmp_path, timeout=300)
     assert done.returncode == 0, done.stderr[-3000:]
-    rewards = json.loads(done.stdout.strip().splitlines()[-1])
+    rewards, served_parts = json.loads(done.stdout.strip().splitlines()[-1])
     assert np.allclose(rewards, expected, atol=1e-9)
     assert rewards[2] == rewards[3] == -1.0
+    served = pd.DataFrame(served_parts)
+    assert list(served.columns) == list(parts.columns)
+    assert np.allclose(served.to_numpy(float), parts.to_numpy(float), atol=1e-9, equal_nan=True)
 
 
 # ----------------------------------------------------------------------------- dimensions and scales
@@ -675,7 +702,8 @@ def test_objectives_are_found_by_name_and_a_new_one_is_one_module(tmp_path: Path
     with pytest.raises(InputError, match=r"rm.ensemble.objective: unknown objective 'ranknet'.*"
                                          r"rm.baselines\[1\]: unknown objective 'rank_net'"):
         objectives.check_objectives(RmSettings.model_validate({"ensemble": {"objective": "ranknet"},
-                                                                 "baselines": ["bt", "rank_net"]}))
+                                                                 "baselines": ["bt", "rank_net"],
+                                                                 "two_part": {"enabled": False}}))
     (tmp_path / "ranknet.py").write_text(
         "from reappreg.rm.objectives.bt import BradleyTerry\n\n"
         "class RankNet(BradleyTerry):\n    name = 'ranknet'\n"
@@ -684,7 +712,8 @@ def test_objectives_are_found_by_name_and_a_new_one_is_one_module(tmp_path: Path
     classes.registry.cache_clear()
     try:
         assert "ranknet" in objectives.names()
-        settings = RmSettings.model_validate({"ensemble": {"objective": "ranknet"}, "baselines": []})
+        settings = RmSettings.model_validate({"ensemble": {"objective": "ranknet"}, "baselines": [],
+                                              "two_part": {"enabled": False}})
         objectives.check_objectives(settings)
         assert settings.trained()[0] == ("ranknet", 0)
         assert classes.objective_class("ranknet").__name__ == "RankNet"

@@ -9,6 +9,7 @@ import pytest
 
 from reappreg.rm.ensemble import format_gate_effect
 from reappreg.rm.trivial import (
+    GATE_RULE,
     LengthRegression,
     beats_length_gate,
     compare_with_rankers,
@@ -108,9 +109,63 @@ def test_gate_passes_a_model_that_reads_quality_and_fails_length_in_disguise() -
     for name, scores in attacks.items():
         verdict = beats_length_gate(compare_with_rankers(scores, frame, rankers, margin=1.0))
         assert not verdict["passed"], name
-    # The gate compares with the stronger length ranker: words, if words is stronger.
-    assert gate["ranker"] in ("length_chars", "length_words")
-    assert "not checked" in gate["checked"]
+    # The gate names the rival it compared with: the most accurate ranker on these pairs.
+    assert gate["rival"] == max(gate["rivals"], key=gate["rivals"].get)
+    assert gate["difference"] == pytest.approx(gate["model_accuracy"] - gate["rival_accuracy"])
+    assert "not checked" in gate["checked"] and gate["rule"] == GATE_RULE
+
+
+def _longer_is_worse_pool(seed: int = 3) -> pd.DataFrame:
+    """Ratings that fall with length (plus a quality signal): raw length ranks these pairs worse than
+    chance, while a regression on length features learns the sign and ranks them well."""
+    rng = np.random.default_rng(seed)
+    rows = []
+    for v in range(6):
+        for i in range(30):
+            quality, words = rng.normal(), int(rng.integers(5, 60))
+            rows.append({"vignette_id": f"v{v}", "text": " ".join(["word"] * words), "quality": quality,
+                         "effectiveness": 5.0 - 0.06 * words + 0.6 * quality})
+    return pd.DataFrame(rows)
+
+
+def test_the_gate_compares_with_the_strongest_rival_even_when_it_is_the_length_regression() -> None:
+    frame = _longer_is_worse_pool()
+    rankers = _rankers(frame)
+    quality_only = frame["quality"].to_numpy()
+    result = compare_with_rankers(quality_only, frame, rankers, margin=1.0)
+    accuracy = {name: fig["accuracy"] for name, fig in result["rankers"].items()}
+    # the case the old rule missed: the regression beats both raw lengths by far
+    assert accuracy["length_regression"] > max(accuracy["length_chars"], accuracy["length_words"]) + 0.3
+    gate = beats_length_gate(result)
+    assert gate["rival"] == "length_regression" and gate["rival_accuracy"] == accuracy["length_regression"]
+    # A model that reads quality but not length beats raw length by a wide margin ...
+    assert result["model"]["accuracy"] > max(accuracy["length_chars"], accuracy["length_words"]) + 0.2
+    for name in ("length_chars", "length_words"):
+        assert result["model_minus_ranker"][name]["cluster_low"] > 0
+    # ... and still fails: against the strongest rival its interval does not clear 0.
+    assert gate["cluster_low"] <= 0 and not gate["passed"]
+    # The rival's own scores plus a little quality are a model that does beat it.
+    both = rankers["length_regression"] + 0.6 * frame["quality"].to_numpy()
+    passed = beats_length_gate(compare_with_rankers(both, frame, rankers, margin=1.0))
+    assert passed["rival"] == "length_regression" and passed["cluster_low"] > 0 and passed["passed"]
+
+
+def test_the_reward_part_must_beat_chance_where_the_longer_text_is_worse() -> None:
+    """A two-part model may rank well while its reward part (what GRPO reads) is a length ranker in
+    disguise: the gate fails it on the pairs where length misleads."""
+    frame = _pool(length_effect=1.0)
+    rankers = _rankers(frame)
+    truth = frame["effectiveness"].to_numpy()
+    ranking = compare_with_rankers(truth, frame, rankers, margin=1.0)
+    honest = compare_with_rankers(frame["quality"].to_numpy() - 0.01 * rankers["length_chars"], frame, rankers, margin=1.0)
+    gamed = compare_with_rankers(rankers["length_chars"], frame, rankers, margin=1.0)
+    good, bad = beats_length_gate(ranking, honest), beats_length_gate(ranking, gamed)
+    assert good["passed"] and good["reward_longer_is_worse"]["part"] == "residual"
+    assert good["reward_longer_is_worse"]["low"] > good["reward_longer_is_worse"]["chance"] == 0.5
+    assert good["reward_longer_is_worse"]["low"] == min(good["reward_longer_is_worse"]["wilson_low"],
+                                                        good["reward_longer_is_worse"]["cluster_low"])
+    assert bad["cluster_low"] == good["cluster_low"] > 0  # the ranking model is the same ...
+    assert bad["reward_longer_is_worse"]["accuracy"] == 0.0 and not bad["passed"]  # ... its reward part is length
 
 
 def test_gate_fails_without_two_vignettes_to_resample() -> None:

@@ -24,17 +24,10 @@ def _fmt(value) -> str:
 
 
 def _accuracy_line(metrics: dict) -> str:
-    """Pairwise accuracy per split next to the stronger length ranker on the same pairs."""
-    parts = []
-    for split in ("holdout", "lovo"):
-        if split not in metrics:
-            continue
-        m = metrics[split]
-        vs = m["trivial_baselines"]["vs_length"]
-        length = m["trivial_baselines"]["rankers"][vs["ranker"]]["accuracy"]
-        parts.append(f"{split} accuracy {_fmt(m['pairwise_accuracy'])} vs {vs['ranker']} {_fmt(length)} "
-                     f"({m['n_pairs']} pairs; difference cluster CI {_fmt(vs['cluster_low'])}..{_fmt(vs['cluster_high'])})")
-    return "; ".join(parts)
+    """Pairwise accuracy per split next to the strongest rival on the same pairs."""
+    from reappreg.rm.trivial import accuracy_line
+
+    return accuracy_line(metrics)
 
 
 @app.command()
@@ -115,13 +108,12 @@ def ensemble(
 
     os.environ.setdefault("MLFLOW_ENABLE_ARTIFACTS_PROGRESS_BAR", "false")
     import mlflow
-    import pandas as pd
 
-    from reappreg.errors import InputError, ReappregError
+    from reappreg.errors import InputError
     from reappreg.io import write_json
-    from reappreg.rm.ensemble import build_ensemble, evaluate_ensemble, load_ensemble
+    from reappreg.rm.ensemble import build_ensemble, evaluate_ensemble
     from reappreg.rm.evaluate import flat_metrics
-    from reappreg.rm.pyfunc import log_pyfunc
+    from reappreg.rm.pyfunc import check_round_trip, log_pyfunc
     from reappreg.rm.objectives import check_objectives
     from reappreg.settings import load_params
     from reappreg.tracking import stage_run
@@ -149,16 +141,8 @@ def ensemble(
         mlflow.log_artifacts(str(plots), "plots")
         mlflow.log_table(table, "rm_seed_comparison.json")
         info = log_pyfunc(out)
-        # Round trip: the logged model must give the rewards the folder gives.
-        probe = pd.DataFrame({
-            "scenario": ["Your colleague presented your chart as his own."] * 3,
-            "answer": ["He was nervous and spoke loosely; you can mention your part next time.", "",
-                       "One. Two. Three."],
-        })
-        direct = load_ensemble(out).predict_frame(probe)
-        logged = mlflow.pyfunc.load_model(info.model_uri).predict(probe)
-        if not (abs(pd.Series(direct) - pd.Series(logged)) < 1e-9).all():
-            raise ReappregError(f"logged pyfunc model gives {list(logged)}, the folder {list(direct)}")
+        # Round trip: the logged model must give the rewards (and every part) the folder gives.
+        check_round_trip(out, info.model_uri)
         write_json(model_info, {
             "model_uri": info.model_uri,
             "run_id": run.info.run_id,
@@ -167,10 +151,10 @@ def ensemble(
         })
     gate = result["beats_length_baseline"]
     typer.echo(
-        f"rm_ensemble ({cfg.objective}, seeds {params.rm.seeds}, k={cfg.k:g}, ungated score): "
-        + _accuracy_line({s: result[s]["reward"] for s in ("holdout", "lovo") if s in result})
-        + f"; beats_length_baseline {'PASS' if gate['passed'] else 'FAIL'} (cluster low {_fmt(gate.get('cluster_low'))}); "
-        f"logged as {info.model_uri}"
+        f"rm_ensemble ({result['recipe']['ranking']}, seeds {params.rm.seeds}, ungated score): "
+        + _accuracy_line({s: result[s]["ranking"] for s in ("holdout", "lovo") if s in result})
+        + f"; beats_length_baseline {'PASS' if gate['passed'] else 'FAIL'} vs {gate.get('rival')} "
+        f"(cluster low {_fmt(gate.get('cluster_low'))}); logged as {info.model_uri}"
     )
 
 
@@ -184,7 +168,7 @@ def compare(
     """One table of every trained objective x seed and the ensemble (held-out and leave-one-vignette-out)."""
     import mlflow
 
-    from reappreg.rm.compare import comparison_table, plot_comparison
+    from reappreg.rm.compare import SUMMARY, comparison_table, plot_comparison
     from reappreg.rm.evaluate import write_csv
     from reappreg.rm.objectives import check_objectives
     from reappreg.settings import load_params
@@ -199,7 +183,5 @@ def compare(
         mlflow.log_table(table, "rm_comparison.json")
         mlflow.log_artifact(str(out))
         mlflow.log_artifact(str(figure))
-    shown = [c for c in ("model", "holdout_pairwise_accuracy", "lovo_pairwise_accuracy", "lovo_cluster_low",
-                         "lovo_cluster_high", "lovo_minus_length", "lovo_minus_length_cluster_low", "lovo_n_pairs")
-             if c in table.columns and table[c].notna().any()]
+    shown = [c for c in SUMMARY if c in table.columns and table[c].notna().any()]
     typer.echo(table[shown].to_string(index=False, float_format=lambda v: f"{v:.3f}"))

@@ -1,13 +1,16 @@
 """Reward models of reappraisal quality: five objectives (bt, regression, bt_regression,
-multidim, length_residual), seeds, and the seed ensemble.
+multidim, length_residual), seeds, the seed ensemble, and the two-part model (a length prior
+plus the length-residual ensemble) that is the default recipe.
 
 Public API (used by the policy's GRPO reward and by best-of-N generation), imported from
 the module that defines it:
 
 - ``reappreg.rm.ensemble.load_ensemble`` -> ``RewardEnsemble`` with ``.score(scenarios,
-  answers)`` (mean - k*std over seeds, format gate applied), ``.score_raw(...)`` (no gate),
-  ``.member_scores(...)`` (per-seed matrix, shape (n_answers, n_members)), ``.gate(answers)``
-  and ``.format_penalty``;
+  answers)`` (the reward: mean - k*std over seeds, format gate applied; for the two-part
+  recipe that is its residual part), ``.score_raw(...)`` (no gate), ``.score_ranking(...)``
+  (the ranking model: length prior + weight x residual), ``.length_prior(answers)``,
+  ``.parts(...)`` (all of them), ``.member_scores(...)`` (per-seed matrix, shape (n_answers,
+  n_members)), ``.gate(answers)`` and ``.format_penalty``;
 - ``reappreg.rm.gate.count_sentences`` and ``format_gate_ok``: the format gate (pySBD
   sentence boundaries; empty or more than ``max_sentences`` sentences fails).
 
@@ -25,13 +28,18 @@ What the default (CPU) recipe is, stated plainly:
   effectiveness), ``multidim`` (the mean ratings of the dimensions the data has, weighted
   score), ``length_residual`` (multidim's targets less what a length-only fit on the
   training part predicts); one class per module in ``rm.objectives``.
+- The two-part recipe (``rm.two_part``, the default; ``reappreg.rm.two_part``): the model
+  that ranks is a length prior (least squares of the rating on length features) plus a
+  weight times the ``length_residual`` ensemble, prior and weight fitted inside each training
+  fold only; the GRPO reward is the residual part (the policy is not paid for length).
 - Baselines (``rm.baselines``): every evaluation also scores the same pairs with length in
   characters and words, a random ranker, scenario-answer encoder cosine and a regression on
-  length features, plus length-controlled accuracy; ``beats_length_baseline`` is the gate.
+  length features, plus length-controlled accuracy; ``beats_length_baseline`` is the gate,
+  against the strongest of them.
 - DVC layout: ``rm_train`` is a matrix over ``rm.seeds`` of the ensemble objective (default
-  multidim x 3 seeds), ``rm_baseline`` a matrix over ``rm.baselines`` x ``rm.baseline_seeds``
-  (default bt and regression, one seed each; ``baseline_seeds: [0, 1, 2]`` gives the full
-  objective x seed matrix). Every member and baseline has its own folder, metrics file and
+  length_residual x 3 seeds), ``rm_baseline`` a matrix over ``rm.baselines`` x
+  ``rm.baseline_seeds`` (default bt, regression and multidim, one seed each;
+  ``baseline_seeds: [0, 1, 2]`` gives the full objective x seed matrix). Every member and baseline has its own folder, metrics file and
   MLflow run; ``rm_ensemble`` combines the members, ``rm_compare`` tabulates everything.
 - Seeds change the head's initialisation, dropout and data order, not the features or
   the data: members of one objective disagree little on in-distribution texts, and the

@@ -1,5 +1,11 @@
 """The cross-objective comparison: every trained seed, the ensemble and the trivial rankers,
-one row each, on the same pairs (held out and leave one vignette out)."""
+one row each, on the same pairs (held out and leave one vignette out).
+
+Each reward-model row names its strongest trivial rival on those pairs and the paired gain over
+it with its vignette-cluster interval, the gain over the length regression, and its accuracy
+where the longer text is the worse one. A two-part ensemble gives two rows: the ranking model
+(``<objective>/two-part``, what the accuracy claims and the gate are about) and its residual
+part (``<objective>/ensemble``, the reward GRPO reads)."""
 
 from __future__ import annotations
 
@@ -15,9 +21,13 @@ from reappreg.rm.trivial import RANKERS
 
 SPLITS = ("holdout", "lovo")
 FIGURES = ("pairwise_accuracy", "wilson_low", "wilson_high", "cluster_low", "cluster_high", "n_pairs", "n_vignettes",
-           "minus_length", "minus_length_cluster_low", "minus_length_cluster_high", "minus_length_regression",
-           "minus_length_regression_cluster_low", "minus_length_regression_cluster_high", "longer_is_worse",
+           "rival", "rival_accuracy", "minus_rival", "minus_rival_cluster_low", "minus_rival_cluster_high",
+           "minus_length_regression", "minus_length_regression_cluster_low", "minus_length_regression_cluster_high",
+           "longer_is_worse", "longer_is_worse_wilson_low", "longer_is_worse_cluster_low", "longer_is_worse_cluster_high",
            "spearman_within_vignette")
+# What `reappreg rm compare` prints of the table.
+SUMMARY = ("model", "holdout_pairwise_accuracy", "lovo_pairwise_accuracy", "lovo_cluster_low", "lovo_cluster_high",
+           "lovo_rival", "lovo_minus_rival", "lovo_minus_rival_cluster_low", "lovo_longer_is_worse", "lovo_n_pairs")
 COLUMNS = ["model", "kind", "objective", "seed", *(f"{split}_{m}" for split in SPLITS for m in FIGURES)]
 
 
@@ -25,19 +35,25 @@ def _model_row(model: str, objective: str, seed, by_split: dict[str, dict]) -> d
     row = {"model": model, "kind": "reward model", "objective": objective, "seed": seed}
     for split, m in by_split.items():
         fig = m["trivial_baselines"]["model"]
-        vs = m["trivial_baselines"]["vs_length"]
+        vs = m["trivial_baselines"]["vs_rival"]
         regression = m["trivial_baselines"]["model_minus_ranker"]["length_regression"]
+        longer_worse = m["trivial_baselines"]["longer_is_worse"]["model"]
         row.update({
             f"{split}_pairwise_accuracy": fig["accuracy"],
             **{f"{split}_{k}": fig[k] for k in ("wilson_low", "wilson_high", "cluster_low", "cluster_high", "n_pairs",
                                                 "n_vignettes")},
-            f"{split}_minus_length": vs["difference"],
-            f"{split}_minus_length_cluster_low": vs["cluster_low"],
-            f"{split}_minus_length_cluster_high": vs["cluster_high"],
+            f"{split}_rival": vs["ranker"],
+            f"{split}_rival_accuracy": vs["rival_accuracy"],
+            f"{split}_minus_rival": vs["difference"],
+            f"{split}_minus_rival_cluster_low": vs["cluster_low"],
+            f"{split}_minus_rival_cluster_high": vs["cluster_high"],
             f"{split}_minus_length_regression": regression["difference"],
             f"{split}_minus_length_regression_cluster_low": regression["cluster_low"],
             f"{split}_minus_length_regression_cluster_high": regression["cluster_high"],
-            f"{split}_longer_is_worse": m["trivial_baselines"]["longer_is_worse"]["model"]["accuracy"],
+            f"{split}_longer_is_worse": longer_worse["accuracy"],
+            f"{split}_longer_is_worse_wilson_low": longer_worse["wilson_low"],
+            f"{split}_longer_is_worse_cluster_low": longer_worse["cluster_low"],
+            f"{split}_longer_is_worse_cluster_high": longer_worse["cluster_high"],
             f"{split}_spearman_within_vignette": m.get("spearman_within_vignette"),
         })
     return row
@@ -74,9 +90,14 @@ def comparison_table(metrics_dir: str | Path, trained: list[tuple[str, int]]) ->
     ensemble_path = metrics_dir / "ensemble.json"
     if ensemble_path.exists():
         m = read_json(ensemble_path)
-        by_split = {s: m[s]["reward"] for s in SPLITS if s in m}
-        rows.append(_model_row(f"{m['objective']}/ensemble", m["objective"], "ensemble", by_split))
-        ranker_source = by_split
+        ranking = {s: m[s]["ranking"] for s in SPLITS if s in m}
+        if (m.get("two_part") or {}).get("enabled"):
+            rows.append(_model_row(f"{m['objective']}/two-part", "length prior + " + m["objective"], "ensemble", ranking))
+            rows.append(_model_row(f"{m['objective']}/ensemble", m["objective"], "ensemble (residual part)",
+                                   {s: m[s]["residual"] for s in SPLITS if s in m}))
+        else:
+            rows.append(_model_row(f"{m['objective']}/ensemble", m["objective"], "ensemble", ranking))
+        ranker_source = ranking
     rows.extend(_ranker_rows(ranker_source or {}))
     return pd.DataFrame(rows, columns=COLUMNS)
 

@@ -1,16 +1,26 @@
-"""The seed ensemble: reward = mean - k * std over the members, behind a format gate.
+"""The seed ensemble: reward = mean - k * std over the members, behind a format gate; with the
+two-part recipe (``reappreg.rm.two_part``) also the ranking model, length prior + weight x that.
 
 ``models/rm/ensemble/`` is self-contained; everything is referenced by paths relative to
 the folder:
 
-- ``ensemble.json``: objective, k, gate settings, the encoder and the member folders;
+- ``ensemble.json``: objective, k, gate settings, the encoder and the member folders, and
+  (two-part) the length prior's coefficients and the residual part's weight and offset;
 - ``encoder/``: a copy of the base encoder the members were trained on (one copy: all
   members must share it);
 - ``members/seed_<s>/``: each member's head (and fine-tuned encoder layers, if any).
 
 ``std`` is the population standard deviation over members (ddof=0). An answer that
 fails the format gate (empty, or more than ``max_sentences`` sentences) gets
-``format_penalty`` instead of its reward.
+``format_penalty`` instead of its reward. The reward (:meth:`RewardEnsemble.score`) is the
+members' part alone -- for the two-part recipe the length-residual part, so a policy trained
+on it is not paid for length; :meth:`RewardEnsemble.score_ranking` is the ranking model the
+metrics and the registry gate describe, and :meth:`RewardEnsemble.parts` gives all of them.
+
+The metrics (:func:`evaluate_ensemble`) name each score: ``ranking`` (what the accuracy
+claims and ``beats_length_baseline`` are about), ``residual`` (mean - k * std of the members:
+the reward, ungated), ``mean`` and ``members``; each outer fold's prior and weight come from
+that fold's training ratings only.
 """
 
 from __future__ import annotations
@@ -39,12 +49,15 @@ from reappreg.rm.evaluate import (
     write_csv,
     write_per_vignette,
 )
+from reappreg.rm import two_part
 from reappreg.rm.gate import format_gate_ok
 from reappreg.rm.member import load_member, member_encoder_location, read_eval_predictions
 from reappreg.rm.objectives.base import ScoreMap
 from reappreg.rm.objectives.classes import objective_class
 from reappreg.rm.trivial import (
+    GATE_RULE,
     RANKERS,
+    LengthRegression,
     beats_length_gate,
     compare_with_rankers,
     difference,
@@ -54,7 +67,9 @@ from reappreg.rm.trivial import (
     with_interval,
 )
 
-FORMAT = "reappreg-rm-ensemble/1"
+# /2: the optional two-part section (length prior, weight, offset) next to the members.
+FORMAT = "reappreg-rm-ensemble/2"
+PARTS = ("reward", "ranking", "length_prior", "residual")
 
 
 def combine(member_scores: np.ndarray, k: float) -> np.ndarray:
@@ -85,6 +100,9 @@ class RewardEnsemble:
         if not location.path.exists():
             raise InputError(f"{folder}: encoder copy {location.path.relative_to(folder)} is missing")
         self.members = [load_member(folder / m["path"], device) for m in manifest["members"]]
+        parts = manifest.get("two_part")
+        self.prior = LengthRegression.from_json(parts["length_prior"]) if parts else None
+        self.weight = two_part.WeightFit.from_json(parts["weight"]) if parts else None
         self.seeds = [m.seed for m in self.members]
         self.encoder = TextEncoder(location, enc["pooling"], int(enc["max_length"]), device, dtype=enc.get("dtype", "float32"))
         # Members that fine-tuned encoder layers need their own forward pass.
@@ -133,11 +151,52 @@ class RewardEnsemble:
             rewards[keep] = self.score_raw([scenarios[i] for i in keep], [answers[i] for i in keep])
         return rewards
 
-    def predict_frame(self, frame: pd.DataFrame) -> np.ndarray:
+    @property
+    def two_part(self) -> bool:
+        return self.prior is not None
+
+    def length_prior(self, answers: list[str]) -> np.ndarray:
+        """The two-part model's length prior of each answer (reads its length only)."""
+        if self.prior is None:
+            raise InputError(f"{self.folder}: this reward model has no length prior (built without rm.two_part)")
+        return self.prior.predict(list(answers))
+
+    def score_ranking(self, scenarios: list[str], answers: list[str]) -> np.ndarray:
+        """The ranking model, ungated: prior + weight * (mean - k * std) + offset for a two-part
+        model, else the members' part (what the metrics' ``ranking`` figures describe)."""
+        residual = self.score_raw(scenarios, answers)
+        return two_part.ranking(self.length_prior(answers), residual, self.weight) if self.two_part else residual
+
+    def parts(self, scenarios: list[str], answers: list[str]) -> pd.DataFrame:
+        """Every score of each answer: ``reward`` (gated; what :meth:`score` gives), ``ranking``,
+        ``length_prior`` (NaN without one) and ``residual`` (the members' part, ungated; NaN for an
+        empty answer, which has nothing to encode)."""
+        if len(scenarios) != len(answers):
+            raise InputError(f"rm: {len(scenarios)} scenarios but {len(answers)} answers")
+        residual = np.full(len(answers), np.nan)
+        gate = self.gate(answers)
+        # Scored in the batches `score` uses (gate-passing answers together), so `reward` is
+        # exactly what `score` returns; the gated answers with text are scored apart.
+        for chosen in (np.flatnonzero(gate), np.flatnonzero(~gate & np.array([bool(a.strip()) for a in answers], bool))):
+            if len(chosen):
+                residual[chosen] = self.score_raw([scenarios[i] for i in chosen], [answers[i] for i in chosen])
+        prior = self.length_prior(answers) if self.two_part else np.full(len(answers), np.nan)
+        ranking = two_part.ranking(prior, residual, self.weight) if self.two_part else residual
+        return pd.DataFrame({"reward": np.where(gate, residual, self.format_penalty), "ranking": ranking,
+                             "length_prior": prior, "residual": residual}, columns=list(PARTS))
+
+    @staticmethod
+    def _frame_columns(frame: pd.DataFrame) -> tuple[list[str], list[str]]:
         missing = [c for c in ("scenario", "answer") if c not in frame.columns]
         if missing:
             raise InputError(f"rm ensemble: input frame lacks column(s) {', '.join(missing)}")
-        return self.score(frame["scenario"].astype(str).tolist(), frame["answer"].astype(str).tolist())
+        return frame["scenario"].astype(str).tolist(), frame["answer"].astype(str).tolist()
+
+    def predict_frame(self, frame: pd.DataFrame) -> np.ndarray:
+        return self.score(*self._frame_columns(frame))
+
+    def predict_parts(self, frame: pd.DataFrame) -> pd.DataFrame:
+        return self.parts(*self._frame_columns(frame))
 
 
 def load_ensemble(path: str | Path, device: str = "cpu") -> RewardEnsemble:
@@ -171,6 +230,7 @@ def build_ensemble(
             f"rm ensemble: the encoder at {members[0].config['encoder']['spec']} changed since the members were trained"
         )
     enc = members[0].config["encoder"]
+    parts = _two_part_config([m.config for m in members], [m.folder for m in members])
     manifest: dict[str, Any] = {
         "format": FORMAT,
         "objective": members[0].objective,
@@ -191,6 +251,18 @@ def build_ensemble(
         },
         "members": [{"seed": m.seed, "path": f"members/seed_{m.seed}"} for m in members],
     }
+    if parts is not None:
+        # The shipped ranking model: the prior fitted on what the shipped heads were trained on,
+        # and the weight fitted on the cross-fitting rows of that same fold (never on anything else).
+        inner = _inner_frame([m.folder for m in members], k)
+        shipped = parts["shipped_fold"]
+        fits = two_part.fold_weights(inner[inner["fold"].map(two_part.outer_of) == shipped]) if inner is not None else {}
+        if shipped not in fits:
+            raise InputError(f"rm ensemble: the members hold no cross-fitting rows of fold '{shipped}' to fit the weight on")
+        manifest["two_part"] = {"ranking": two_part.RANKING, "length_prior": parts["length_prior"],
+                                "weight": fits[shipped].to_json(), "shipped_fold": shipped,
+                                "weight_method": two_part.WEIGHT_METHOD, "target": parts["target"]}
+        manifest["reward"] += "; the members are the residual part of the two-part ranking model (reward without the prior)"
     with atomic_dir(out_dir) as tmp:
         if location.gguf_file:
             (tmp / "encoder").mkdir()
@@ -221,12 +293,36 @@ def _fold_matrix(member_dirs: list[Path], fold_filter) -> tuple[pd.DataFrame, np
     for folder, frame in zip(member_dirs[1:], frames[1:]):
         if not frame.index.equals(base.index):
             raise InputError(f"{folder}: evaluated on other texts than {member_dirs[0]}; members must share the evaluation split")
+        if "length_prior" in base.columns and not np.allclose(frame["length_prior"], base["length_prior"], atol=1e-9):
+            raise InputError(f"{folder}: its length prior differs from {member_dirs[0]}'s on the same texts; "
+                             "members must be trained on the same ratings")
     matrix = np.stack([f["score"].to_numpy(dtype=np.float64) for f in frames], axis=1)
     return base.drop(columns=["score"]).reset_index(), matrix
 
 
 def _rankers(targets: pd.DataFrame) -> dict[str, np.ndarray]:
     return {name: targets[f"ranker.{name}"].to_numpy(dtype=np.float64) for name in RANKERS}
+
+
+def _two_part_config(configs: list[dict], folders: list) -> dict | None:
+    """The members' two-part section (all have the same one, or none has one)."""
+    sections = [c.get("two_part") for c in configs]
+    if all(s is None for s in sections):
+        return None
+    if any(s is None for s in sections) or any(s != sections[0] for s in sections[1:]):
+        raise InputError(f"rm ensemble: members {', '.join(map(str, folders))} disagree about the two-part recipe "
+                         "(its length prior, shipped fold or cross-fitting); retrain them with the same rm.two_part")
+    return sections[0]
+
+
+def _inner_frame(member_dirs: list[Path], k: float) -> pd.DataFrame | None:
+    """The cross-fitting rows of every fold, with the residual part (mean - k * std over members)."""
+    try:
+        targets, matrix = _fold_matrix(member_dirs, lambda f: f.startswith(f"{two_part.INNER}:"))
+    except KeyError:
+        return None  # no cross-fitting rows at all
+    targets["residual"] = combine(matrix, k)
+    return targets
 
 
 def format_gate_effect(reward: np.ndarray, targets: pd.DataFrame, penalty: float, margin: float) -> dict[str, Any]:
@@ -252,15 +348,26 @@ def format_gate_effect(reward: np.ndarray, targets: pd.DataFrame, penalty: float
 
 def evaluate_ensemble(member_dirs: list[str | Path], *, k: float, pair_margin: float, bins: int, plots_dir: str | Path,
                       objective: str, format_penalty: float, min_pairs: int = 1) -> tuple[dict, pd.DataFrame]:
-    """Ensemble metrics from the members' held-out predictions (ungated), the trivial
-    rankers on the same pairs, the ``beats_length_baseline`` gate, the format gate's effect,
-    and the per-seed table."""
+    """Ensemble metrics from the members' held-out predictions (ungated): the ranking model (the
+    two-part model when the members are its residual part, else the members' mean - k * std),
+    the residual part, the trivial rankers on the same pairs, the ``beats_length_baseline`` gate,
+    the format gate's effect, and the per-seed table.
+
+    A two-part fold's prior is the one its members fitted on the fold's training ratings (their
+    ``length_prior``), its weight the one fitted on its own cross-fitting rows
+    (:func:`reappreg.rm.two_part.fold_weights`): no held-out rating enters either."""
     member_dirs = [Path(d) for d in member_dirs]
     configs = [read_json(d / "rm_config.json") for d in member_dirs]
     seeds = [int(c["seed"]) for c in configs]
     score_map = ScoreMap.from_json(configs[0]["score_map"])
     scorer = objective_class(objective)(None, configs[0]["dimensions"])
+    parts = _two_part_config(configs, member_dirs)
+    fits: dict[str, two_part.WeightFit] = {}
+    if parts is not None:
+        inner = _inner_frame(member_dirs, k)
+        fits = two_part.fold_weights(inner) if inner is not None else {}
     metrics: dict[str, Any] = {"objective": objective, "k": k, "seeds": seeds}
+    residual_label = f"residual_k{k:g}" if parts else f"ensemble_reward_k{k:g}"
     table_rows: dict[str, dict] = {}  # model -> one row with <split>_<measure> columns
     plots_dir = Path(plots_dir)
     per_vignette_fold: tuple[str, dict] | None = None
@@ -274,24 +381,41 @@ def evaluate_ensemble(member_dirs: list[str | Path], *, k: float, pair_margin: f
                 continue
             mean = matrix.mean(axis=1)
             std = matrix.std(axis=1, ddof=0)
-            reward = mean - k * std
+            residual = mean - k * std
             rankers = _rankers(targets)
-            reward_metrics = evaluate_scores(reward, targets, pair_margin)
-            reward_metrics["trivial_baselines"] = compare_with_rankers(reward, targets, rankers, pair_margin, min_pairs)
-            with_interval(reward_metrics)
 
-            def versus_length(scores):
+            def versus_rankers(scores, full: bool = False):
                 out = evaluate_scores(scores, targets, pair_margin)
-                out["vs_length"] = compare_with_rankers(scores, targets, rankers, pair_margin, min_pairs)["vs_length"]
+                comparison = compare_with_rankers(scores, targets, rankers, pair_margin, min_pairs)
+                if full:
+                    out["trivial_baselines"] = comparison
+                    return with_interval(out)
+                out["vs_rival"] = comparison["vs_rival"]
                 return out
 
-            fold_metrics = {
-                "reward": reward_metrics,
-                "mean": versus_length(mean),
-                "members": {f"seed_{s}": versus_length(matrix[:, i]) for i, s in enumerate(seeds)},
+            fold_metrics: dict[str, Any] = {}
+            if parts is not None:
+                folds = targets["fold"].to_numpy()
+                unfitted = sorted(set(folds) - set(fits))
+                if unfitted:
+                    raise InputError(f"rm ensemble: no cross-fitting rows for fold(s) {', '.join(unfitted)}: "
+                                     "the members were trained without the two-part recipe's inner folds")
+                by_row = [fits[f] for f in folds]
+                ranking = (targets["length_prior"].to_numpy(dtype=np.float64)
+                           + np.array([f.weight for f in by_row]) * residual + np.array([f.offset for f in by_row]))
+                fold_metrics["ranking"] = versus_rankers(ranking, full=True)
+                fold_metrics["residual"] = versus_rankers(residual, full=True)
+                fold_metrics["weights"] = {f: fits[f].to_json() for f in sorted(set(folds))}
+            else:
+                ranking = residual
+                fold_metrics["ranking"] = versus_rankers(ranking, full=True)
+            fold_metrics.update({
+                "mean": versus_rankers(mean),
+                "members": {f"seed_{s}": versus_rankers(matrix[:, i]) for i, s in enumerate(seeds)},
                 "std_mean": float(std.mean()),
-                "format_gate": format_gate_effect(reward, targets, format_penalty, pair_margin),
-            }
+                # The reward is the members' part behind the gate: its effect is measured on that.
+                "format_gate": format_gate_effect(residual, targets, format_penalty, pair_margin),
+            })
             error = within_vignette_rank_error(mean, targets["effectiveness"].to_numpy(float), targets["vignette_id"].to_numpy())
             from scipy.stats import spearmanr
 
@@ -301,29 +425,40 @@ def evaluate_ensemble(member_dirs: list[str | Path], *, k: float, pair_margin: f
                 "p_value": float(rho.pvalue) if rho is not None else None,
             }
             metrics[fold_name] = fold_metrics
-            labels = [*(f"seed_{s}" for s in seeds), "ensemble_mean", f"ensemble_reward_k{k:g}"]
-            results = [*(fold_metrics["members"][f"seed_{s}"] for s in seeds), fold_metrics["mean"], fold_metrics["reward"]]
+            labels = [*(f"seed_{s}" for s in seeds), "ensemble_mean", residual_label]
+            results = [*(fold_metrics["members"][f"seed_{s}"] for s in seeds), fold_metrics["mean"],
+                       fold_metrics.get("residual", fold_metrics["ranking"])]
+            if parts is not None:
+                labels.append("two_part")
+                results.append(fold_metrics["ranking"])
             for label, m in zip(labels, results):
                 row = table_rows.setdefault(label, {"model": label})
                 for measure in ("pairwise_accuracy", "spearman_within_vignette", "spearman", "n_pairs"):
                     row[f"{fold_name}_{measure}"] = m[measure]
-            for name, ranker in reward_metrics["trivial_baselines"]["rankers"].items():
+            ranking_baselines = fold_metrics["ranking"]["trivial_baselines"]
+            for name, ranker in ranking_baselines["rankers"].items():
                 row = table_rows.setdefault(f"baseline:{name}", {"model": f"baseline:{name}"})
                 row[f"{fold_name}_pairwise_accuracy"] = ranker["accuracy"]
                 row[f"{fold_name}_n_pairs"] = ranker["n_pairs"]
             # Unseen vignettes are the figure that matters; without leave-one-vignette-out the
             # per-vignette plot shows the held-out split and says so.
             if fold_name == "lovo" or per_vignette_fold is None:
-                per_vignette_fold = (fold_name, reward_metrics["trivial_baselines"])
+                per_vignette_fold = (fold_name, ranking_baselines)
             if fold_name == "holdout":
-                observed, observed_label = scorer.observed(targets, score_map)
-                cal = calibration_table(reward, observed, bins)
-                if scorer.rating_scale:
-                    fold_metrics["reward"]["calibration_error"] = calibration_error(cal)
+                if parts is not None:
+                    # The ranking model predicts the mean effectiveness rating (prior's target, weight's fit).
+                    observed, observed_label, rating_scale = (targets["effectiveness"].to_numpy(float),
+                                                              "mean human effectiveness rating", True)
+                    title = f"two-part ranking model (length prior + {objective} ensemble, k={k:g})"
+                else:
+                    (observed, observed_label), rating_scale = scorer.observed(targets, score_map), scorer.rating_scale
+                    title = f"{objective} ensemble (k={k:g})"
+                cal = calibration_table(ranking, observed, bins)
+                if rating_scale:
+                    fold_metrics["ranking"]["calibration_error"] = calibration_error(cal)
                 write_csv(cal, tmp / "calibration.csv")
-                plot_calibration(cal, tmp / "calibration.png",
-                                 calibration_title(f"{objective} ensemble (k={k:g})", scorer.rating_scale, observed_label),
-                                 scorer.rating_scale, observed_label)
+                plot_calibration(cal, tmp / "calibration.png", calibration_title(title, rating_scale, observed_label),
+                                 rating_scale, observed_label)
                 dis = disagreement_table(std, error, bins)
                 write_csv(dis, tmp / "disagreement.csv")
                 plot_disagreement(dis, tmp / "disagreement.png", f"{objective} ensemble: disagreement vs error (held out)")
@@ -331,14 +466,42 @@ def evaluate_ensemble(member_dirs: list[str | Path], *, k: float, pair_margin: f
         write_csv(table, tmp / "members.csv")
         if per_vignette_fold is not None:
             fold_name, comparison = per_vignette_fold
-            write_per_vignette(comparison, tmp, f"{objective} ensemble (k={k:g})", unseen_vignettes=fold_name == "lovo")
-    metrics["baselines"] = headline({s: metrics[s]["reward"]["trivial_baselines"] for s in ("holdout", "lovo")
+            name = "two-part model" if parts is not None else f"{objective} ensemble (k={k:g})"
+            write_per_vignette(comparison, tmp, name, unseen_vignettes=fold_name == "lovo")
+    metrics["recipe"] = _recipe(parts, objective)
+    if parts is not None:
+        shipped = parts["shipped_fold"]
+        metrics["two_part"] = {
+            "enabled": True, "ranking": two_part.RANKING, "weight_method": two_part.WEIGHT_METHOD,
+            "inner_folds": parts["inner_folds"], "target": parts["target"], "shipped_fold": shipped,
+            # The shipped model's weight (its cross-fitting on the whole pool), what the folder holds.
+            "weight": fits[shipped].weight if shipped in fits else None,
+            "offset": fits[shipped].offset if shipped in fits else None,
+            "length_prior": parts["length_prior"],
+        }
+    else:
+        metrics["two_part"] = {"enabled": False}
+    metrics["baselines"] = headline({s: metrics[s]["ranking"]["trivial_baselines"] for s in ("holdout", "lovo")
                                      if s in metrics})
     if "lovo" in metrics:
-        metrics["beats_length_baseline"] = beats_length_gate(metrics["lovo"]["reward"]["trivial_baselines"])
+        reward_part = metrics["lovo"]["residual"]["trivial_baselines"] if parts is not None else None
+        metrics["beats_length_baseline"] = beats_length_gate(metrics["lovo"]["ranking"]["trivial_baselines"], reward_part)
     else:
         metrics["beats_length_baseline"] = {
-            "passed": False, "cluster_low": None,
+            "passed": False, "cluster_low": None, "rival": None, "rule": GATE_RULE,
             "checked": "nothing: rm.evaluation.leave_one_vignette_out is off, so there are no unseen-vignette pairs",
         }
     return metrics, table
+
+
+def _recipe(parts: dict | None, objective: str) -> dict[str, Any]:
+    """Which score is which, in words (no numbers: k is beside it in the metrics, and a reader
+    quoting these strings quotes no figure without its source): the one the accuracies and the
+    gate describe, and the reward."""
+    members = f"mean - k * std over the {objective} members"
+    if parts is None:
+        return {"ranking": members, "reward": f"{members}, behind the format gate", "pays_for_length": None}
+    return {"ranking": two_part.RANKING.replace("residual ensemble", f"({members})"),
+            "reward": f"the residual part alone ({members}), behind the format gate; the length prior is not in it "
+                      "(policy.reward.length_prior_weight may add it, and the policy's metrics say so)",
+            "pays_for_length": False}

@@ -9,7 +9,10 @@ A member folder (``models/rm/<objective>/seed_<s>/``) holds:
   fine-tuned parameters; the rest is the unchanged base encoder);
 - ``eval_predictions.jsonl``: the scores that models trained on the evaluation split
   (and on each leave-one-vignette-out fold) gave to the texts they did not see, which the
-  ensemble stage combines into ensemble metrics.
+  ensemble stage combines into ensemble metrics. A quality part of the two-part recipe
+  (``reappreg.rm.two_part``) also records each fold's length prior and its inner
+  cross-fitting rows (``inner:<fold>:<group>``: scores of members trained on part of that
+  fold's training vignettes only), from which the ensemble stage fits the fold's weight.
 
 Evaluation: one model is trained on the training part of the ``holdout`` split and
 scored on its test part; with ``leave_one_vignette_out`` one model per vignette is trained
@@ -47,7 +50,8 @@ from reappreg.rm.gate import format_gate_ok
 from reappreg.rm.model import MemberTrainer, deterministic_torch, make_head
 from reappreg.rm.objectives.base import ScoreMap
 from reappreg.rm.objectives.classes import make_objective, objective_class
-from reappreg.rm.trivial import LengthRegression, compare_with_rankers, cosine, headline, ranker_scores, with_interval
+from reappreg.rm import two_part
+from reappreg.rm.trivial import compare_with_rankers, cosine, headline, ranker_scores, with_interval
 from reappreg.settings.rm import RmSettings
 
 # /2: score maps name their rating columns; models may lack absent rating dimensions.
@@ -165,6 +169,8 @@ def _train_member(objective_name, seed, settings, paths: MemberPaths, progress) 
         return fitted
 
     prediction_rows: list[dict] = []
+    quality_part = two_part.applies(objective.name, settings)
+    priors: dict[str, dict] = {}
 
     def evaluate_fold(fold: str, fitted, train_ratings, test_ratings):
         """Scores of the fold's unseen texts, its rankers' scores (length regression fitted on
@@ -172,9 +178,11 @@ def _train_member(objective_name, seed, settings, paths: MemberPaths, progress) 
         targets = mean_targets(pool, test_ratings)
         rows = targets["row"].to_numpy()
         outputs, scores = trainer.predict_scores(fitted, rows)
-        train_targets = mean_targets(pool, train_ratings)
-        regression = LengthRegression([texts[r] for r in train_targets["row"]], train_targets["effectiveness"].to_numpy())
+        # The length regression rival and the two-part model's prior are one fit on the fold's training part.
+        regression = two_part.fit_prior(pool, train_ratings)
+        priors[fold] = regression.to_json()
         rankers = ranker_scores([texts[r] for r in rows], pool_cosine[rows], regression, fold)
+        prior = regression.predict([texts[r] for r in rows])
         for i, row in enumerate(targets.itertuples(index=False)):
             r = int(row.row)
             prediction_rows.append({
@@ -187,8 +195,22 @@ def _train_member(objective_name, seed, settings, paths: MemberPaths, progress) 
                 "format_gate_ok": bool(gate_ok[r]),
                 **{dim: float(getattr(row, dim)) for dim in pool.dimensions},
                 **{f"ranker.{name}": float(values[i]) for name, values in rankers.items()},
+                "length_prior": float(prior[i]),
             })
         return targets, outputs, scores, rankers
+
+    def cross_fit(fold: str, run: str, train_ratings) -> None:
+        """A quality part's inner cross-fitting of one fold, from its training ratings only
+        (reappreg.rm.two_part): the rows the ensemble stage fits the fold's weight on."""
+        if not quality_part:
+            return
+
+        def fit_and_score(group, inner_train, held_back):
+            fitted = fit(f"{run}~{group}", inner_train)
+            return trainer.predict_scores(fitted, mean_targets(pool, held_back)["row"].to_numpy())[1]
+
+        prediction_rows.extend(two_part.cross_fit(pool, fold, train_ratings, settings.two_part.inner_folds,
+                                                  fit_and_score))
 
     def evaluation_metrics(scores, targets, rankers) -> dict:
         metrics = evaluate_scores(scores, targets, evaluation.pair_margin)
@@ -200,6 +222,7 @@ def _train_member(objective_name, seed, settings, paths: MemberPaths, progress) 
     train_ratings, test_ratings = holdout_split(pool, evaluation.holdout, evaluation.holdout_fraction, evaluation.split_seed)
     holdout_fit = fit("holdout", train_ratings)
     targets, outputs, scores, rankers = evaluate_fold("holdout", holdout_fit, train_ratings, test_ratings)
+    cross_fit("holdout", "holdout", train_ratings)
     holdout = evaluation_metrics(scores, targets, rankers)
     holdout["mode"] = evaluation.holdout
     holdout["n_train_examples"] = holdout_fit.n_train_examples
@@ -220,6 +243,7 @@ def _train_member(objective_name, seed, settings, paths: MemberPaths, progress) 
             fold_train = pool.ratings[pool.ratings["vignette_id"] != vid]
             fold_fit = fit(f"lovo_{vid}", fold_train)
             folds.append(evaluate_fold(f"lovo:{vid}", fold_fit, fold_train, pool.ratings[pool.ratings["vignette_id"] == vid]))
+            cross_fit(f"lovo:{vid}", f"lovo_{vid}", fold_train)
         lovo_rankers = {name: np.concatenate([f[3][name] for f in folds]) for name in folds[0][3]}
         lovo = evaluation_metrics(np.concatenate([f[2] for f in folds]),
                                   pd.concat([f[0] for f in folds], ignore_index=True), lovo_rankers)
@@ -227,6 +251,10 @@ def _train_member(objective_name, seed, settings, paths: MemberPaths, progress) 
 
     t3 = time.perf_counter()
     final = fit("final", pool.ratings) if evaluation.refit_on_all else holdout_fit
+    shipped_fold = "final" if evaluation.refit_on_all else "holdout"
+    if evaluation.refit_on_all:
+        priors["final"] = two_part.fit_prior(pool, pool.ratings).to_json()
+        cross_fit("final", "final", pool.ratings)
     timings["final_s"] = time.perf_counter() - t3
     timings["train_total_s"] = time.perf_counter() - t1
 
@@ -256,6 +284,11 @@ def _train_member(objective_name, seed, settings, paths: MemberPaths, progress) 
             "threads": settings.threads,
         },
     }
+    if quality_part:
+        # The shipped model's length prior (fitted on what the shipped head was trained on) and
+        # which fold's cross-fitting rows the ensemble stage fits the shipped weight on.
+        config["two_part"] = {"shipped_fold": shipped_fold, "length_prior": priors[shipped_fold],
+                              "inner_folds": settings.two_part.inner_folds, "target": two_part.TARGET}
     with atomic_dir(paths.out_dir) as tmp:
         write_json(tmp / "rm_config.json", config)
         _safetensors_save(final.head_state, tmp / "head.safetensors")
@@ -291,6 +324,12 @@ def _train_member(objective_name, seed, settings, paths: MemberPaths, progress) 
     }
     if lovo is not None:
         metrics["lovo"] = lovo
+    if quality_part:
+        metrics["two_part"] = {
+            "role": "the residual part of the two-part ranking model (its accuracies here are the part's alone)",
+            "inner_folds": settings.two_part.inner_folds,
+            "inner_rows": sum(1 for r in prediction_rows if r["fold"].startswith(f"{two_part.INNER}:")),
+        }
     metrics["baselines"] = headline({s: metrics[s]["trivial_baselines"] for s in ("holdout", "lovo") if s in metrics})
     timings["total_s"] = time.perf_counter() - started
     timings["cpu_s"] = time.process_time() - cpu_started

@@ -16,6 +16,8 @@ RATING_DIMENSIONS = ("effectiveness", "empathy", "novelty", "specificity")
 # An objective is a module of reappreg.rm.objectives; the rm stages check the names against
 # that package (reappreg.rm.objectives.check_objectives), so the schema imports none of it.
 Objective = str
+# The objective whose members are the quality part of the two-part recipe (rm.two_part).
+TWO_PART_OBJECTIVE = "length_residual"
 
 
 class EncoderSettings(Section):
@@ -98,13 +100,33 @@ class EvaluationSettings(Section):
 
 
 class EnsembleSettings(Section):
-    objective: Objective = "multidim"
+    # The objective of the rm.seeds members. length_residual: the quality part of the two-part
+    # recipe (rm.two_part), learning what the ratings say beyond what length predicts.
+    objective: Objective = "length_residual"
     k: float = Field(0.5, ge=0)  # reward = mean - k * std over the seeds (population std)
     max_sentences: int = Field(2, ge=1)
     # Reward given instead of the score when the format gate fails (members' score units;
     # below the 1-7 rating scale of regression/multidim scores).
     format_penalty: float = -1.0
     score_batch_size: int = Field(64, ge=1)
+
+
+class TwoPartSettings(Section):
+    # The default recipe: the model that ranks (its accuracy is what the metrics claim and the
+    # registry gates) is a length prior -- least squares of the mean effectiveness rating on
+    # length features (reappreg.rm.trivial.LengthRegression) -- plus a weight times the residual
+    # ensemble (mean - k * std over rm.seeds of the length_residual members), plus an offset that
+    # keeps it on the rating scale. The GRPO reward is the residual part alone (the policy does
+    # not get paid for length; policy.reward.length_prior_weight may add the prior). Prior,
+    # weight and offset are fitted inside each training fold only, never on its held-out texts:
+    # the prior on the fold's training ratings, the weight by cross-fitting inside them.
+    enabled: bool = True
+    # The weight's cross-fitting: a fold's training vignettes are dealt (sorted by id, round
+    # robin) into this many groups (at most one per vignette); a member trained on the other
+    # groups scores each group, and the weight is the non-negative within-vignette least
+    # squares of (rating - prior) on those out-of-group residual scores. Fixed here, before any
+    # evaluation, like the outer folds (rm.evaluation) and the seeds.
+    inner_folds: int = Field(5, ge=2)
 
 
 class RmSettings(Section):
@@ -115,7 +137,7 @@ class RmSettings(Section):
     # Intra-op threads of every RM stage: CPU float sums depend on the thread count, so it
     # is fixed (with deterministic algorithms) for bit-for-bit identical models.
     threads: int = Field(1, ge=1)
-    baselines: list[Objective] = ["bt", "regression"]
+    baselines: list[Objective] = ["bt", "regression", "multidim"]
     baseline_seeds: list[int] = [0]
     encoder: EncoderSettings = EncoderSettings()
     train: TrainSettings = TrainSettings()
@@ -124,6 +146,7 @@ class RmSettings(Section):
     bt_regression: BtRegressionSettings = BtRegressionSettings()
     evaluation: EvaluationSettings = EvaluationSettings()
     ensemble: EnsembleSettings = EnsembleSettings()
+    two_part: TwoPartSettings = TwoPartSettings()
 
     @model_validator(mode="after")
     def _consistent(self) -> "RmSettings":
@@ -136,6 +159,12 @@ class RmSettings(Section):
         if self.ensemble.objective in self.baselines:
             raise ValueError(
                 f"baselines must not include the ensemble objective '{self.ensemble.objective}' (its seeds are rm.seeds)"
+            )
+        if self.two_part.enabled and self.ensemble.objective != TWO_PART_OBJECTIVE:
+            # The prior adds length back in; an objective that learns length itself would count it twice.
+            raise ValueError(
+                f"two_part.enabled needs ensemble.objective: {TWO_PART_OBJECTIVE} (got '{self.ensemble.objective}'); "
+                "set two_part.enabled: false to ship another objective's ensemble alone"
             )
         return self
 
