@@ -158,6 +158,33 @@ def test_missing_close_tag_score_whole_and_explicit_penalty():
     assert plain.score([SCENARIO], ["  You were seen.  "]).answers == ["You were seen."]
 
 
+def test_grpo_reads_the_residual_part_by_default_and_the_prior_only_with_a_stated_weight():
+    """The default reward is the RM's `score` (a two-part RM's residual part behind the format gate);
+    policy.reward.length_prior_weight adds its length prior to the answers the gate passes, and
+    the reward describes which, for the training metrics and through them the card and the report."""
+    class TwoPart(StandinEnsemble):
+        two_part = True
+
+        def length_prior(self, answers):
+            return np.array([len(a) / 10 for a in answers])
+
+    assert load_params(REPO / "params.yaml").policy.reward.length_prior_weight == 0.0 == RewardShaping().length_prior_weight
+    answers = ["Your colleague may have been nervous in the meeting.", "One. Two. Three."]
+    default = EnsembleReward(TwoPart(), RewardShaping())
+    residual = TwoPart().score([SCENARIO] * 2, answers)
+    assert default.score([SCENARIO] * 2, answers).rewards.tolist() == pytest.approx(residual.tolist())
+    assert default.describe() == {"reads": "the residual part of the two-part RM (what its ratings say beyond length), "
+                                           "behind the format gate", "rm_two_part": True, "length_prior_weight": 0.0,
+                                  "pays_for_length": False}
+    paid = EnsembleReward(TwoPart(), RewardShaping(length_prior_weight=0.5))
+    rewards = paid.score([SCENARIO] * 2, answers).rewards
+    assert rewards[0] == pytest.approx(residual[0] + 0.5 * len(answers[0]) / 10)
+    assert rewards[1] == StandinEnsemble.format_penalty  # a gated answer gets the penalty, prior or not
+    assert paid.describe()["pays_for_length"] and "length_prior_weight x the RM's length prior" in paid.describe()["reads"]
+    with pytest.raises(InputError, match="has no length prior"):
+        EnsembleReward(StandinEnsemble(), RewardShaping(length_prior_weight=0.5))
+
+
 @pytest.mark.slow
 def test_reward_matches_the_real_ensemble_on_the_same_texts(tiny_ensemble):
     from reappreg.rm.ensemble import load_ensemble
@@ -183,6 +210,15 @@ def test_reward_matches_the_real_ensemble_on_the_same_texts(tiny_ensemble):
     thinking = EnsembleReward(ensemble, RewardShaping(thinking=True, missing_close_tag="penalize"))
     got = thinking(prompts=["p"] * 2, completions=[f"hmm, the scenario...</think>{a}" for a in answers[:2]], scenario=scenarios[:2])
     np.testing.assert_allclose(got, expected[:2], rtol=0, atol=1e-9)
+    # A two-part RM: by default GRPO reads its residual part, not the ranking model (prior + weight x residual) ...
+    assert ensemble.two_part and plain.describe()["pays_for_length"] is False
+    ranking = ensemble.score_ranking(scenarios[:2], answers[:2])
+    assert not np.allclose(got, ranking)
+    # ... and the prior only with a stated weight
+    paid = EnsembleReward(ensemble, RewardShaping(thinking=False, length_prior_weight=0.25))
+    np.testing.assert_allclose(paid(prompts=["p"] * 2, completions=answers[:2], scenario=scenarios[:2]),
+                               expected[:2] + 0.25 * ensemble.length_prior(answers[:2]), rtol=0, atol=1e-9)
+    assert paid.describe()["pays_for_length"] is True and paid.describe()["length_prior_weight"] == 0.25
     unfinished = thinking(prompts=["p"], completions=["hmm, the scenario"], scenario=scenarios[:1])
     assert unfinished == [ensemble.format_penalty]
 

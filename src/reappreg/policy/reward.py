@@ -1,5 +1,12 @@
 """The GRPO reward: the RM ensemble (format gate included) on the answer part of a completion.
 
+What is paid for: the ensemble's reward, ``score`` -- for the two-part recipe the residual
+part (what the ratings say beyond length), not the ranking model, so the policy is not paid for
+writing longer. ``policy.reward.length_prior_weight`` (default 0) adds that many times the
+RM's length prior to every answer the gate passes; :meth:`EnsembleReward.describe` states
+which, and the training metrics (``reward`` in ``metrics/policy/train.json``) record it for
+the card and the report.
+
 For a thinking model only the text after ``</think>`` is the answer. A thinking completion
 without ``</think>`` never finished reasoning; ``missing_close_tag`` decides explicitly
 whether it gets ``missing_close_tag_reward`` ('penalize'; by default the ensemble's own
@@ -55,6 +62,10 @@ class EnsembleReward:
             raise InputError("reward: the ensemble object has no numeric format_penalty")
         self.ensemble = ensemble
         self.shaping = shaping
+        self.prior_weight = float(shaping.length_prior_weight)
+        if self.prior_weight and not callable(getattr(ensemble, "length_prior", None)):
+            raise InputError("reward: policy.reward.length_prior_weight is set but the reward model has no length prior "
+                             "(train it with rm.two_part)")
         self.format_penalty = float(ensemble.format_penalty)
         self.missing_close_reward = (
             self.format_penalty if shaping.missing_close_tag_reward is None else float(shaping.missing_close_tag_reward)
@@ -63,6 +74,21 @@ class EnsembleReward:
         # table; bounded, so a process that never logs (rank > 0) holds no more than that.
         self.keep_completions = keep_completions
         self.completions: list[dict[str, Any]] = []
+
+    def describe(self) -> dict[str, Any]:
+        """What this reward pays for, for the training metrics (and through them the card and the report)."""
+        two_part = bool(getattr(self.ensemble, "two_part", False))
+        part = "the residual part of the two-part RM (what its ratings say beyond length)" if two_part \
+            else "the RM ensemble's reward"
+        return {
+            # In words without figures (the weight is beside it), so a report quoting it quotes no bare number.
+            "reads": f"{part}, behind the format gate"
+                     + (", plus length_prior_weight x the RM's length prior" if self.prior_weight else ""),
+            "rm_two_part": two_part,
+            "length_prior_weight": self.prior_weight,
+            # Whether the reward itself depends on length on purpose (a learned part may still track it).
+            "pays_for_length": bool(self.prior_weight),
+        }
 
     def drain(self) -> list[dict[str, Any]]:
         """The completions kept since the last drain (in scoring order), forgotten here."""
@@ -101,6 +127,9 @@ class EnsembleReward:
                 )
                 if values.shape != (len(scored),):
                     raise InputError(f"reward: ensemble returned shape {values.shape} for {len(scored)} answers")
+                if self.prior_weight:
+                    values = values + self.prior_weight * np.asarray(
+                        self.ensemble.length_prior([answers[i] for i in scored]), dtype=np.float64)
                 rewards[scored] = values
         return RewardBatch(rewards=rewards, answers=answers, missing_close_tag=missing, format_gate_hit=gate_hit)
 

@@ -413,6 +413,8 @@ def train_grpo(spec: GrpoSpec, *, ensemble: Any = None, extra_callbacks: Sequenc
             # policy.train.trl as the trainer holds it: the pass-through, seen from inside.
             "trl": {key: _plain(getattr(trainer.args, key)) for key in t.trl},
             "checkpoint_steps": list(t.checkpoint_steps),
+            # What the reward paid for (the RM's residual part; the length prior only if params say so).
+            "reward": reward.describe(),
         }
         write_json(spec.outcome_path, outcome)
     trainer.accelerator.wait_for_everyone()

@@ -79,6 +79,10 @@ class PolicyRewardSettings(Section):
     # (null: the ensemble's own format_penalty); 'score_whole' scores the whole text.
     missing_close_tag: Literal["penalize", "score_whole"] = "penalize"
     missing_close_tag_reward: float | None = None
+    # The reward is the RM's residual part (what its ratings say beyond length), behind the
+    # format gate; this adds `length_prior_weight` x the RM's length prior (rm.two_part), so a
+    # run that does pay for length says so in its params, its metrics and its card. 0: it does not.
+    length_prior_weight: float = Field(0.0, ge=0)
 
 
 class PolicyHealthSettings(Section):
