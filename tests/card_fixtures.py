@@ -115,12 +115,23 @@ def write_pipeline(root: Path, *, win_prob: float = 0.9, trusted: bool = True, h
     scores = {"pairwise_accuracy": 0.6734, "n_pairs": 412, "spearman": 0.4121, "spearman_within_vignette": 0.3817,
               "n": 120, "per_vignette": {"v1": {"pairwise_accuracy": 0.61, "spearman": 0.29, "n": 20, "n_pairs": 30}}}
     write_json(root / "metrics/rm/ensemble.json", {
-        "objective": "multidim", "k": 0.5, "seeds": [0, 1, 2],
-        "holdout": {"reward": {**scores, "calibration_error": 0.2113}, "mean": {**scores, "pairwise_accuracy": 0.6691},
+        "objective": "length_residual", "k": 0.5, "seeds": [0, 1, 2],
+        "recipe": {"ranking": "length prior + weight x (mean - k * std over the length_residual members) + offset",
+                   "reward": "the residual part alone (mean - k * std over the length_residual members), behind the "
+                             "format gate", "pays_for_length": False},
+        "two_part": {"enabled": True, "weight": 0.8125, "offset": -1.25, "shipped_fold": "final"},
+        "holdout": {"ranking": {**scores, "calibration_error": 0.2113}, "residual": {**scores, "pairwise_accuracy": 0.6012},
+                    "mean": {**scores, "pairwise_accuracy": 0.6691},
                     "members": {f"seed_{s}": {**scores, "pairwise_accuracy": 0.64 + s / 100} for s in range(3)},
                     "std_mean": 0.0871, "disagreement_vs_error": {"spearman": 0.1432, "p_value": 0.0311}},
+        "beats_length_baseline": {"passed": True, "rival": "length_regression", "rival_accuracy": 0.6233,
+                                  "model_accuracy": 0.6612, "difference": 0.0379, "cluster_low": 0.0121,
+                                  "cluster_high": 0.0644, "n_pairs": 412, "n_vignettes": 6, "rule": "the gate's rule",
+                                  "reward_longer_is_worse": {"part": "residual", "accuracy": 0.7512, "low": 0.6318,
+                                                             "chance": 0.5}},
     })
-    write_json(root / "metrics/rm/multidim_seed_0.json", {"objective": "multidim", "seed": 0, "holdout": scores})
+    write_json(root / "metrics/rm/length_residual_seed_0.json", {"objective": "length_residual", "seed": 0,
+                                                                 "holdout": scores})
     write_json(root / "metrics/policy/train.json", {
         "global_step": 6, "steps_run": 6, "healthy": healthy, "unhealthy_reason": None if healthy else "reward std collapsed",
         "final": {"health/reward_mean": 4.1875, "health/reward_std": 0.3125, "health/kl": 0.0214,

@@ -85,8 +85,9 @@ def write_pipeline(root: Path, *, trusted: bool = True, healthy: bool = True, pr
         for rel, text in files.items():
             (root / folder / rel).parent.mkdir(parents=True, exist_ok=True)
             (root / folder / rel).write_text(text, encoding="utf-8")
-    json_file(root / "metrics/rm/ensemble.json", {"k": 0.5, "holdout": {"reward": {"pairwise_accuracy": 0.67}},
-                                              "beats_length_baseline": {"cluster_low": 0.05}, "a_key_added_later": {"x": 1}})
+    json_file(root / "metrics/rm/ensemble.json", {"k": 0.5, "holdout": {"ranking": {"pairwise_accuracy": 0.67}},
+                                              "beats_length_baseline": {"passed": True, "cluster_low": 0.05},
+                                              "a_key_added_later": {"x": 1}})
     json_file(root / "metrics/policy/train.json", {"global_step": 6, "healthy": healthy, "model_md5": dvc_md5(root / "models/policy/grpo"),
                                                "final": {"format_gate_hit_rate": 0.1, "truncation_rate": 0.05}})
     agreement = 0.9 if trusted else 0.55

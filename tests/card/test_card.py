@@ -186,10 +186,28 @@ def test_a_supported_claim_drawn_after_earlier_looks_says_so_on_the_card(tmp_pat
 def test_rm_card_shows_rm_metrics_not_policy_eval(pipeline):
     meta, body = parse_card(build_card(pipeline, "reappraisal-rm-ensemble"))
     assert meta["base_model"] == "sentence-transformers/all-MiniLM-L6-v2"  # via known_models
-    assert "| Pairwise accuracy (held-out) | 0.673 | `ensemble.holdout.reward.pairwise_accuracy` |" in body
+    assert ("| Pairwise accuracy (held-out, ranking model) | 0.673 | `ensemble.holdout.ranking.pairwise_accuracy` |"
+            in body)
+    assert ("| Pairwise accuracy (held-out, residual part: the GRPO reward) | 0.601 | "
+            "`ensemble.holdout.residual.pairwise_accuracy` |") in body
     assert "| Pairwise accuracy (held-out, seed 2) | 0.660 | `ensemble.holdout.members.seed_2.pairwise_accuracy` |" in body
     assert "| Pairwise accuracy (held-out, mean of the seeds) | 0.669 |" in body
-    assert "per_vignette" not in body and "multidim_seed_0" not in body  # not among the declared card_metrics
+    assert "per_vignette" not in body and "length_residual_seed_0" not in body  # not among the declared card_metrics
+    # The gate's rival is named and both figures are shown, read from the metrics file, not retyped.
+    gate = "gate beats_length_baseline, leave-one-vignette-out"
+    assert f"| Strongest trivial rival ({gate}) | length_regression | `ensemble.beats_length_baseline.rival` |" in body
+    assert (f"| Pairwise accuracy minus the strongest rival's ({gate}) | 0.038 | "
+            "`ensemble.beats_length_baseline.difference` |") in body
+    assert (f"| Vignette-cluster 95% CI lower bound ({gate}) | 0.012 | `ensemble.beats_length_baseline.cluster_low` |"
+            in body)
+    assert (f"| Accuracy ({gate}, reward part, pairs where the longer text is worse) | 0.751 | "
+            "`ensemble.beats_length_baseline.reward_longer_is_worse.accuracy` |") in body
+    assert "| Weight of the residual part beside the length prior (two-part recipe) | 0.812 |" in body
+    assert ("| Reward (recipe) | the residual part alone (mean - k * std over the length_residual members), behind the "
+            "format gate | `ensemble.recipe.reward` |") in body
+    assert "passes: guard_pass, beats_length_baseline." in body
+    # A wildcard never pulls text into the card: only the keys named exactly.
+    assert "`ensemble.beats_length_baseline.rule`" not in body
     assert "| policy | gpt-4-0314 |" not in body
     # Sections only for evidence this model has: no judge, prompt or policy training here.
     for absent in ("judge", "Judge", "## Prompting", "## Training health", "win-rate"):
@@ -525,8 +543,11 @@ def test_policy_card_prints_the_health_gates(tmp_path):
 def test_metric_labels_are_readable():
     from reappreg.card.build import metric_label
 
-    assert metric_label("ensemble.lovo.reward.spearman_within_vignette") == \
-        "Spearman correlation within vignettes (leave-one-vignette-out)"
+    assert metric_label("ensemble.lovo.ranking.spearman_within_vignette") == \
+        "Spearman correlation within vignettes (leave-one-vignette-out, ranking model)"
+    assert metric_label("ensemble.beats_length_baseline.rival") == \
+        "Strongest trivial rival (gate beats_length_baseline, leave-one-vignette-out)"
+    assert metric_label("train.reward.length_prior_weight") == "Length prior weight in the reward"
     assert metric_label("train.final.health/kl") == "KL divergence to the base model (last logged step)"
     assert metric_label("train.global_step") == "Optimizer steps"
     assert metric_label("x.some_new_metric") == "Some new metric"

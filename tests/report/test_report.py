@@ -73,26 +73,42 @@ def plant(root: Path) -> ReportSources:
                           "training": [{"path": "data/train/reappraisals.jsonl", "records": 3, "flagged_records": 0,
                                         "guarded_path": "data/guarded/reappraisals.jsonl"}]})
 
-    def rm_split(acc, length, regression, difference, low, high):
-        return {"pairwise_accuracy": acc, "spearman_within_vignette": 0.6351, "n_pairs": 830,
-                "trivial_baselines": {"rankers": {"length_chars": {"accuracy": length}, "length_regression": {"accuracy": regression}},
-                                      "vs_length": {"ranker": "length_chars", "difference": difference, "cluster_low": low,
-                                                    "cluster_high": high}}}
+    def rm_split(acc, length, rival, difference, low, high, vs_regression=None, longer_worse=None):
+        # The strongest trivial rival here is the length regression (as on real expert ratings).
+        split = {"pairwise_accuracy": acc, "spearman_within_vignette": 0.6351, "n_pairs": 830,
+                 "trivial_baselines": {"rankers": {"length_chars": {"accuracy": length},
+                                                   "length_regression": {"accuracy": rival}},
+                                       "vs_rival": {"ranker": "length_regression", "rival_accuracy": rival,
+                                                    "difference": difference, "cluster_low": low, "cluster_high": high}}}
+        if vs_regression:
+            split["trivial_baselines"]["model_minus_ranker"] = {"length_regression": dict(zip(
+                ("difference", "cluster_low", "cluster_high"), vs_regression))}
+        if longer_worse:
+            split["trivial_baselines"]["longer_is_worse"] = {"model": dict(zip(
+                ("accuracy", "cluster_low", "cluster_high"), longer_worse))}
+        return split
 
     _json(s.rm_metrics / "bt_seed_0.json", {"objective": "bt", "holdout": rm_split(0.8123, 0.5512, 0.6613, 0.2611, 0.1212, 0.3313),
-                                            "lovo": rm_split(0.7891, 0.5414, 0.6515, 0.2477, -0.0123, 0.3991),
-                                            "baselines": {"length_only": {"pairwise_accuracy": 0.5512},
-                                                          "lovo": {"model_minus_length_regression": 0.1376,
-                                                                   "model_minus_length_regression_cluster_low": -0.0312,
-                                                                   "model_minus_length_regression_cluster_high": 0.2911,
-                                                                   "longer_is_worse_model": 0.7123,
-                                                                   "longer_is_worse_model_cluster_low": 0.6012,
-                                                                   "longer_is_worse_model_cluster_high": 0.8034}}})
-    _json(s.rm_metrics / "ensemble.json", {"objective": "multidim", "holdout": {"reward": {
-        **rm_split(0.8456, 0.5512, 0.6613, 0.2944, 0.2011, 0.3877), "pairwise_accuracy_low": 0.8111, "pairwise_accuracy_high": 0.8777}},
-        "lovo": {"reward": rm_split(0.8234, 0.5414, 0.6515, 0.2820, 0.1919, 0.3721)},
-        "beats_length_baseline": {"passed": True, "cluster_low": 0.1919}})
+                                            "lovo": rm_split(0.7891, 0.5414, 0.6515, 0.2477, -0.0123, 0.3991,
+                                                             (0.1376, -0.0312, 0.2911), (0.7123, 0.6012, 0.8034)),
+                                            "baselines": {"length_only": {"pairwise_accuracy": 0.5512}}})
+    _json(s.rm_metrics / "ensemble.json", {
+        "objective": "length_residual", "two_part": {"enabled": True, "weight": 0.8125},
+        "recipe": {"reward": "the residual part alone (mean - k * std over the length_residual members), behind the "
+                             "format gate"},
+        "holdout": {"ranking": {**rm_split(0.8456, 0.5512, 0.6613, 0.2944, 0.2011, 0.3877), "pairwise_accuracy_low": 0.8111,
+                                "pairwise_accuracy_high": 0.8777},
+                    "residual": rm_split(0.7012, 0.5512, 0.6613, 0.0399, -0.0511, 0.1302)},
+        "lovo": {"ranking": rm_split(0.8234, 0.5414, 0.6515, 0.2820, 0.1919, 0.3721),
+                 "residual": rm_split(0.6988, 0.5414, 0.6515, 0.0473, -0.0322, 0.1288, None, (0.7345, 0.6232, 0.8122))},
+        "beats_length_baseline": {"passed": True, "rival": "length_regression", "cluster_low": 0.1919,
+                                  "rule": "the paired difference's interval lies above zero, and the reward part's lower "
+                                          "bound lies above chance where the longer text is worse",
+                                  "reward_longer_is_worse": {"part": "residual", "accuracy": 0.7345, "low": 0.6123,
+                                                             "chance": 0.5}}})
     _json(s.policy_metrics / "train.json", {"healthy": True, "steps_run": 3, "unhealthy_reason": None,
+                                            "reward": {"reads": "the residual part of the two-part RM, behind the format "
+                                                                "gate", "length_prior_weight": 0.0},
                                             "final": {"health/format_gate_hit_rate": 0.2468, "health/kl": 0.0135},
                                             "history": [{"step": 1, "health/kl": 0.01, "health/reward_std": 0.5},
                                                         {"step": 2, "health/kl": 0.012, "health/reward_std": 0.4},
@@ -149,10 +165,16 @@ def test_every_section_shows_the_planted_values(tmp_path):
         "| held-out answers (variants) | 177 (199) |", "| records | 611 |",
         "| counts.texts_checked | 618 |", "| data/train/reappraisals.jsonl | 3 | 0 | data/guarded/reappraisals.jsonl |",
         # one row per RM, one column per comparison, intervals in the cell
-        "| bt_seed_0 | bt | 0.812 (no interval) | 0.789 (no interval) | 0.551 / 0.541 (length_chars) | 0.661 / 0.651 | "
+        "| bt_seed_0 | bt | 0.812 (no interval) | 0.789 (no interval) | 0.661 / 0.651 (length_regression) | 0.661 / 0.651 | "
         "0.248 [-0.012, 0.399] | 0.138 [-0.031, 0.291] | 0.712 [0.601, 0.803] | NO |",
-        "| ensemble | multidim | 0.846 [0.811, 0.878] | 0.823 (no interval) | 0.551 / 0.541 (length_chars) | 0.661 / 0.651 | "
-        "0.282 [0.192, 0.372] | — | — | yes (registry gate: pass) |",
+        "| ensemble (two-part ranking model) | length_residual | 0.846 [0.811, 0.878] | 0.823 (no interval) | "
+        "0.661 / 0.651 (length_regression) | 0.661 / 0.651 | 0.282 [0.192, 0.372] | — | — | yes (registry gate: pass) |",
+        "| ensemble (residual part: the GRPO reward) | length_residual | 0.701 (no interval) | 0.699 (no interval) | "
+        "0.661 / 0.651 (length_regression) | 0.661 / 0.651 | 0.047 [-0.032, 0.129] | — | 0.735 [0.623, 0.812] | "
+        "longer-is-worse lower bound 0.612 vs chance 0.500 |",
+        # the gate's rule in the words of the metrics file that computed it, not restated
+        "in the words of the metrics that computed it: the paired difference's interval lies above zero, and the reward "
+        "part's lower bound lies above chance where the longer text is worse",
         "| bt_seed_0 | length_only.pairwise_accuracy | 0.551 |",                                # baselines by key (raw)
         "Training monitor verdict: **healthy** after 3 steps",
         "| Format-gate hit rate (last logged step) | 0.247 | final.health/format_gate_hit_rate |",
@@ -432,6 +454,11 @@ def test_every_number_in_the_summary_is_read_from_the_file_it_names(tmp_path):
     by_title = {line.title: line for line in lines}
     assert by_title["Reward models vs length"].verdict == "1 of 2 beat length"   # bt's LOVO interval crosses 0
     assert by_title["Policy training"].verdict == "unhealthy"                     # the cards' gate: 0.247 > 0.2
+    # what the policy was paid for, and what the RM's reward is, each read from its own file
+    assert ("Reward: the residual part of the two-part RM, behind the format gate (length prior weight 0.000)."
+            in by_title["Policy training"].sentences)
+    assert ("`ensemble` as the GRPO reward: the residual part alone (mean - k * std over the length_residual members), "
+            "behind the format gate." in by_title["Reward models vs length"].sentences)
     assert by_title["Registry aliases"].sentences[0] == "`champion` → reappraisal-policy-grpo v2."
 
 
@@ -449,11 +476,20 @@ def test_the_summary_derives_its_verdicts_rather_than_copying_the_files_labels(t
     assert "agreement with people, lower bound 0.501, needs >= 0.650" in judge.sentences[-1]
     # The gate's own flag says pass; the RM line applies the test to the interval itself.
     ens = json.loads((sources.rm_metrics / "ensemble.json").read_text())
-    ens["lovo"]["reward"]["trivial_baselines"]["vs_length"]["cluster_low"] = -0.0101
+    ens["lovo"]["ranking"]["trivial_baselines"]["vs_rival"]["cluster_low"] = -0.0101
     _json(sources.rm_metrics / "ensemble.json", ens)
     rm = next(line for line in _summary(sources, tmp_path)[1] if line.title.startswith("Reward"))
     assert rm.verdict == "0 of 2 beat length"
-    assert "[-0.010, 0.372]: does NOT beat length (registry gate `beats_length_baseline`: pass)" in " ".join(rm.sentences)
+    assert ("[-0.010, 0.372] vs length_regression; its residual part (the reward) where the longer text is worse 0.735 "
+            "(lower bound 0.612, chance 0.500): does NOT beat length (registry gate `beats_length_baseline`: pass)"
+            ) in " ".join(rm.sentences)
+    # ... and so does the reward part where length misleads, with the rival's interval above 0 again
+    ens["lovo"]["ranking"]["trivial_baselines"]["vs_rival"]["cluster_low"] = 0.1919
+    ens["beats_length_baseline"]["reward_longer_is_worse"]["low"] = 0.4871
+    _json(sources.rm_metrics / "ensemble.json", ens)
+    rm = next(line for line in _summary(sources, tmp_path)[1] if line.title.startswith("Reward"))
+    assert rm.verdict == "0 of 2 beat length" and "(lower bound 0.487, chance 0.500): does NOT beat length" in \
+        " ".join(rm.sentences)
 
 
 def test_every_summary_line_links_to_a_section_and_raw_dumps_are_folded_away(tmp_path):

@@ -190,10 +190,16 @@ def key_pattern(pattern: str) -> re.Pattern:
 
 
 def select_metrics(flat: Mapping[str, Any], patterns: Sequence[str]) -> list[tuple[str, Any]]:
-    """Scalar metrics whose flattened key matches one of ``patterns`` (see :func:`key_pattern`), sorted by key."""
+    """Scalar metrics whose flattened key matches one of ``patterns`` (see :func:`key_pattern`), sorted by key.
+
+    A pattern without a wildcard may also name a text value (the RM gate's rival, a recipe in
+    words): it is shown as written, so a card states such facts from the metrics file, never
+    retyped; a wildcard never pulls in text."""
     compiled = [key_pattern(p) for p in patterns]
+    exact = {p for p in patterns if "*" not in p}
     return [(k, v) for k, v in sorted(flat.items())
-            if (isinstance(v, (int, float, bool)) or v is None) and any(c.match(k) for c in compiled)]
+            if ((isinstance(v, (int, float, bool)) or v is None) and any(c.match(k) for c in compiled))
+            or (isinstance(v, str) and k in exact)]
 
 
 # The stage that builds each kind of model from training-side inputs only.

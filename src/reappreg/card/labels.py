@@ -17,11 +17,20 @@ METRIC_LABELS = {
     "completion_length": "mean completion length (tokens)", "entropy": "mean token entropy",
     "format_gate_hit_rate": "format-gate hit rate", "kl": "KL divergence to the base model", "reward_mean": "mean reward",
     "reward_std": "reward standard deviation", "truncation_rate": "truncation rate",
+    "rival": "strongest trivial rival", "rival_accuracy": "strongest trivial rival's pairwise accuracy",
+    "model_accuracy": "pairwise accuracy", "difference": "pairwise accuracy minus the strongest rival's",
+    "cluster_low": "vignette-cluster 95% CI lower bound", "cluster_high": "vignette-cluster 95% CI upper bound",
+    "low": "lower bound (the worse of Wilson and vignette-cluster)", "passed": "passed",
+    "weight": "weight of the residual part beside the length prior", "reads": "what the reward pays for",
+    "length_prior_weight": "length prior weight in the reward", "pays_for_length": "reward pays for length on purpose",
 }
 # Middle key components: the context a metric was measured in (None: says nothing to a reader).
 METRIC_CONTEXT = {
     "holdout": "held-out", "lovo": "leave-one-vignette-out", "mean": "mean of the seeds", "final": "last logged step",
     "disagreement_vs_error": "seed disagreement vs rank error", "reward": None, "members": None, "health": None,
+    "ranking": "ranking model", "residual": "residual part: the GRPO reward", "two_part": "two-part recipe",
+    "recipe": "recipe", "beats_length_baseline": "gate beats_length_baseline, leave-one-vignette-out",
+    "reward_longer_is_worse": "reward part, pairs where the longer text is worse",
 }
 CALIBRATION_LABELS = {
     "agreement": "Agreement with human preference pairs", "agreement_weighted": "Agreement (judge probabilities)",

@@ -1,5 +1,6 @@
 """Facts the report reads from the tracked files, shared by its sections and its summary lines:
-a reward model's comparisons (and the length gate's test on them), the judge's trust criteria.
+a reward model's comparisons (and the length gate's test on them, against the strongest trivial
+rival the metrics name), the judge's trust criteria.
 Their own module, so the sections (which include the summary) and the summary import them
 without importing each other."""
 
@@ -11,40 +12,62 @@ from typing import Any
 from reappreg.report.blocks import num, walk
 
 
-def rm_scores(obj: Mapping[str, Any]) -> dict[str, Any]:
-    """A reward model's comparisons, from one metrics file: each path is where the value was read."""
+def rm_scores(obj: Mapping[str, Any], part: str = "ranking") -> dict[str, Any]:
+    """A reward model's comparisons, from one metrics file: each path is where the value was read.
+
+    The ensemble's file names its claimed model ``ranking`` (the two-part model, or the members'
+    mean - k * std) and, for a two-part model, its ``residual`` part (``part``); a member's
+    figures are the split itself. The rival is the strongest trivial ranker on the same pairs
+    (``vs_rival``), as the metrics name it."""
     def at(*path: str) -> tuple[Any, tuple]:
         return walk(obj, path), path
 
-    # The ensemble's own score is `reward` (its members' are under `members`); a member's is the split itself.
-    inner = ("reward",) if isinstance((obj.get("holdout") or {}).get("reward"), Mapping) else ()
+    inner = (part,) if isinstance((obj.get("holdout") or obj.get("lovo") or {}).get(part), Mapping) else ()
     out: dict[str, Any] = {}
     for split in ("holdout", "lovo"):
         base = (split, *inner)
         out[f"{split}.acc"] = at(*base, "pairwise_accuracy")
         out[f"{split}.low"] = at(*base, "pairwise_accuracy_low")
         out[f"{split}.high"] = at(*base, "pairwise_accuracy_high")
-        ranker = at(*base, "trivial_baselines", "vs_length", "ranker")
-        out[f"{split}.ranker"] = ranker
-        out[f"{split}.length"] = at(*base, "trivial_baselines", "rankers", str(ranker[0]), "accuracy")
+        out[f"{split}.rival"] = at(*base, "trivial_baselines", "vs_rival", "ranker")
+        out[f"{split}.rival_acc"] = at(*base, "trivial_baselines", "vs_rival", "rival_accuracy")
         out[f"{split}.regression"] = at(*base, "trivial_baselines", "rankers", "length_regression", "accuracy")
         for key in ("difference", "cluster_low", "cluster_high", "too_few_pairs"):
-            out[f"{split}.vs_length.{key}"] = at(*base, "trivial_baselines", "vs_length", key)
-    # Length-controlled views (reappreg.rm.trivial, under the file's `baselines`): the gain over
-    # the length regression and the accuracy on pairs where the longer text is the worse one.
-    for key, name in (("model_minus_length_regression", "vs_regression"), ("longer_is_worse_model", "longer_worse")):
-        for suffix, part in (("", "value"), ("_cluster_low", "low"), ("_cluster_high", "high")):
-            out[f"lovo.{name}.{part}"] = at("baselines", "lovo", key + suffix)
+            out[f"{split}.vs_rival.{key}"] = at(*base, "trivial_baselines", "vs_rival", key)
+    # Length-controlled views (reappreg.rm.trivial): the gain over the length regression and the
+    # accuracy on pairs where the longer text is the worse one.
+    lovo = ("lovo", *inner, "trivial_baselines")
+    for key, slot in (("difference", "value"), ("cluster_low", "low"), ("cluster_high", "high")):
+        out[f"lovo.vs_regression.{slot}"] = at(*lovo, "model_minus_ranker", "length_regression", key)
+    for key, slot in (("accuracy", "value"), ("cluster_low", "low"), ("cluster_high", "high")):
+        out[f"lovo.longer_worse.{slot}"] = at(*lovo, "longer_is_worse", "model", key)
+    # The reward part (a two-part model's residual part: the GRPO reward) where length misleads, as the gate read it.
+    for key in ("accuracy", "low", "chance", "part"):
+        out[f"lovo.reward_longer_worse.{key}"] = at("beats_length_baseline", "reward_longer_is_worse", key)
     out["objective"] = at("objective")
+    out["two_part"] = at("two_part", "enabled")
+    out["weight"] = at("two_part", "weight")
+    out["reward"] = at("recipe", "reward")
     out["pairs"] = at("holdout", *inner, "n_pairs")
     out["gate"] = at("beats_length_baseline", "passed")
+    out["rule"] = at("beats_length_baseline", "rule")
     return out
 
 
 def beats_length(scores: Mapping[str, Any]) -> bool | None:
-    """The gate's test on any RM: the LOVO vignette-cluster interval of (model - stronger length ranker) above 0."""
-    low = num(scores["lovo.vs_length.cluster_low"][0])
-    return None if low is None else low > 0
+    """The gate's test applied to any RM (its words: ``rule`` in the ensemble's metrics): the LOVO
+    vignette-cluster interval of (model - strongest trivial rival) above 0 and, where the file
+    records the gate's reward part (the ensemble), that part's lower bound on longer-is-worse
+    pairs above chance. A member or baseline file records no reward part: its difference alone."""
+    low = num(scores["lovo.vs_rival.cluster_low"][0])
+    if low is None:
+        return None
+    if scores["gate"][0] is not None:
+        reward_low, chance = (num(scores[f"lovo.reward_longer_worse.{k}"][0]) for k in ("low", "chance"))
+        if reward_low is None or chance is None:
+            return False  # no interval where length misleads: no evidence, no pass
+        return low > 0 and reward_low > chance
+    return low > 0
 
 
 def judge_criteria(calib: Mapping[str, Any], policy: Any) -> list[tuple[str, Any, str, Any, bool | None, tuple]]:

@@ -35,7 +35,7 @@ def headline(sources: ReportSources) -> dict[str, Any]:
             obj = read_if_present(file)
             holdout = obj.get("holdout") if isinstance(obj, dict) else None
             if isinstance(holdout, dict):
-                put("rm", file.stem, (holdout.get("reward") or holdout).get("pairwise_accuracy"))
+                put("rm", file.stem, (holdout.get("ranking") or holdout).get("pairwise_accuracy"))
     train = read_if_present(sources.policy_metrics / "train.json")
     if isinstance(train, dict):
         final = train.get("final") if isinstance(train.get("final"), dict) else {}

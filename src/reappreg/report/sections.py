@@ -279,35 +279,54 @@ def rm_section(r: _Reader) -> Section:
         section.missing.append(f"`{r.shown('rm_metrics')}`: no metrics files (written by `dvc repro rm_train`)")
     if not files:
         return section
-    rows, raw, plot = [], [], []
+    rows, raw, plot, rules = [], [], [], []
+
+    def row(name: str, scores: dict[str, Any], verdict_cell: str) -> list[Any]:
+        sc = {k: v[0] for k, v in scores.items()}
+        rivals = [r for r in dict.fromkeys((sc["holdout.rival"], sc["lovo.rival"])) if r]
+        return [name, sc["objective"],
+                _ci(sc["holdout.acc"], sc["holdout.low"], sc["holdout.high"]),
+                _ci(sc["lovo.acc"], sc["lovo.low"], sc["lovo.high"]),
+                f"{fmt(sc['holdout.rival_acc'])} / {fmt(sc['lovo.rival_acc'])}" + (f" ({' / '.join(rivals)})" if rivals else ""),
+                f"{fmt(sc['holdout.regression'])} / {fmt(sc['lovo.regression'])}",
+                _ci(sc["lovo.vs_rival.difference"], sc["lovo.vs_rival.cluster_low"], sc["lovo.vs_rival.cluster_high"]),
+                _ci(sc["lovo.vs_regression.value"], sc["lovo.vs_regression.low"], sc["lovo.vs_regression.high"]),
+                _ci(sc["lovo.longer_worse.value"], sc["lovo.longer_worse.low"], sc["lovo.longer_worse.high"]),
+                verdict_cell]
+
     for file, obj in files:
         scores = rm_scores(obj)
         sc = {k: v[0] for k, v in scores.items()}
         verdict = beats_length(scores)
         gate = "" if sc["gate"] is None else f" (registry gate: {'pass' if sc['gate'] else 'FAIL'})"
-        rows.append([file.stem, sc["objective"],
-                     _ci(sc["holdout.acc"], sc["holdout.low"], sc["holdout.high"]),
-                     _ci(sc["lovo.acc"], sc["lovo.low"], sc["lovo.high"]),
-                     f"{fmt(sc['holdout.length'])} / {fmt(sc['lovo.length'])}" + (f" ({sc['lovo.ranker']})" if sc["lovo.ranker"] else ""),
-                     f"{fmt(sc['holdout.regression'])} / {fmt(sc['lovo.regression'])}",
-                     _ci(sc["lovo.vs_length.difference"], sc["lovo.vs_length.cluster_low"], sc["lovo.vs_length.cluster_high"]),
-                     _ci(sc["lovo.vs_regression.value"], sc["lovo.vs_regression.low"], sc["lovo.vs_regression.high"]),
-                     _ci(sc["lovo.longer_worse.value"], sc["lovo.longer_worse.low"], sc["lovo.longer_worse.high"]),
-                     {True: "yes", False: "NO", None: "not measured"}[verdict] + gate])
+        two_part = sc["two_part"] is True
+        rows.append(row(f"{file.stem} (two-part ranking model)" if two_part else file.stem, scores,
+                        {True: "yes", False: "NO", None: "not measured"}[verdict] + gate))
+        if two_part:
+            # The reward GRPO reads: measured on the same pairs, gated only where length misleads.
+            rows.append(row(f"{file.stem} (residual part: the GRPO reward)", rm_scores(obj, "residual"),
+                            f"longer-is-worse lower bound {fmt(sc['lovo.reward_longer_worse.low'])} vs chance "
+                            f"{fmt(sc['lovo.reward_longer_worse.chance'])}"))
+        if isinstance(sc["rule"], str):
+            rules.append(sc["rule"])
         plot.append({"model": file.stem, "acc": sc["holdout.acc"], "low": sc["holdout.low"], "high": sc["holdout.high"],
                      "lovo": sc["lovo.acc"]})
         if isinstance(obj.get("baselines"), Mapping):
             raw += [[file.stem, k, v] for k, v in _scalars(obj["baselines"])]
+    rule = (f"the registry gate `beats_length_baseline`, in the words of the metrics that computed it: {rules[0]}" if rules
+            else "the registry gate `beats_length_baseline` (its rule is in no metrics file here)")
     section.blocks.append(Table(
         ["model", "objective", "held-out accuracy [95% CI]", "leave-one-vignette-out accuracy [95% CI]",
-         "length ranker (held-out / LOVO)", "length regression (held-out / LOVO)",
-         "model minus length, LOVO [vignette-cluster 95% CI]", "model minus length regression, LOVO [vignette-cluster 95% CI]",
+         "strongest trivial rival (held-out / LOVO)", "length regression (held-out / LOVO)",
+         "model minus strongest rival, LOVO [vignette-cluster 95% CI]",
+         "model minus length regression, LOVO [vignette-cluster 95% CI]",
          "accuracy where the longer text is worse, LOVO [vignette-cluster 95% CI]", "beats length?"],
-        rows, "Pairwise accuracy: the share of human-rated pairs ordered like the people ordered them. 'Beats length' is the "
-              "ensemble's registry gate, applied to every model: the vignette-cluster interval of the model's accuracy minus the "
-              "stronger length ranker's, on leave-one-vignette-out pairs, lies above 0. The length regression is a least-squares "
-              "fit of the rating on length features alone; 'where the longer text is worse' scores the model on the pairs a "
-              "length ranker gets wrong by construction."))
+        rows, "Pairwise accuracy: the share of human-rated pairs ordered like the people ordered them. The strongest trivial "
+              "rival is the most accurate ranker that reads no quality, on the same pairs. 'Beats length' applies " + rule
+              + " (a member's or baseline's file records no reward part: only its difference is tested). The length "
+              "regression is a "
+              "least-squares fit of the rating on length features alone; 'where the longer text is worse' scores the model "
+              "on the pairs a length ranker gets wrong by construction."))
     section.blocks.append(dot_figure(
         "Reward models: held-out pairwise accuracy", [x["model"] for x in plot],
         [x["acc"] for x in plot], [(x["low"], x["high"]) for x in plot],

@@ -119,15 +119,23 @@ def rm_line(r: Any, anchor: str) -> list[SummaryLine]:
             return line.f(src, obj, *scores[key][1])
 
         if not line.sentences:
-            line.sentences.append(f"Held-out accuracy vs the length ranker ({scores['holdout.ranker'][0]}) / the length "
-                                  "regression; leave-one-vignette-out, model minus length [vignette-cluster interval]:")
-        text = (f"`{file.stem}`: {v('holdout.acc')} vs {v('holdout.length')} / {v('holdout.regression')}; "
-                f"{v('lovo.vs_length.difference')} [{v('lovo.vs_length.cluster_low')}, {v('lovo.vs_length.cluster_high')}]: "
-                + {True: "beats length", False: "does NOT beat length", None: "not measured"}[beats])
+            line.sentences.append("Held-out accuracy vs the strongest trivial rival on the same pairs / the length "
+                                  "regression; leave-one-vignette-out, model minus its strongest rival "
+                                  "[vignette-cluster interval]:")
+        text = (f"`{file.stem}`: {v('holdout.acc')} vs {v('holdout.rival')} {v('holdout.rival_acc')} / "
+                f"{v('holdout.regression')}; {v('lovo.vs_rival.difference')} [{v('lovo.vs_rival.cluster_low')}, "
+                f"{v('lovo.vs_rival.cluster_high')}] vs {v('lovo.rival')}")
+        if scores["lovo.reward_longer_worse.accuracy"][0] is not None:
+            part = "its residual part (the reward)" if scores["two_part"][0] is True else "its reward"
+            text += (f"; {part} where the longer text is worse {v('lovo.reward_longer_worse.accuracy')} "
+                     f"(lower bound {v('lovo.reward_longer_worse.low')}, chance {v('lovo.reward_longer_worse.chance')})")
+        text += ": " + {True: "beats length", False: "does NOT beat length", None: "not measured"}[beats]
         if scores["gate"][0] is not None:
             gate = bool(scores["gate"][0])
             text += f" (registry gate `beats_length_baseline`: {'pass' if gate else 'FAIL'})"
         line.sentences.append(text + ".")
+        if scores["reward"][0] is not None:
+            line.sentences.append(f"`{file.stem}` as the GRPO reward: {v('reward')}.")
     if not verdicts:
         return [_missing(line.title, anchor, "no readable reward-model metrics")]
     measured = [b for b in verdicts if b is not None]
@@ -153,6 +161,10 @@ def policy_line(r: Any, anchor: str) -> SummaryLine:
                           f"{'healthy' if monitor else 'UNHEALTHY'}"
                           + (f" ({train['unhealthy_reason']})" if train.get("unhealthy_reason") else "") + "; final KL "
                           f"{line.f(src, train, 'final', 'health/kl')}, mean reward {line.f(src, train, 'final', 'health/reward_mean')}.")
+    if isinstance(train.get("reward"), Mapping):
+        # What the policy was paid for (policy.reward; the RM's residual part unless the prior was added).
+        line.sentences.append(f"Reward: {line.f(src, train, 'reward', 'reads')} (length prior weight "
+                              f"{line.f(src, train, 'reward', 'length_prior_weight')}).")
     if r.health is None:
         return line.done("healthy" if monitor else "UNHEALTHY", bool(monitor))
     health = training_health(flatten(train, "train"), r.health, r.max_completion_length)
