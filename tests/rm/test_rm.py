@@ -234,6 +234,22 @@ def test_interrupted_training_resumes_to_the_same_weights(tmp_path: Path, monkey
     fresh = trainer().fit("final", pool.ratings, tmp_path / "resumed", "other-fingerprint")
     assert fresh.resumed_from_epoch is None
 
+    # A run that writes its state only when it ends (the two-part cross-fitting's short runs):
+    # killed, it starts over and ends at the same weights; finished, a restart reuses it whole.
+    calls["n"] = 0
+    monkeypatch.setattr(Multidim, "epoch", dies_in_epoch_four)
+    with pytest.raises(KeyboardInterrupt):
+        trainer().fit("final", pool.ratings, tmp_path / "end_only", "fp", checkpoint_every_epoch=False)
+    monkeypatch.setattr(Multidim, "epoch", original)
+    assert not (tmp_path / "end_only" / "checkpoint.pt").exists()
+    once = trainer().fit("final", pool.ratings, tmp_path / "end_only", "fp", checkpoint_every_epoch=False)
+    assert once.resumed_from_epoch is None
+    assert torch.load(tmp_path / "end_only" / "checkpoint.pt", weights_only=False)["epoch"] == 5
+    reused = trainer().fit("final", pool.ratings, tmp_path / "end_only", "fp", checkpoint_every_epoch=False)
+    assert reused.resumed_from_epoch == 6
+    for name, value in straight.head_state.items():
+        assert torch.equal(value, once.head_state[name]) and torch.equal(value, reused.head_state[name]), name
+
 
 # ----------------------------------------------------------------------------- trained on sample data
 

@@ -261,12 +261,12 @@ def test_members_that_disagree_about_the_recipe_are_refused(honest_runs, tmp_pat
 @pytest.mark.slow
 def test_the_ranking_model_beats_its_strongest_rival_and_its_reward_part_beats_chance_where_length_misleads(
         tmp_path) -> None:
-    """The default recipe (three length_residual seeds, 40 epochs, cross-fitted; three groups instead
-    of five keep it shorter) on the sample data: the claims the registry gate reads."""
+    """The default recipe (three length_residual seeds, 40 epochs, cross-fitted) on the sample data:
+    the claims the registry gate reads."""
     from reappreg.rm.ensemble import build_ensemble, evaluate_ensemble
 
     pool = sample_pool(tmp_path / "pool")
-    settings = RmSettings.model_validate({"two_part": {"inner_folds": 3}})
+    settings = RmSettings()
     members = [train_on_pool(pool, "length_residual", seed, settings, f"lr_{seed}")[1] / "model" for seed in settings.seeds]
     metrics, table = evaluate_ensemble(members, k=0.5, pair_margin=1.0, bins=4, plots_dir=tmp_path / "plots",
                                        objective="length_residual", format_penalty=-1.0, min_pairs=20)

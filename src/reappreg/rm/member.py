@@ -162,8 +162,9 @@ def _train_member(objective_name, seed, settings, paths: MemberPaths, progress) 
 
     resumed: dict[str, int] = {}
 
-    def fit(run: str, train_ratings):
-        fitted = trainer.fit(run, train_ratings, work_dir / run, _fingerprint({**base_fingerprint, "run": run}))
+    def fit(run: str, train_ratings, checkpoint_every_epoch: bool = True):
+        fitted = trainer.fit(run, train_ratings, work_dir / run, _fingerprint({**base_fingerprint, "run": run}),
+                             checkpoint_every_epoch)
         if fitted.resumed_from_epoch is not None:
             resumed[run] = fitted.resumed_from_epoch
         return fitted
@@ -206,7 +207,8 @@ def _train_member(objective_name, seed, settings, paths: MemberPaths, progress) 
             return
 
         def fit_and_score(group, inner_train, held_back):
-            fitted = fit(f"{run}~{group}", inner_train)
+            # Many short runs: their state is written once each, when they end.
+            fitted = fit(f"{run}~{group}", inner_train, checkpoint_every_epoch=False)
             return trainer.predict_scores(fitted, mean_targets(pool, held_back)["row"].to_numpy())[1]
 
         prediction_rows.extend(two_part.cross_fit(pool, fold, train_ratings, settings.two_part.inner_folds,
