@@ -120,14 +120,17 @@ def test_training_chain_is_guarded_and_registered(repo_copy):
     ensemble = read_json(root / "metrics/rm/ensemble.json")
     # The ensemble of the configured seeds, scored on real held-out pairs, and its length gate decided.
     assert ensemble["seeds"] == settings.rm.seeds and ensemble["objective"] == settings.rm.ensemble.objective
-    held_out = ensemble["holdout"]["reward"]
+    held_out = ensemble["holdout"]["ranking"]
     assert held_out["n_pairs"] > 0 and 0.0 <= held_out["pairwise_accuracy"] <= 1.0
     assert isinstance(ensemble["beats_length_baseline"]["passed"], bool) and ensemble["beats_length_baseline"]["checked"]
+    # The two-part RM by default; GRPO read its residual part, not the length prior.
+    assert ensemble["two_part"]["enabled"] is settings.rm.two_part.enabled is True
     train = read_json(root / "metrics/policy/train.json")
     # GRPO ran every configured step on the ensemble and the certificate the guard wrote.
     assert train["global_step"] == train["steps_run"] == settings.policy.train.max_steps
     assert train["rm_ensemble_md5"] == dvc_md5(root / "models/rm/ensemble")
     assert train["guard_certificate_md5"] == dvc_md5(root / "data/guard/certificate.json")
+    assert train["reward"]["rm_two_part"] is True and train["reward"]["pays_for_length"] is False
     assert train["model_md5"] == dvc_md5(root / "models/policy/grpo")
     judgments = read_jsonl(root / "data/eval/judgments.jsonl")
     orders = {(j["contest_id"], j["order"]) for j in judgments}
@@ -285,7 +288,8 @@ def _kill_stage_midway(root: Path, env: dict, stage: str, ready: Path, pattern: 
 @pytest.mark.parametrize(
     "stage,out,metrics,work,pattern",
     [
-        ("rm_train@0", "models/rm/multidim/seed_0", "metrics/rm/multidim_seed_0.json", "work/rm/multidim/seed_0", "*"),
+        ("rm_train@0", "models/rm/length_residual/seed_0", "metrics/rm/length_residual_seed_0.json",
+         "work/rm/length_residual/seed_0", "*"),
         ("policy_train", "models/policy/grpo", "metrics/policy/train.json", "work/policy_train/checkpoints",
          "checkpoint-*/trainer_state.json"),
     ],

@@ -1,5 +1,6 @@
 """Bit-for-bit CPU training of one reward-model stage: the same seed in two separate
-processes, one of them under heavy machine load, gives byte-identical model folders."""
+processes, one of them under heavy machine load, gives byte-identical model folders (the
+two-part recipe's cross-fitting rows included)."""
 
 from __future__ import annotations
 
@@ -21,7 +22,8 @@ from reappreg.settings.rm import RmSettings
 
 spec = json.loads(Path(sys.argv[1]).read_text())
 out = Path(sys.argv[2])
-train_member(objective="multidim", seed=0, settings=RmSettings.model_validate(spec["settings"]),
+settings = RmSettings.model_validate(spec["settings"])
+train_member(objective=settings.ensemble.objective, seed=0, settings=settings,
              paths=MemberPaths(vignettes=spec["vignettes"], reappraisals=spec["reappraisals"], ratings=spec["ratings"],
                                certificate=spec["certificate"], meta=spec["meta"], out_dir=out / "model",
                                metrics_path=out / "metrics.json", plots_dir=out / "plots", work_dir=out / "work"))
@@ -46,7 +48,8 @@ def test_rm_train_is_bit_for_bit_across_processes_and_machine_load(tmp_path: Pat
     write_json(cert, {"schema": CERTIFICATE_SCHEMA, "result": "pass",
                       "training": [{"path": files[n], "md5": dvc_md5(files[n]), "guarded_path": files[n],
                                     "guarded_md5": dvc_md5(files[n])} for n in ("vignettes", "reappraisals")]})
-    # Small but complete: a hidden layer with dropout, several epochs, holdout + LOVO + final refit.
+    # Small but complete: the default recipe's member (length_residual, cross-fitted for the two-part
+    # weight), a hidden layer with dropout, several epochs, holdout + LOVO + final refit.
     settings = {"seeds": [0], "baselines": [], "train": {"epochs": 4, "batch_size": 8, "hidden": 16},
                 "encoder": {"max_length": 96}}
     spec = tmp_path / "spec.json"
