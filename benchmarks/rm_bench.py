@@ -191,25 +191,26 @@ def report(label: str, runs: list[dict], settings) -> None:
     split = "lovo" if "lovo" in first["ensemble"] else "holdout"
     where = "leave-one-vignette-out" if split == "lovo" else "held-out"
     rows = [row for run in runs for row in rows_of(run, split, settings)]
+    width = max(40, *(len(row["model"]) for row in rows))
     print(f"\n=== {label}: {where} pairs, margin {settings.evaluation.pair_margin}, threads {settings.threads}, "
           f"load average {os.getloadavg()[0]:.1f}")
     print("accuracy [Wilson] [vignette-cluster 95% CI]; rival = the strongest trivial ranker on the same pairs; "
           "diff = model - rival [cluster CI]; vs regression = model - length_regression [cluster CI]; "
           "longer worse = accuracy where the longer text is the worse one [cluster CI]\n")
-    header = (f"{'model':<40} {'acc':>6} {'Wilson':<16} {'cluster':<16} {'rival':<22} {'diff':>6} {'diff CI':<16} "
+    header = (f"{'model':<{width}} {'acc':>6} {'Wilson':<16} {'cluster':<16} {'rival':<22} {'diff':>6} {'diff CI':<16} "
               f"{'vs regr.':>8} {'CI':<16} {'longer worse':>12} {'CI':<16} {'pairs':>6} {'vign.':>5} {'CPU s':>7}")
     print(header)
     print("-" * len(header))
     for row in rows:
         c = row["comparison"]
         vs, regression, lw = c["vs_rival"], c["model_minus_ranker"]["length_regression"], c["longer_is_worse"]["model"]
-        print(f"{row['model']:<40} {_fmt(c['model']['accuracy'], 6)} {_interval(c['model'], 'wilson'):<16} "
+        print(f"{row['model']:<{width}} {_fmt(c['model']['accuracy'], 6)} {_interval(c['model'], 'wilson'):<16} "
               f"{_interval(c['model']):<16} {vs['ranker'] + ' ' + _fmt(vs['rival_accuracy']):<22} "
               f"{_fmt(vs['difference'], 6)} {_interval(vs):<16} {_fmt(regression['difference'], 8)} "
               f"{_interval(regression):<16} {_fmt(lw['accuracy'], 12)} {_interval(lw):<16} {c['model']['n_pairs']:>6} "
               f"{c['model']['n_vignettes']:>5} {row['cpu']:>7.1f}")
     for name, fig in first["ensemble"][split]["ranking"]["trivial_baselines"]["rankers"].items():
-        print(f"{'baseline: ' + name:<40} {_fmt(fig['accuracy'], 6)} {_interval(fig, 'wilson'):<16} {_interval(fig):<16}")
+        print(f"{'baseline: ' + name:<{width}} {_fmt(fig['accuracy'], 6)} {_interval(fig, 'wilson'):<16} {_interval(fig):<16}")
     for run in runs:
         if not run["ensemble"]["two_part"]["enabled"] or split not in run["ensemble"]:
             continue
