@@ -65,6 +65,8 @@ def write_pipeline(root: Path, *, trusted: bool = True, healthy: bool = True, pr
     shutil.copytree(REPO / "registry", root / "registry", ignore=shutil.ignore_patterns("mlflow.db", "mlartifacts", "mlruns"))
     (root / "pipelines/prompts").mkdir(parents=True)
     shutil.copy(REPO / "pipelines/prompts/grpo_prompt.yaml", root / "pipelines/prompts/grpo_prompt.yaml")
+    (root / "data/prompts").mkdir(parents=True)  # the copy the policy_prompts stage makes (what dvc.yaml passes)
+    shutil.copy(REPO / "pipelines/prompts/grpo_prompt.yaml", root / "data/prompts/grpo_prompt.yaml")
     jsonl_file(root / "data/guarded/vignettes.jsonl", [{"vignette_id": v, "scenario": f"Your friend {v} forgot your birthday."} for v in VIGNETTES])
     jsonl_file(root / "data/guarded/reappraisals.jsonl", [{"reappraisal_id": f"r{i}", "vignette_id": "v1", "text": f"Maybe they were busy {i}."} for i in range(3)])
     jsonl_file(root / "data/guarded/prompts.jsonl", [{"prompt_id": f"p{v}", "vignette_id": v, "prompt": f"Reappraise {v}."} for v in VIGNETTES])

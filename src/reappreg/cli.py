@@ -4,8 +4,9 @@ Each concern's commands live in ``reappreg.commands.<concern>`` as a typer sub-a
 that module is imported only when its concern is named (``reappreg rm train`` imports
 ``reappreg.commands.rm`` and nothing of the other concerns); ``reappreg --help`` imports
 them all to list their one-line help. So a stage runs, and its DVC code deps list
-(``reappreg.dvcdeps``), only the code of its own concern. The commands modules import
-heavy libraries (torch, mlflow, GX) inside the commands, so help stays fast.
+(``reappreg.dvcdeps``), only the code of its own concern. A command parses its options
+and calls one stage function (``reappreg.<package>.stage``), imported inside the command
+with the heavy libraries behind it (torch, mlflow, GX), so help stays fast.
 
 Errors are handled here, once, for every command: a usage error (unknown command or
 option, missing or malformed value) prints its usage, one ``error:`` line and a hint,

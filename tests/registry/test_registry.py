@@ -64,6 +64,7 @@ from registry_fixtures import (
     stop_server,
     write_pipeline,
 )
+from stage_commands import stage_argv
 
 REPO = Path(__file__).resolve().parents[2]
 _TEMPLATES: dict[tuple, Path] = {}
@@ -173,7 +174,7 @@ def ids(client, name: str) -> list[str]:
 
 
 def register_ok() -> str:
-    code, out, exc = run_cli("registry", "register")
+    code, out, exc = run_cli(*stage_argv("register"))
     assert code == 0, (out, exc)
     return out
 
@@ -245,7 +246,7 @@ def test_reregistering_unchanged_artifacts_creates_no_version(repo):
 
 def test_registration_refuses_training_inputs_that_do_not_match_the_certificate(repo):
     (repo / "data/guarded/prompts.jsonl").write_text('{"prompt": "edited after the guard ran"}\n')
-    code, _, exc = run_cli("registry", "register")
+    code, _, exc = run_cli(*stage_argv("register"))
     assert code == 1 and isinstance(exc, GateFailed)
     assert "data/guarded/prompts.jsonl has md5" in str(exc) and "refusing to register" in str(exc)
     assert client_for(repo).search_registered_models() == []
@@ -253,7 +254,7 @@ def test_registration_refuses_training_inputs_that_do_not_match_the_certificate(
 
 def test_registration_refuses_an_artifact_its_training_metrics_do_not_describe(repo):
     (repo / "models/policy/grpo/model.safetensors").write_text("weights copied in by hand")
-    code, _, exc = run_cli("registry", "register")
+    code, _, exc = run_cli(*stage_argv("register"))
     assert isinstance(exc, GateFailed) and "its training metrics describe" in str(exc)
     assert client_for(repo).search_registered_models() == []
 
@@ -301,7 +302,7 @@ def _other_judgments(root: Path) -> None:
         "lock-rewritten-to-agree", "claims-edited-lock-rewritten"])
 def test_registration_refuses_claims_the_pipeline_did_not_draw(repo, attack, expect):
     attack(repo)
-    code, out, exc = run_cli("registry", "register")
+    code, out, exc = run_cli(*stage_argv("register"))
     message = " ".join(str(exc).split())
     expect = expect.format(claims=dvc_md5(repo / "reports/claims.json"),
                            judgments=dvc_md5(repo / stats_paths()["judgments"]))
@@ -322,7 +323,7 @@ def test_a_pipeline_tracked_locally_registers_on_another_store_and_its_runs_are_
     params["tracking"]["uri"] = "sqlite:///no-stage-runs.db"
     (repo / "params.yaml").write_text(yaml.safe_dump(params))
     monkeypatch.setenv("MLFLOW_TRACKING_URI", f"sqlite:///{repo / 'empty.db'}")
-    code, _, exc = run_cli("registry", "register")
+    code, _, exc = run_cli(*stage_argv("register"))
     assert isinstance(exc, GateFailed) and "empty.db" in str(exc) and f"{repo / 'no-stage-runs.db'}" in str(exc)
     assert "no experiment 'reappraisal-registry'" in str(exc)
 
@@ -337,7 +338,7 @@ def test_the_receipt_says_how_the_claims_were_bound_to_the_lock(repo):
 def test_registration_refuses_a_failed_certificate(repo):
     fail_guard(repo)  # the guard found a held-out answer in the training text
     assert json.loads((repo / "data/guard/certificate.json").read_text())["result"] == "fail"
-    code, _, exc = run_cli("registry", "register")
+    code, _, exc = run_cli(*stage_argv("register"))
     assert isinstance(exc, GateFailed) and "did not pass" in str(exc)
     assert client_for(repo).search_registered_models() == []
 
@@ -346,7 +347,7 @@ def test_registration_refuses_a_card_built_from_a_dirty_tree_unless_allowed(repo
     card = repo / "reports/cards" / f"{POLICY}.md"
     clean = card.read_text()
     card.write_text(clean.replace("git_dirty: 'false', dirty_paths: []", "git_dirty: 'true', dirty_paths: [src/x.py]"))
-    code, _, exc = run_cli("registry", "register")
+    code, _, exc = run_cli(*stage_argv("register"))
     assert code != 0 and "uncommitted changes (src/x.py)" in str(exc) and "--allow-dirty" in str(exc)
     assert client_for(repo).search_registered_models() == []
     card.write_text(clean.replace("git_dirty: 'false', dirty_paths: [], dirty_allowed: false",
@@ -391,7 +392,7 @@ def test_a_winner_without_a_fresh_pool_confirmation_fails_its_gate(tmp_path, mon
 def test_two_concurrent_register_processes_create_exactly_one_version(repo):
     env = {**os.environ, "PYTHONPATH": str(REPO / "src")}
     procs = [
-        subprocess.Popen([sys.executable, "-m", "reappreg", "registry", "register", "--receipt", f"receipt_{i}.json"],
+        subprocess.Popen([sys.executable, "-m", "reappreg", *stage_argv("register", receipt=f"receipt_{i}.json")],
                          cwd=repo, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
         for i in range(2)
     ]
@@ -413,7 +414,7 @@ def test_server_down_fails_after_bounded_retries_and_registers_nothing(repo, mon
         s.bind(("127.0.0.1", 0))
         port = s.getsockname()[1]  # closed once the block ends: nothing listens there
     monkeypatch.setenv("MLFLOW_TRACKING_URI", f"http://127.0.0.1:{port}")
-    code, _, exc = run_cli("registry", "register")
+    code, _, exc = run_cli(*stage_argv("register"))
     assert isinstance(exc, RegistryUnavailable)  # bounded: the attempts are counted, not timed
     assert "did not answer after 3 attempt(s)" in str(exc) and "Nothing was registered" in str(exc)
     assert not (repo / "reports/registry/registration.json").exists()
@@ -509,7 +510,7 @@ def test_a_version_squatting_the_next_registration_key_is_refused_by_name(store_
     key = client.get_model_version(POLICY, "1").tags[KEY_TAG]
     client.delete_model_version(POLICY, "1")
     client.create_model_version(POLICY, source="s3://attacker-bucket/policy", tags={KEY_TAG: key, STATUS_TAG: "complete"})
-    code, out, exc = run_cli("registry", "register")
+    code, out, exc = run_cli(*stage_argv("register"))
     message = " ".join(f"{out} {exc}".split())
     assert code == 1, message
     assert f"{POLICY} version 2 carries registration key {key[:16]}" in message
@@ -526,7 +527,7 @@ def test_a_version_squatting_the_next_registration_key_is_refused_by_name(store_
     client.create_model_version(POLICY, source=honest.source, run_id=honest.run_id, tags=dict(honest.tags))
     client.log_text(honest.run_id, envelope.decode(), attestation_paths(POLICY, "4")[0])
     client.delete_model_version(POLICY, "3")
-    code, out, exc = run_cli("registry", "register")
+    code, out, exc = run_cli(*stage_argv("register"))
     message = " ".join(f"{out} {exc}".split())
     assert code == 1 and f"{POLICY} version 4 carries registration key" in message, message
     assert "signed statement describes another version: version='3' (this version: '4')" in message
@@ -1389,7 +1390,7 @@ def test_kept_checkpoints_are_versions_of_their_own_registered_in_step_order(rep
 def test_a_kept_checkpoint_whose_folder_the_metrics_do_not_describe_is_refused(repo):
     add_kept_checkpoint(repo)
     (repo / "models/policy/checkpoints/step_3/model.safetensors").write_text("swapped after training")
-    code, _, exc = run_cli("registry", "register")
+    code, _, exc = run_cli(*stage_argv("register"))
     assert isinstance(exc, GateFailed) and "step_3" in str(exc) and "step 3" in str(exc)
     assert client_for(repo).search_model_versions(f"name='{POLICY}'") == []
 
@@ -1397,7 +1398,7 @@ def test_a_kept_checkpoint_whose_folder_the_metrics_do_not_describe_is_refused(r
 def test_a_kept_checkpoint_without_its_card_is_refused(repo):
     add_kept_checkpoint(repo)
     (repo / "reports/cards" / f"{POLICY}.step-3.md").unlink()
-    code, _, exc = run_cli("registry", "register")
+    code, _, exc = run_cli(*stage_argv("register"))
     assert code != 0 and "step-3 checkpoint not found" in str(exc)
 
 

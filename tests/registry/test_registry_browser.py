@@ -28,6 +28,7 @@ from registry_fixtures import (  # noqa: E402
     registered_version,
     run_cli,
 )
+from stage_commands import stage_argv  # noqa: E402
 
 CHROMIUM = Path("/usr/bin/chromium")
 CHROMEDRIVER = Path("/usr/bin/chromedriver")
@@ -76,8 +77,8 @@ def test_model_version_page_shows_the_card_and_provenance_tags(tmp_path, monkeyp
     plant_stage_runs(root)
     driver = None
     try:
-        assert run_cli("card", "build")[0] == 0
-        code, out, exc = run_cli("registry", "register")
+        assert run_cli(*stage_argv("card"))[0] == 0
+        code, out, exc = run_cli(*stage_argv("register"))
         assert code == 0, (out, exc)
         version = registered_version(root, POLICY)
         mv = MlflowClient(tracking_uri=url, registry_uri=url).get_model_version(POLICY, version)

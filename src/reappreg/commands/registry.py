@@ -29,7 +29,7 @@ import typer
 from rich.console import Console
 from rich.markup import escape
 
-from reappreg.commands.card import MODELS, PARAMS, with_evidence
+from reappreg.commands.card import MODELS, MODELS_REQUIRED, PARAMS, with_evidence
 from reappreg.commands.options import option_group
 
 if TYPE_CHECKING:
@@ -38,8 +38,10 @@ if TYPE_CHECKING:
 
 app = typer.Typer(no_args_is_help=True, help="Model registry: register, promote, verify, watch, pull, keygen, sign-keyring, tag.")
 
-KEYS = typer.Option("registry/keys", "--keys", help="Team public keys (keyring.yaml + *.pub.pem), committed")
-LOCAL_KEYS = typer.Option("work/registry/keys", "--local-keys", help="This clone's local signing key (gitignored)")
+KEYS_HELP = "Team public keys (keyring.yaml + *.pub.pem), committed"
+LOCAL_KEYS_HELP = "This clone's local signing key (gitignored)"
+KEYS = typer.Option("registry/keys", "--keys", help=KEYS_HELP)
+LOCAL_KEYS = typer.Option("work/registry/keys", "--local-keys", help=LOCAL_KEYS_HELP)
 
 
 # parameter -> (RegistryFiles field, annotation, option), in the order --help lists them. Each command
@@ -66,14 +68,14 @@ def with_registry_files(command):
 @with_evidence
 def register(
     params: Path = PARAMS,
-    models: Path = MODELS,
-    cards: Path = typer.Option("reports/cards", "--cards", help="Folder of <model>.md cards (reappreg card build)"),
+    models: Path = MODELS_REQUIRED,
+    cards: Path = typer.Option(..., "--cards", help="Folder of <model>.md cards (reappreg card build)"),
     evidence_paths: EvidencePaths = None,
-    keys: Path = KEYS,
-    local_keys: Path = LOCAL_KEYS,
-    lock_file: Path = typer.Option("work/registry/register.lock", "--lock-file", help="Host-wide registration lock"),
-    receipt: Path = typer.Option("reports/registry/registration.json", "--receipt", help="What was registered"),
-    lock: Path = typer.Option("dvc.lock", "--lock", help="DVC lock the claims must match (the stats stage's inputs and output)"),
+    keys: Path = typer.Option(..., "--keys", help=KEYS_HELP),
+    local_keys: Path = typer.Option(..., "--local-keys", help=LOCAL_KEYS_HELP),
+    lock_file: Path = typer.Option(..., "--lock-file", help="Host-wide registration lock"),
+    receipt: Path = typer.Option(..., "--receipt", help="What was registered"),
+    lock: Path = typer.Option(..., "--lock", help="DVC lock the claims must match (the stats stage's inputs and output)"),
 ) -> None:
     """Register every declared model as a signed MLflow Model version (one per changed artifact; alias `candidate`).
 
