@@ -135,16 +135,29 @@ def promote(
 
 def _print_audit(console, result) -> None:
     for finding in result.findings:
-        colour = "red" if finding.violation else ("yellow" if not finding.declared else "green")
-        console.print(f"[{colour}]{'VIOLATION' if finding.violation else 'ok'}[/] {escape(finding.describe())}", highlight=False, soft_wrap=True)
+        if finding.violation:
+            label, colour = "VIOLATION", "red"
+        elif finding.pending:
+            label, colour = "PENDING", "yellow"
+        else:
+            label, colour = "ok", "yellow" if not finding.declared else "green"
+        console.print(f"[{colour}]{label}[/] {escape(finding.describe())}", highlight=False, soft_wrap=True)
     for problem in result.history_problems:
-        console.print(f"[red]HISTORY[/] {problem}", highlight=False, soft_wrap=True)
+        console.print(f"[red]HISTORY[/] {escape(problem)}", highlight=False, soft_wrap=True)
+    for problem in result.model_problems:
+        console.print(f"[red]MODEL[/] {escape(problem)}", highlight=False, soft_wrap=True)
+
+
+# `registry verify` exits 3 when the only thing keeping it from passing is pending UI requests
+# (nothing is wrong; a watcher with a key has not decided them yet), 1 on any problem.
+PENDING_EXIT = 3
 
 
 @app.command()
 @with_registry_files
 def verify(params: Path = PARAMS, files: RegistryFiles = None) -> None:
-    """Verify every alias: signature, bytes, tags vs signed copy, gates from signed evidence, signed history (exit 1 on any problem)."""
+    """Verify every model and alias: signature, bytes, tags vs signed copy, gates from signed evidence, alias vs signed
+    history (exit 1 on any problem, 3 when only pending UI requests remain)."""
     from reappreg.registry.stage import verify_aliases
     from reappreg.settings import load_params
 
@@ -155,20 +168,28 @@ def verify(params: Path = PARAMS, files: RegistryFiles = None) -> None:
     for name in result.undeclared:
         console.print(f"[yellow]undeclared[/] {escape(name)}: not in {files.models}; its aliases are listed above and not counted "
                       "as verified", highlight=False, soft_wrap=True)
+    accounted = (f"{result.models} registered model(s) accounted for, every page read: {verified.declared} declared, "
+                 f"{len(result.undeclared)} undeclared, {result.bookkeeping} promotion lock(s)/claim(s) checked by structure")
     if verified.empty:
-        console.print(f"[bold red]nothing to verify[/]: {result.models} registered model(s), no alias of a declared model "
-                      f"at {uri}. An empty registry is not a pass.", highlight=False, soft_wrap=True)
+        console.print(f"[bold red]nothing to verify[/]: no alias of a declared model at {uri} ({accounted}). An empty "
+                      "registry is not a pass.", highlight=False, soft_wrap=True)
         raise typer.Exit(1)
-    if not verified.passed:
-        console.print(f"[bold red]{len(result.violations)} alias(es) fail their signed gates, differ from the signed alias "
-                      f"state or show tampering; {len(result.history_problems)} history problem(s)[/]", highlight=False)
+    if result.problems:
+        console.print(f"[bold red]{len(result.violations)} alias(es) fail their signed gates or show tampering; "
+                      f"{len(result.history_problems)} history problem(s); {len(result.model_problems)} model problem(s); "
+                      f"{len(result.pending)} pending request(s)[/] ({accounted})", highlight=False, soft_wrap=True)
         raise typer.Exit(1)
+    if result.pending:
+        console.print(f"[bold yellow]{len(result.pending)} pending request(s)[/]: aliases set in the store that no key holder "
+                      f"has decided yet (`reappreg registry watch --enforce` accepts or restores each); "
+                      f"{len(result.verified)} alias(es) verified ({accounted})", highlight=False, soft_wrap=True)
+        raise typer.Exit(PENDING_EXIT)
     console.print(f"[green]{len(result.verified)} alias(es) of {verified.declared} declared model(s) verified[/] "
-                  f"(of {result.models} registered model(s), every page read): each alias equals the replay of its model's "
-                  "signed promotion history, each envelope signed by a trusted key, every file re-hashed against its signed "
-                  "sha256, every recorded tag equal to its signed copy, every gate read from signed evidence; the history "
-                  f"is no shorter than the heads this clone saw before ({verified.heads_file}). Not checked: whether the signing key's "
-                  "holder ran the pipeline honestly.", highlight=False, soft_wrap=True)
+                  f"({accounted}): each alias equals the replay of its model's signed history, each envelope signed by a "
+                  "trusted key, every file re-hashed against its signed sha256, every recorded tag and the card equal to "
+                  "their signed copy, every gate read from signed evidence; each history is no shorter than the head this "
+                  f"clone saw before ({verified.heads_file}). Not checked: whether the signing key's holder ran the "
+                  "pipeline honestly.", highlight=False, soft_wrap=True)
 
 
 @app.command()
@@ -177,7 +198,8 @@ def watch(
     params: Path = PARAMS,
     files: RegistryFiles = None,
     mode: str = typer.Option("auto", "--mode", help="How alias events arrive: auto (webhook on an MLflow server, else poll), webhook or poll"),
-    enforce: bool = typer.Option(False, "--enforce", help="Move a failing alias back to the last passing version (or remove it)"),
+    enforce: bool = typer.Option(False, "--enforce", help="Decide UI requests (accept when gates and the alias's UI policy "
+                                                          "allow, else restore) and restore tampered tags; signed"),
     actor: str = typer.Option(None, "--actor", help="Who enforces (default: $REAPPREG_ACTOR or the login name)"),
     interval: float = typer.Option(None, "--interval", help="Seconds between polls (default: registry.watch_interval_s)"),
     max_polls: int = typer.Option(None, "--max-polls", help="Number of polls (default: registry.watch_max_polls)"),
@@ -186,7 +208,8 @@ def watch(
     duration: float = typer.Option(3600.0, "--duration", help="Webhook mode: stop after this many seconds"),
     max_events: int = typer.Option(1000, "--max-events", help="Webhook mode: stop after this many alias events"),
 ) -> None:
-    """Watch every alias against its signed gates; report (exit 1 if any) and with --enforce undo violations."""
+    """Watch every alias against its signed state and gates; with --enforce accept or restore each UI request (signed)
+    and restore tampered tags (exit 1 when anything is left for a key holder)."""
     from reappreg.registry.stage import (
         WatchCallbacks,
         WatchOptions,
@@ -199,21 +222,28 @@ def watch(
     settings = load_params(params)
     console = Console()
     webhook = WebhookListener(listen=listen, public_url=public_url, duration=duration, max_events=max_events)
-    findings = watch_aliases(
+
+    def seen(finding) -> None:
+        label = "PENDING" if finding.pending else "VIOLATION"
+        console.print(f"[{'yellow' if finding.pending else 'red'}]{label}[/] {escape(finding.describe())}", highlight=False,
+                      soft_wrap=True)
+
+    left, problems = watch_aliases(
         settings, files, WatchOptions(mode=mode, enforce=enforce, interval=interval, max_polls=max_polls, webhook=webhook),
         actor=actor_name(actor),
         callbacks=WatchCallbacks(
-            on_violation=lambda finding: console.print(f"[red]VIOLATION[/] {escape(finding.describe())}", highlight=False,
-                                                       soft_wrap=True),
-            on_enforced=lambda note: console.print(f"[yellow]ENFORCED[/] {note}", highlight=False, soft_wrap=True),
+            on_violation=seen,
+            on_enforced=lambda note: console.print(f"[yellow]ENFORCED[/] {escape(note)}", highlight=False, soft_wrap=True),
             on_webhook=lambda url: console.print(f"watching via webhook -> {url}", highlight=False),
             on_polling=lambda every, polls: console.print(f"watching by polling every {every:g}s, {polls} time(s)",
                                                           highlight=False),
+            on_problem=lambda problem: console.print(f"[red]HISTORY[/] {escape(problem)}", highlight=False, soft_wrap=True),
         ),
     )
-    if findings:
+    if left or problems:
         raise typer.Exit(1)
-    console.print("[green]no alias pointed at a version failing its signed gates[/]")
+    console.print("[green]nothing left for a key holder[/]: every alias is its signed state"
+                  + (" (pending requests were decided above)" if enforce else ""))
 
 
 @app.command()

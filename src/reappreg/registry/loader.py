@@ -24,8 +24,7 @@ from pathlib import Path
 from typing import Any
 
 from reappreg.errors import InputError
-from reappreg.registry.declarations import RegistryDecl, parse_spec
-from reappreg.registry.keys import Keyring
+from reappreg.registry.declarations import parse_spec
 from reappreg.registry.pull import Pulled, pull
 
 
@@ -53,15 +52,14 @@ def check_data_only(folder: Path, what: str) -> None:
         raise InputError(f"{what}: the model folder holds pickled objects {pickles[:5]}; a data-only model has none. Not loaded.")
 
 
-def load_verified(spec: str, *, client: Any, decl: RegistryDecl, keyring: Keyring, tracking_uri: str,
-                  dst: str | os.PathLike | None = None) -> tuple[Any, Pulled]:
+def load_verified(spec: str, *, session: Any, dst: str | os.PathLike | None = None) -> tuple[Any, Pulled]:
     """(MLflow pyfunc model, what was verified) for ``spec`` (``models:/NAME@ALIAS``, ``NAME/VERSION``, ...).
     ``dst``: a new or empty folder that keeps the verified copy (default: a new temporary folder the caller owns)."""
     import mlflow.pyfunc
 
     parse_spec(spec)  # a malformed spec fails before anything is downloaded
     target = Path(dst) if dst is not None else Path(tempfile.mkdtemp(prefix="reappreg-verified-")) / "model"
-    pulled = pull(client, decl, keyring, spec, target, tracking_uri=tracking_uri)
+    pulled = pull(session, spec, target)
     check_data_only(pulled.folder, f"{pulled.name} version {pulled.version}")
     return mlflow.pyfunc.load_model(str(pulled.folder)), pulled
 
@@ -70,21 +68,19 @@ def load_model(spec: str, *, repo: str | os.PathLike = ".", dst: str | os.PathLi
     """Verify, then load, a registered model as a clone of this repository sees it: its params.yaml
     (tracking URI, registry connection, whether this clone's local key is trusted), its
     ``registry/models.yaml`` (declared models and gates) and its ``registry/keys`` keyring."""
-    from reappreg.registry.connection import bounded_http, connect
-    from reappreg.registry.declarations import load_declarations
-    from reappreg.registry.keyring_chain import load_keyring
+    from reappreg.registry.connection import bounded_http
+    from reappreg.registry.stage import RegistryFiles, client_for, open_session
     from reappreg.settings import load_params
-    from reappreg.tracking import resolve_tracking_uri
 
-    root = Path(repo)
+    root = Path(repo).resolve()
     settings = load_params(root / "params.yaml")
-    keyring = load_keyring(root / "registry/keys", root / "work/registry/keys" if settings.registry.trust_local_key else None,
-                           remember=root / "work/registry")
-    uri = resolve_tracking_uri(settings.tracking.uri)
-    if uri.startswith("sqlite:///") and not uri.startswith("sqlite:////"):  # relative to the repo, not to the cwd
-        uri = f"sqlite:///{(root / uri.removeprefix('sqlite:///')).resolve()}"
+    tracking = settings.tracking
+    if tracking.uri.startswith("sqlite:///") and not tracking.uri.startswith("sqlite:////"):  # relative to the repo
+        tracking = tracking.model_copy(update={"uri": f"sqlite:///{(root / tracking.uri.removeprefix('sqlite:///')).resolve()}"})
+    settings = settings.model_copy(update={"tracking": tracking})
+    files = RegistryFiles(models=root / "registry/models.yaml", keys=root / "registry/keys",
+                          local_keys=root / "work/registry/keys")
     with bounded_http(settings.registry.http_retries, settings.registry.http_timeout_s):
-        client = connect(uri, attempts=settings.registry.connect_attempts, backoff_s=settings.registry.connect_backoff_s)
-        model, _ = load_verified(spec, client=client, decl=load_declarations(root / "registry/models.yaml"),
-                                 keyring=keyring, tracking_uri=uri, dst=dst)
+        client, uri = client_for(settings)
+        model, _ = load_verified(spec, session=open_session(settings, files, client, uri, signing=False), dst=dst)
     return model

@@ -31,6 +31,9 @@ BUILD_TYPE = "https://github.com/reappreg/reappreg/registry-register/v1"
 EVIDENCE_BYPRODUCT = "reappreg.evidence"
 TAGS_BYPRODUCT = "reappreg.tags"
 GATES_BYPRODUCT = "reappreg.gates_at_registration"
+# The card: its artifact path in the registration run, its sha256 and the sha256 of the version's
+# description (the card as the UI shows it). ``pull`` prints only this card.
+CARD_BYPRODUCT = "reappreg.card"
 
 
 def _flat(obj: Any, prefix: str) -> dict[str, Any]:
@@ -152,6 +155,7 @@ class AttestedVersion:
     source: str
     subjects: Mapping[str, str]
     tags: Mapping[str, str]
+    card: Mapping[str, str] | None = None
 
 
 @dataclass(frozen=True)
@@ -188,7 +192,8 @@ def statement(version: AttestedVersion, provenance: Provenance) -> dict[str, Any
             "metadata": {"invocationId": version.run_id, "startedOn": provenance.started},
             "byproducts": [_byproduct(EVIDENCE_BYPRODUCT, dict(provenance.flat_evidence)),
                            _byproduct(GATES_BYPRODUCT, {"results": provenance.gate_results}),
-                           _byproduct(TAGS_BYPRODUCT, dict(version.tags))],
+                           _byproduct(TAGS_BYPRODUCT, dict(version.tags)),
+                           *([_byproduct(CARD_BYPRODUCT, dict(version.card))] if version.card else [])],
         },
     }
     built = {

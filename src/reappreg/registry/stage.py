@@ -83,6 +83,11 @@ def absolute_uri(uri: str) -> str:
     return uri
 
 
+def _repo_relative(path: Path) -> Path:
+    """``path`` as dvc.lock names it: relative to the repository root (the working directory)."""
+    return path.resolve().relative_to(Path.cwd().resolve()) if path.is_absolute() else path
+
+
 def tracked_lineage(settings: Params, client: Any, uri: str, claims: list, *, claims_md5: str) -> str:
     """``lineage.check_tracked_lineage`` in the store the stages tracked to: this registry's
     (``$MLFLOW_TRACKING_URI``, where a team tracks every stage), else ``tracking.uri`` of the
@@ -111,6 +116,21 @@ def team_keyring(settings: Params, keys: Path, local_keys: Path):
 
     # What this clone saw of the keyring chain lives beside its local key (gitignored).
     return load_keyring(keys, local_keys if settings.registry.trust_local_key else None, remember=local_keys.parent)
+
+
+def open_session(settings: Params, files: RegistryFiles, client: Any, uri: str, *, signing: bool):
+    """The registry session every command acts through: declarations, keyring, this clone's memory of
+    the chains' heads at ``uri`` (beside its local key), and the signing key when ``signing``."""
+    from reappreg.registry import load_declarations, signing_key
+    from reappreg.registry.history import HeadMemory
+    from reappreg.registry.promotion import RegistrySession
+
+    reg = settings.registry
+    return RegistrySession(client=client, decl=load_declarations(files.models),
+                           keyring=team_keyring(settings, files.keys, files.local_keys),
+                           key=signing_key(files.local_keys, create=True) if signing else None, tracking_uri=uri,
+                           lock_timeout_s=reg.promotion_lock_timeout_s, lock_stale_s=reg.promotion_lock_stale_s,
+                           memory=HeadMemory.load(files.local_keys.parent / HEADS_FILE, absolute_uri(uri)))
 
 
 def actor_name(actor: str | None) -> str:
@@ -221,7 +241,7 @@ def register_models(
     )
     from reappreg.registry.audit import alias_rows
     from reappreg.registry.declarations import gate_table
-    from reappreg.registry.lineage import check_claims_lineage
+    from reappreg.registry.lineage import check_claims_lineage, check_outputs_in_lock
     from reappreg.registry.provenance import Provenance, material, params_md5
     from reappreg.registry.registration import (
         RegistrationHooks,
@@ -229,7 +249,7 @@ def register_models(
         checkpoint_evidence,
         version_tags,
     )
-    from reappreg.registry.verification import registration_squat
+    from reappreg.registry.verification import has_signed_statement, registration_squat
     from reappreg.tracking import git_state, stage_run
 
     reg = settings.registry
@@ -240,6 +260,10 @@ def register_models(
     claims = files.evidence.claims
     claims_key = claims.resolve().relative_to(Path.cwd().resolve()) if claims.is_absolute() else claims
     lineage = check_claims_lineage(claims_key, evidence.claims, files.dvc_lock, claims_md5=dvc_md5(claims))
+    # Every other file registration signs as evidence (metrics, results, calibration, certificate, the
+    # cards) must be what its stage wrote too: the claims are not the only facts a gate reads.
+    outputs = check_outputs_in_lock({**{role: _repo_relative(p) for role, p in evidence.sources.items()},
+                                     "cards": _repo_relative(files.cards)}, files.dvc_lock)
     key = signing_key(files.registry.local_keys, create=True)
     keyring = team_keyring(settings, files.registry.keys, files.registry.local_keys)
     if reg.trust_local_key is False and key.keyid not in keyring.keys:
@@ -268,6 +292,7 @@ def register_models(
         # ... and a lock made to agree with edited files is not enough: finished runs the stages
         # tracked wrote them (checked before anything is registered).
         tracked = tracked_lineage(settings, client, tracking_uri, evidence.claims, claims_md5=dvc_md5(claims))
+        session = open_session(settings, files.registry, client, tracking_uri, signing=True)
         with stage_run("register", tracking=settings.tracking, params=reg.model_dump(), inputs=inputs):
 
             def log_folder(folder: Path, artifact_path: str) -> str:
@@ -322,10 +347,12 @@ def register_models(
                     result = register_version(
                         client, name=name, model=model, key=key, settings=reg,
                         content=VersionContent(artifact_dir=Path(artifact), manifest=manifest, training_md5s=training,
-                                               tags=tags, card=card),
+                                               tags=tags, card=card, card_artifact=f"{name}/README.md"),
                         hooks=RegistrationHooks(
                             log_artifacts=log_folder, attest=functools.partial(statement, provenance=provenance),
-                            squat=lambda mv, reg_key: registration_squat(mv, reg_key, keyring, tracking_uri=tracking_uri)),
+                            squat=lambda mv, reg_key: registration_squat(mv, reg_key, keyring, tracking_uri=tracking_uri),
+                            signed=lambda mv: has_signed_statement(mv, keyring, tracking_uri=tracking_uri)),
+                        chain=session.chain,
                     )
                     results.append(result.as_dict())
                     mlflow.set_tag(f"registered.{name}", f"v{result.version} ({'new' if result.created else 'unchanged'})")
@@ -334,9 +361,9 @@ def register_models(
                         on_registered(name, result)
             # What a reader of the receipt (and the report) needs next: where every alias points
             # now and whether `registry verify` passes, derived by the same audit it runs.
-            state = audit(client, decl, keyring, tracking_uri=tracking_uri)
+            state = audit(session)
             write_json(files.receipt, {"registered": results, "signing_keyid": key.keyid, "claims_lineage": lineage,
-                                 "claims_tracked": tracked,
+                                 "claims_tracked": tracked, "outputs_lineage": outputs,
                                  "verify": alias_rows(state)})
 
 
@@ -349,43 +376,19 @@ def parse_expect(expect: str | None):
 def promote_alias(settings: Params, files: RegistryFiles, request: PromotionRequest):
     """Point ``request.alias`` at ``request.name``/``request.version`` if its signed evidence passes the
     gates (compare-and-set, signed history entry); returns the ``Promotion``."""
-    from reappreg.registry import bounded_http, load_declarations, promote, signing_key
-    from reappreg.registry.promotion import RegistrySession
+    from reappreg.registry import bounded_http, promote
 
     reg = settings.registry
-    decl = load_declarations(files.models)
-    key = signing_key(files.local_keys, create=True)
-    keyring = team_keyring(settings, files.keys, files.local_keys)
     with bounded_http(reg.http_retries, reg.http_timeout_s):
         client, uri = client_for(settings)
-        session = RegistrySession(client=client, decl=decl, keyring=keyring, key=key, tracking_uri=uri,
-                                  lock_timeout_s=reg.promotion_lock_timeout_s, lock_stale_s=reg.promotion_lock_stale_s)
-        return promote(session, request)
-
-
-def _read_heads(path: Path, uri: str) -> dict:
-    """The signed-history heads this clone saw at ``uri`` on earlier verifies (its memory of length)."""
-    import json
-
-    if not path.exists():
-        return {}
-    return (json.loads(path.read_text(encoding="utf-8")) or {}).get(uri, {})
-
-
-def _write_heads(path: Path, uri: str, heads: dict) -> None:
-    import json
-
-    from reappreg.io import write_json
-
-    everything = json.loads(path.read_text(encoding="utf-8")) if path.exists() else {}
-    everything[uri] = heads
-    write_json(path, everything)
+        return promote(open_session(settings, files, client, uri, signing=True), request)
 
 
 @dataclass
 class Verified:
-    """What :func:`verify_aliases` found. ``passed``: something verified and nothing failed (then the
-    heads it saw were remembered in ``heads_file``); ``empty``: no alias of a declared model at all."""
+    """What :func:`verify_aliases` found. ``passed``: something verified and nothing failed or is pending
+    (the heads it saw are remembered in ``heads_file`` either way, when their chains verified);
+    ``empty``: no alias of a declared model at all."""
 
     audit: Any
     declared: int
@@ -394,29 +397,26 @@ class Verified:
 
     @property
     def empty(self) -> bool:
-        return not self.audit.verified and not self.audit.violations
+        return not self.audit.findings or all(not f.declared for f in self.audit.findings)
 
     @property
     def passed(self) -> bool:
-        return not self.empty and not self.audit.violations and not self.audit.history_problems
+        return not self.empty and not self.audit.problems and not self.audit.pending and bool(self.audit.verified)
 
 
 def verify_aliases(settings: Params, files: RegistryFiles) -> Verified:
-    """Verify every alias (signature, bytes, tags vs signed copy, gates from signed evidence, signed
-    history no shorter than this clone saw before); when it passes, remember the heads it saw."""
-    from reappreg.registry import audit, bounded_http, load_declarations
+    """Verify every model and alias (signature, bytes, tags vs signed copy, gates from signed evidence,
+    alias against the signed history, history no shorter than this clone saw before); remember the
+    heads of the chains that verified."""
+    from reappreg.registry import audit, bounded_http
+    from reappreg.registry.audit import remember_heads
 
-    decl = load_declarations(files.models)
-    keyring = team_keyring(settings, files.keys, files.local_keys)
-    heads_file = files.local_keys.parent / HEADS_FILE
     with bounded_http(settings.registry.http_retries, settings.registry.http_timeout_s):
         client, uri = client_for(settings)
-        seen = _read_heads(heads_file, uri)
-        result = audit(client, decl, keyring, tracking_uri=uri, seen_heads=seen)
-    verified = Verified(result, len(decl.models), uri, heads_file)
-    if verified.passed:
-        _write_heads(heads_file, uri, {**seen, **result.heads})
-    return verified
+        session = open_session(settings, files, client, uri, signing=False)
+        result = audit(session)
+        remember_heads(session, result)
+    return Verified(result, len(session.decl.models), uri, files.local_keys.parent / HEADS_FILE)
 
 
 WATCH_MODES = ("auto", "webhook", "poll")
@@ -447,74 +447,79 @@ class WatchCallbacks:
     on_enforced: Callable[[str], None]
     on_webhook: Callable[[str], None]
     on_polling: Callable[[float, int], None]
+    on_problem: Callable[[str], None] = lambda problem: None
 
 
 def watch_aliases(settings: Params, files: RegistryFiles, options: WatchOptions, *, actor: str,
                   callbacks: WatchCallbacks) -> list:
-    """Watch every alias against its signed gates (webhook on an MLflow server, else polling); with
-    ``options.enforce`` undo each gated violation. Returns the findings (empty: nothing failed)."""
-    from reappreg.registry import (
-        audit,
-        bounded_http,
-        enforce,
-        load_declarations,
-        signing_key,
-        watch_poll,
-        watch_webhook,
-    )
-    from reappreg.registry.promotion import RegistrySession
+    """Watch every alias against its signed state and gates (webhook on an MLflow server, else polling);
+    with ``options.enforce`` decide each pending UI request (accept or restore, signed) and restore
+    tampered tags. Returns (the findings that still need a key holder, the history and model
+    problems seen); both empty: nothing left."""
+    from reappreg.registry import audit, bounded_http, watch_poll, watch_webhook
+    from reappreg.registry.requests import act
 
     reg = settings.registry
     mode = options.mode
-    decl = load_declarations(files.models)
-    keyring = team_keyring(settings, files.keys, files.local_keys)
-    key = signing_key(files.local_keys, create=True) if options.enforce else None
     if mode not in WATCH_MODES:
         raise InputError(f"--mode must be auto, webhook or poll, got {mode!r}")
     with bounded_http(reg.http_retries, reg.http_timeout_s):
         client, uri = client_for(settings)
-        session = RegistrySession(client=client, decl=decl, keyring=keyring, key=key, tracking_uri=uri,
-                                  lock_timeout_s=reg.promotion_lock_timeout_s, lock_stale_s=reg.promotion_lock_stale_s)
+        session = open_session(settings, files, client, uri, signing=options.enforce)
+        left: list = []
 
         def report(finding) -> None:
             callbacks.on_violation(finding)
-            if options.enforce and not finding.ungated:
-                callbacks.on_enforced(enforce(session, finding, actor=actor))
+            if not options.enforce:
+                left.append(finding)
+                return
+            notes = act(session, finding, actor=actor)
+            for note in notes:
+                callbacks.on_enforced(note)
+            if finding.violation and any("Left in place" in n for n in notes) or not notes:
+                left.append(finding)
+
+        problems: list[str] = []
 
         def full_check():
-            return audit(client, decl, keyring, tracking_uri=uri).findings
+            result = audit(session)
+            for problem in result.history_problems + result.model_problems:
+                if problem not in problems:
+                    problems.append(problem)
+                    callbacks.on_problem(problem)
+            return result.findings
 
         served = uri.startswith(("http://", "https://"))
         if mode == "webhook" and not served:
             raise InputError(f"--mode webhook needs an `mlflow server` tracking URI; {uri} delivers no webhooks (use --mode poll)")
         if mode == "webhook" or (mode == "auto" and served):
-            return watch_webhook(session, options.webhook, report=report, on_ready=callbacks.on_webhook)
+            watch_webhook(session, options.webhook, report=report, check=full_check, on_ready=callbacks.on_webhook)
+            return left, problems
         every = min(max(options.interval if options.interval is not None else reg.watch_interval_s, 1.0), 3600.0)
         polls = options.max_polls if options.max_polls is not None else reg.watch_max_polls
         if polls < 1:
             raise InputError("--max-polls must be at least 1")
         callbacks.on_polling(every, polls)
-        return watch_poll(full_check, interval_s=every, max_polls=polls, report=report)
+        watch_poll(full_check, interval_s=every, max_polls=polls, report=report)
+        return left, problems
 
 
 def pull_version(settings: Params, files: RegistryFiles, *, spec: str, to: Path | None, allow_failing_gates: bool,
                  actor: str):
     """Download the version ``spec`` names into ``to`` (default ``./<name>-v<version>``), verified
     against its signed statement; returns the ``Pulled``."""
-    from reappreg.registry import bounded_http, load_declarations, resolve_version
+    from reappreg.registry import bounded_http, resolve_version
     from reappreg.registry import pull as do_pull
 
-    decl = load_declarations(files.models)
-    keyring = team_keyring(settings, files.keys, files.local_keys)
     with bounded_http(settings.registry.http_retries, settings.registry.http_timeout_s):
         client, uri = client_for(settings)
+        session = open_session(settings, files, client, uri, signing=False)
         if to is None:
             mv = resolve_version(client, spec)
             to = Path(f"{mv.name}-v{mv.version}")
-        return do_pull(client, decl, keyring, spec, to, tracking_uri=uri, allow_failing_gates=allow_failing_gates,
-                       actor=actor)
+        return do_pull(session, spec, to, allow_failing_gates=allow_failing_gates, actor=actor)
 
 
-__all__ = ["HEADS_FILE", "WATCH_MODES", "RegistrationFiles", "RegistryFiles", "Verified", "WatchCallbacks", "WatchOptions", "actor_name",
+__all__ = ["HEADS_FILE", "WATCH_MODES", "RegistrationFiles", "RegistryFiles", "Verified", "WatchCallbacks", "WatchOptions", "actor_name", "open_session",
            "checkpoint_plans", "client_for", "parse_expect", "plan_model", "promote_alias", "pull_version", "refuse_dirty_card",
            "register_models", "team_keyring", "verify_aliases", "watch_aliases"]

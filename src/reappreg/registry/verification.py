@@ -11,7 +11,8 @@ share. In order:
    digest with the statement's subjects; then model-signing verifies the folder against
    its own bundle with a trusted key;
 4. every readable tag the statement recorded must still hold its signed value (an edited
-   or deleted tag is reported as tampering), and the envelope's sha256 tag must match;
+   or deleted tag is reported as tampering), and the envelope's sha256 tag must match; the
+   card artifact and the version's description must be the signed card (their sha256);
 5. only then do the gates read the signed evidence. A version without a valid envelope,
    or whose bytes differ, fails every gate.
 
@@ -36,8 +37,15 @@ from reappreg.errors import InputError
 from reappreg.registry.declarations import Gate, RegistryDecl
 from reappreg.registry.gates import GateCheck, check_gate, evaluate_gates, failed
 from reappreg.registry.keys import Keyring, SignatureInvalid, TrustedKey, open_statement, verify_folder
-from reappreg.registry.provenance import EVIDENCE_BYPRODUCT, PREDICATE_TYPE, STATEMENT_TYPE, TAGS_BYPRODUCT, byproduct
-from reappreg.registry.layout import ENVELOPE_TAG, attestation_paths, subject_digests
+from reappreg.registry.provenance import (
+    CARD_BYPRODUCT,
+    EVIDENCE_BYPRODUCT,
+    PREDICATE_TYPE,
+    STATEMENT_TYPE,
+    TAGS_BYPRODUCT,
+    byproduct,
+)
+from reappreg.registry.layout import ENVELOPE_TAG, attestation_paths, fit_description, for_ui, subject_digests
 from reappreg.registry.slsa import check_statement
 
 
@@ -59,6 +67,12 @@ class VersionCheck:
     evidence: dict[str, Any] | None = None
     statement: dict[str, Any] | None = None
     files: int = 0
+    # Readable tags that differ from (or were deleted from) their signed copy: key -> signed value.
+    tag_changes: dict[str, str] = field(default_factory=dict)
+    # The signed card (its artifact matched the signed sha256); None when it could not be verified.
+    card: str | None = None
+    # The signed description, when the store's differs and the signed card lets it be rebuilt.
+    description_restore: str | None = None
 
     @property
     def failed_gates(self) -> list[GateCheck]:
@@ -68,10 +82,11 @@ class VersionCheck:
     def ok(self) -> bool:
         return not self.failed_gates and not self.tampering
 
+    def problem_list(self) -> list[str]:
+        return [f"{c.gate} ({c.detail})" for c in self.failed_gates] + [f"TAMPERING: {t}" for t in self.tampering]
+
     def problems(self) -> str:
-        parts = [f"{c.gate} ({c.detail})" for c in self.failed_gates]
-        parts += [f"TAMPERING: {t}" for t in self.tampering]
-        return "; ".join(parts)
+        return "; ".join(self.problem_list())
 
 
 def _quiet() -> None:
@@ -172,7 +187,8 @@ def verify_version(
             data = envelope_file.read_bytes()
             recorded = mv.tags.get(ENVELOPE_TAG)
             if recorded != hashlib.sha256(data).hexdigest():
-                check.tampering.append(f"tag {ENVELOPE_TAG}={recorded} but the stored envelope has sha256 {hashlib.sha256(data).hexdigest()}")
+                check.tampering.append(f"envelope digest tag {ENVELOPE_TAG}={recorded} but the stored envelope has sha256 "
+                                       f"{hashlib.sha256(data).hexdigest()}")
             try:
                 stmt, check.signer = open_statement(data, keyring)
                 mismatch = _statement_mismatch(stmt, mv)
@@ -213,8 +229,11 @@ def verify_version(
                 now = mv.tags.get(key)
                 if now is None:
                     check.tampering.append(f"tag {key} was deleted (signed value {_clip(value)})")
+                    check.tag_changes[key] = str(value)
                 elif now != value:
                     check.tampering.append(f"tag {key}={_clip(now)} but the signed statement says {_clip(value)}")
+                    check.tag_changes[key] = str(value)
+            _check_card(check, stmt, mv, tmp_path, tracking_uri)
             check.statement = stmt
             if not check.byte_problems:
                 check.evidence = byproduct(stmt, EVIDENCE_BYPRODUCT)
@@ -229,6 +248,46 @@ def verify_version(
             download_to.parent.mkdir(parents=True, exist_ok=True)
             shutil.move(str(local), str(download_to))
     return check
+
+
+def _check_card(check: VersionCheck, stmt: dict[str, Any], mv: Any, tmp: Path, tracking_uri: str) -> None:
+    """The card artifact and the version's description against the signed card digests."""
+    signed = byproduct(stmt, CARD_BYPRODUCT)
+    if not signed:
+        return  # registered before cards were signed: there is no signed card to print or compare
+    artifact = str(signed.get("artifact", ""))
+    card_file = _download(mv.run_id, artifact, tmp / "card", tracking_uri) if artifact and mv.run_id else None
+    if card_file is None or not card_file.is_file():
+        check.tampering.append(f"card artifact {artifact!r} not found in the version's run")
+    else:
+        text = card_file.read_text(encoding="utf-8")
+        if hashlib.sha256(text.encode("utf-8")).hexdigest() != signed.get("sha256"):
+            check.tampering.append(f"card artifact {artifact} is not the signed card (sha256 differs)")
+        else:
+            check.card = text
+    description = mv.description or ""
+    if hashlib.sha256(description.encode("utf-8")).hexdigest() != signed.get("description_sha256"):
+        check.tampering.append("the version's description (the card the MLflow UI shows) is not the signed card")
+        if check.card is not None:
+            rebuilt = fit_description(for_ui(check.card), f"{artifact} of run {mv.run_id}")
+            if hashlib.sha256(rebuilt.encode("utf-8")).hexdigest() == signed.get("description_sha256"):
+                check.description_restore = rebuilt
+
+
+def has_signed_statement(mv: Any, keyring: Keyring, *, tracking_uri: str) -> bool:
+    """Whether ``mv`` carries a provenance envelope a trusted key signed for exactly this version (its
+    files are not looked at): such a version is never deleted by registration."""
+    if not mv.run_id:
+        return False
+    with tempfile.TemporaryDirectory(prefix="reappreg-signed-") as tmp:
+        envelope_file = _download(mv.run_id, attestation_paths(mv.name, str(mv.version))[0], Path(tmp), tracking_uri)
+        if envelope_file is None or not envelope_file.is_file():
+            return False
+        try:
+            stmt, _ = open_statement(envelope_file.read_bytes(), keyring)
+        except SignatureInvalid:
+            return False
+    return _statement_mismatch(stmt, mv) is None
 
 
 def registration_squat(mv: Any, registration_key_: str, keyring: Keyring, *, tracking_uri: str) -> str | None:
