@@ -21,7 +21,7 @@ from typer.testing import CliRunner
 
 from reappreg.cli import app
 from reappreg.hashing import dvc_md5
-from reappreg.registry import connect, load_keyring
+from reappreg.registry import connect
 
 REPO = Path(__file__).resolve().parents[1]
 POLICY = "reappraisal-policy-grpo"
@@ -160,6 +160,50 @@ EVIDENCE_OUTS = {
 }
 
 
+# The planted pipeline's custody: the stages that wrote its files, as one "upstream" step and the card step,
+# then register consuming them, each with a link signed by this clone's local key (reappreg.custody).
+PLANTED_UPSTREAM = ["data/guarded", "data/train/ratings.jsonl", "data/heldout/answers.jsonl", "data/guard/certificate.json",
+                    "models/rm/ensemble", "models/policy/base", "models/policy/grpo", "models/policy/checkpoints",
+                    "metrics/rm", "metrics/policy", "metrics/eval.json", "metrics/judge_calibration.json",
+                    "metrics/results.json", "reports/claims.json", "pipelines/prompts/grpo_prompt.yaml",
+                    "data/prompts/grpo_prompt.yaml", "data/eval"]
+
+
+def plant_custody(root: Path) -> None:
+    """Signed links for the planted pipeline as `dvc repro` would leave them (steps: the declarations, the
+    upstream stages as one step, the card stage; register consuming their products), and this clone's
+    signed layout. Called again whenever the planted pipeline "re-ran"."""
+    from reappreg.custody.layout import sign_layout
+    from reappreg.custody.links import _in, pipeline_signing, record, sign_link
+    from reappreg.custody.plan import DECLARATIONS_FILE, StepPlan, declarations_step, link_path, render
+
+    def pattern(path: str) -> str:
+        return f"{path}/*" if (root / path).is_dir() else path
+
+    upstream = [p for p in PLANTED_UPSTREAM if (root / p).exists()]
+    register_reads = [*upstream, "reports/cards", DECLARATIONS_FILE]
+    steps = [declarations_step(),
+             StepPlan("upstream", ["planted"], [], upstream, [], [["DISALLOW", "*"]],
+                      [*(["ALLOW", pattern(p)] for p in upstream), ["DISALLOW", "*"]]),
+             StepPlan("card", ["reappreg", "card", "build"], [], ["reports/cards"], [], [["DISALLOW", "*"]],
+                      [["ALLOW", "reports/cards/*"], ["DISALLOW", "*"]]),
+             StepPlan("register", ["reappreg", "registry", "register"], register_reads, [], [],
+                      [*(["MATCH", pattern(p), "WITH", "PRODUCTS", "FROM", "upstream"] for p in upstream),
+                       ["MATCH", "reports/cards/*", "WITH", "PRODUCTS", "FROM", "card"],
+                       ["MATCH", DECLARATIONS_FILE, "WITH", "PRODUCTS", "FROM", "declarations"], ["DISALLOW", "*"]],
+                      [["DISALLOW", "*"]])]
+    (root / "registry/custody").mkdir(parents=True, exist_ok=True)
+    (root / "registry/custody/layout.json").write_text(render(steps))
+    signing = pipeline_signing(root)
+    with _in(root):
+        for name, products in (("upstream", record(upstream)), ("card", record(["reports/cards"]))):
+            path = root / link_path(name)
+            path.parent.mkdir(parents=True, exist_ok=True)
+            path.write_bytes(sign_link(signing, name, materials={}, products=products, command=["planted"],
+                                       environment={"trust": signing.version.as_dict()}))
+    sign_layout(root, signing, reason="the planted pipeline's owner")
+
+
 def record_outputs(root: Path) -> None:
     """What `dvc repro` leaves in dvc.lock after every stage ran: the md5 of each evidence file (and of
     the cards folder) as the stage that wrote it recorded it. One stage per metrics file, as the
@@ -178,6 +222,7 @@ def record_outputs(root: Path) -> None:
         eval_json = {"path": "metrics/eval.json", "md5": dvc_md5(root / "metrics/eval.json")}
         stages["stats"]["outs"] = [o for o in stages["stats"].get("outs", []) if o["path"] != "metrics/eval.json"] + [eval_json]
     (root / "dvc.lock").write_text(yaml.safe_dump(lock, sort_keys=False))
+    plant_custody(root)
 
 
 def plant_stage_runs(root: Path) -> None:
@@ -411,12 +456,18 @@ def register_ok() -> str:
     return out
 
 
-def keyring_of(root: Path):
-    return load_keyring(root / "registry/keys", root / "work/registry/keys")
+def trust_of(root: Path):
+    """The trust a command run in ``root`` uses (the team root if any, this clone's local one-key root)."""
+    from reappreg.registry.stage import RegistryFiles, load_trust_for
+    from reappreg.settings import load_params
+
+    files = RegistryFiles(models=root / "registry/models.yaml", keys=root / "registry/keys",
+                          local_keys=root / "work/registry/keys")
+    return load_trust_for(load_params(root / "params.yaml"), files)
 
 
 def session_of(root: Path, *, signing: bool = False, uri: str | None = None):
-    """The RegistrySession a command run in ``root`` opens (its keyring, its memory of the heads)."""
+    """The RegistrySession a command run in ``root`` opens (its trust, its memory of the heads)."""
     from reappreg.registry.stage import RegistryFiles, open_session
     from reappreg.settings import load_params
 

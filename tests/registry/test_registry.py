@@ -31,7 +31,6 @@ from reappreg.registry import (
     connect,
     folder_md5,
     load_declarations,
-    load_keyring,
     manifest_of,
     register_version,
     registration_key,
@@ -40,7 +39,7 @@ from reappreg.registry import (
     watch_poll,
     watch_webhook,
 )
-from reappreg.registry.keys import open_statement, sign_statement
+from reappreg.trust.keys import sign_statement
 from reappreg.registry.registration import attestation_paths
 from reappreg.settings.registry import RegistrySettings
 
@@ -50,7 +49,7 @@ from registry_fixtures import (  # noqa: F401 (fixtures: templates, repo, store,
     aliases,
     client_for,
     ids,
-    keyring_of,
+    trust_of,
     make_repo,
     on_store,
     postgres_registry,
@@ -351,7 +350,7 @@ def _library_registration(client, root: Path, name: str = POLICY, **hook_overrid
         hooks = RegistrationHooks(**{"log_artifacts": log, "attest": attest, "squat": lambda mv, key: "planted: unsigned",
                                      "signed": lambda mv: False, **hook_overrides})
         return register_version(client, name=name, model=decl.models[POLICY], content=content,
-                                key=signing_key(root / "work/registry/keys", create=True), hooks=hooks,
+                                keys=[signing_key(root / "work/registry/keys", create=True)], hooks=hooks,
                                 settings=RegistrySettings(candidate_alias="candidate", stale_registration_s=3600),
                                 chain=session_of(root).chain)
 
@@ -450,7 +449,7 @@ def envelope_of(client, name: str, version: str) -> tuple[bytes, dict]:
 
     mv = client.get_model_version(name, version)
     text = mlflow.artifacts.load_text(f"runs:/{mv.run_id}/{attestation_paths(name, version)[0]}")
-    stmt, _ = open_statement(text.encode(), keyring_of(Path.cwd()))
+    stmt, _ = trust_of(Path.cwd()).open(text.encode(), role="registration")
     return text.encode(), stmt
 
 
@@ -541,7 +540,7 @@ def forge_untrusted_resignature(client, root):
     (forge_gate_tag, "TAMPERING: tag training.healthy=true but the signed statement says false"),
     (forge_artifact_and_manifest, "data/grpo/model.safetensors: sha256"),
     (forge_envelope_bytes, "provenance envelope rejected"),
-    (forge_untrusted_resignature, "which is not trusted here"),
+    (forge_untrusted_resignature, "not a valid 'registration' key there"),
 ])
 def test_each_forgery_is_caught_by_verify_and_refused_by_pull(tmp_path, monkeypatch, templates, forge, expect):
     """The unhealthy policy fails its gates; an MLflow admin without the key tries to make it pass and sets `champion`."""
@@ -641,7 +640,7 @@ def test_promotion_is_signed_history_and_verify_lists_signed_gate_results(repo):
     assert "reappraisal-policy-grpo@champion -> v1: passes its signed gates [signed_evidence=pass, guard_pass=pass," in text
     assert ("judge_trusted=pass, min_n=pass, cluster_ci_low_above_bar=pass, healthy_training=pass, "
             "fresh_pool_promotable=pass]") in text
-    assert "promoted by bob" in text and "local key" in text
+    assert "promoted by bob" in text and "local one-key root" in text
     champion = text.split("@champion")[1].split("reappraisal-")[0]
     assert "promoted by bob" in champion and "signed history #2" in champion, champion  # after the registration's #1
     # Editing the signed history is caught.
@@ -1092,13 +1091,15 @@ def test_models_uri_loads_in_a_fresh_process_with_the_ensembles_rewards(tmp_path
         content = VersionContent(artifact_dir=ensemble, manifest=manifest_of(ensemble), training_md5s={"x": "0" * 32},
                                  tags={}, card="---\nlicense: x\n---\n# card\n")
         from reappreg.registry.history import Chain, HeadMemory
+        from reappreg.trust import load_trust
 
         key = signing_key(tmp_path / "keys", create=True)
-        reg = register_version(client, name=RM, model=decl.models[RM], content=content, key=key,
+        reg = register_version(client, name=RM, model=decl.models[RM], content=content, keys=[key],
                                hooks=RegistrationHooks(log_artifacts=log, attest=attest, squat=lambda mv, key: "new",
                                                        signed=lambda mv: False),
                                settings=RegistrySettings(candidate_alias="candidate", stale_registration_s=3600),
-                               chain=Chain(load_keyring(REPO / "registry/keys", tmp_path / "keys"), HeadMemory(None, uri)))
+                               chain=Chain(load_trust(tmp_path / "no-team-keys", tmp_path / "work", local_key=key),
+                                           HeadMemory(None, uri)))
     frame = pd.DataFrame({"scenario": ["Your friend did not reply to your message."] * 4,
                           "answer": ["Maybe she is busy; you could ask later.", "They might not have seen it yet.", "", "One. Two. Three."]})
     expected = load_ensemble(ensemble).score(frame["scenario"].tolist(), frame["answer"].tolist())
@@ -1144,70 +1145,6 @@ def test_policy_pyfunc_generates_in_a_fresh_process(tmp_path, tiny_lm):
     assert done.returncode == 0, done.stderr[-3000:]
     completions = json.loads(done.stdout.strip().splitlines()[-1])
     assert len(completions) == 2 and all(isinstance(c, str) for c in completions)
-
-
-def test_team_keys_rotate_and_revoke_and_an_untrusted_key_is_named(tmp_path, monkeypatch):
-    from reappreg.registry import SignatureInvalid
-
-    team = tmp_path / "keys"
-    team.mkdir()
-    code, out, exc = run_cli("registry", "keygen", str(tmp_path / "alice.pem"))
-    assert code == 0, (out, exc)
-    assert (tmp_path / "alice.pem").stat().st_mode & 0o777 == 0o600
-    shutil.copy(tmp_path / "alice.pub.pem", team / "alice.pub.pem")
-    monkeypatch.setenv("REAPPREG_SIGNING_KEY", str(tmp_path / "alice.pem"))
-    alice = signing_key(tmp_path / "local", create=False)
-    monkeypatch.delenv("REAPPREG_SIGNING_KEY")
-    envelope = sign_statement({"_type": "x", "n": 1}, alice)
-    from reappreg.registry.keyring_chain import CHAIN_FILE, sign_keyring
-
-    for status, ok in (("active", True), ("retired", True), ("revoked", False)):
-        # alice starts the keyring, then (signing as the active key she was) changes her own status
-        (team / CHAIN_FILE).unlink(missing_ok=True)
-        for step in dict.fromkeys(("active", status)):
-            (team / "keyring.yaml").write_text(yaml.safe_dump({"keys": [{"file": "alice.pub.pem", "holder": "alice",
-                                                                           "status": step, "keyid": alice.keyid}]}))
-            sign_keyring(team, alice, f"alice {step}")
-        ring = load_keyring(team, None)
-        if ok:
-            assert open_statement(envelope, ring)[1].describe().startswith(f"team key {alice.keyid[:16]} of alice ({status}")
-        else:
-            with pytest.raises(SignatureInvalid, match="revoked"):
-                open_statement(envelope, ring)
-    # A local key is trusted only where its public key is (this clone), and only when asked.
-    local = signing_key(tmp_path / "local", create=True)
-    local_envelope = sign_statement({"_type": "x"}, local)
-    assert open_statement(local_envelope, load_keyring(team, tmp_path / "local"))[1].origin == "local"
-    with pytest.raises(SignatureInvalid, match="not trusted here"):
-        open_statement(local_envelope, load_keyring(team, None))
-    (team / "keyring.yaml").write_text(yaml.safe_dump({"keys": [{"file": "alice.pub.pem", "holder": "a", "status": "active",
-                                                                   "keyid": "0" * 64}]}))
-    with pytest.raises(Exception, match="has key id"):
-        load_keyring(team, None)
-
-
-def test_a_version_signed_under_a_keyring_no_longer_in_the_chain_is_named(repo, tmp_path, monkeypatch):
-    """Each version's statement records the signed keyring it was registered under: re-rooting the keyring
-    afterwards (even with the same key) is refused by this clone, and named by `verify` on a fresh one."""
-    from reappreg.registry.keys import key_id, load_public
-
-    assert run_cli("registry", "keygen", str(tmp_path / "alice.pem"))[0] == 0
-    shutil.copy(tmp_path / "alice.pub.pem", repo / "registry/keys/alice.pub.pem")
-    ring = {"keys": [{"file": "alice.pub.pem", "holder": "alice", "status": "active",
-                      "keyid": key_id(load_public(tmp_path / "alice.pub.pem"))}]}
-    (repo / "registry/keys/keyring.yaml").write_text(yaml.safe_dump(ring))
-    monkeypatch.setenv("REAPPREG_SIGNING_KEY", str(tmp_path / "alice.pem"))
-    assert run_cli("registry", "sign-keyring", "--reason", "alice starts the team keyring")[0] == 0
-    register_ok()
-    assert run_verify()[0] == 0
-    (repo / "registry/keys/keyring.chain.jsonl").unlink()
-    assert run_cli("registry", "sign-keyring", "--reason", "re-rooted")[0] == 0
-    code, out, exc = run_cli("registry", "verify")
-    assert code != 0 and "the keyring was rewritten from a new root" in str(exc), (out, exc)
-    (repo / "work/registry/keyring-seen.json").unlink()  # as a fresh clone sees it
-    code, out = run_verify()
-    flat = " ".join(out.split())
-    assert code == 1 and "which today's registry/keys/keyring.chain.jsonl does not hold (1 entries)" in flat, out
 
 
 def test_an_envelope_copied_from_another_version_is_refused(repo, tmp_path):

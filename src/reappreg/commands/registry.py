@@ -1,13 +1,14 @@
-"""CLI commands for the MLflow model registry: register, promote, verify, watch, pull, keygen, sign-keyring, tag.
+"""CLI commands for the MLflow model registry: register, promote, verify, watch, pull, keygen, keys, tag.
 
 The tracking/registry URI is ``MLFLOW_TRACKING_URI`` when set (e.g. a remote
 ``mlflow server``), else ``tracking.uri`` from params (the sqlite store under registry/).
 
 Keys (README "Trust model"): versions and promotions are signed with ``$REAPPREG_SIGNING_KEY``
-(a PEM private key) or, when unset, with this clone's local key under ``--local-keys``
-(generated on first registration, gitignored, trusted by this clone only). Verification
-trusts the team keys listed in ``--keys``/keyring.yaml, plus the local key when
-``registry.trust_local_key``.
+(a PEM private key, or several separated by ':') or, when unset, with this clone's local key
+under ``--local-keys`` (generated on first registration, gitignored: a one-key TUF root trusted
+by this clone only). Verification trusts the team's TUF root in ``--keys`` (pinned on first
+use), plus the local one-key root when ``registry.trust_local_key``; ``reappreg registry keys``
+edits the team's.
 
 Two ways to move things, for two audiences:
 
@@ -36,9 +37,9 @@ if TYPE_CHECKING:
     from reappreg.card.evidence import EvidencePaths
     from reappreg.registry.stage import RegistryFiles
 
-app = typer.Typer(no_args_is_help=True, help="Model registry: register, promote, verify, watch, pull, keygen, sign-keyring, tag.")
+app = typer.Typer(no_args_is_help=True, help="Model registry: register, promote, verify, watch, pull, keygen, keys, tag.")
 
-KEYS = typer.Option("registry/keys", "--keys", help="Team public keys (keyring.yaml + *.pub.pem), committed")
+KEYS = typer.Option("registry/keys", "--keys", help="The team's TUF trust metadata (N.root.json, targets, snapshot, timestamp), committed")
 LOCAL_KEYS = typer.Option("work/registry/keys", "--local-keys", help="This clone's local signing key (gitignored)")
 
 
@@ -96,7 +97,8 @@ def register(
 
     files = RegistrationFiles(registry=RegistryFiles(models=models, keys=keys, local_keys=local_keys), cards=cards,
                               evidence=evidence_paths, registration_lock=lock_file, receipt=receipt, dvc_lock=lock)
-    register_models(load_params(params), files, progress=Progress(transient=True), on_registered=registered)
+    register_models(load_params(params), files, progress=Progress(transient=True), on_registered=registered,
+                    announce=lambda line: console.print(escape(line), highlight=False, soft_wrap=True))
 
 
 @app.command()
@@ -120,9 +122,10 @@ def promote(
 
     settings = load_params(params)
     who = actor_name(actor)
-    result = promote_alias(settings, files, PromotionRequest(name=name, version=version, alias=alias, reason=reason, actor=who,
-                                                             expected=parse_expect(expect), force=force))
     console = Console()
+    result = promote_alias(settings, files, PromotionRequest(name=name, version=version, alias=alias, reason=reason, actor=who,
+                                                             expected=parse_expect(expect), force=force),
+                           announce=lambda line: console.print(escape(line), highlight=False, soft_wrap=True))
     was = "unset" if result.previous is None else f"v{result.previous}"
     if result.forced:
         console.print(f"[bold white on red] FORCED PROMOTION [/] {name}@{alias} -> v{version} (was {was}) by {who} despite: "
@@ -161,9 +164,10 @@ def verify(params: Path = PARAMS, files: RegistryFiles = None) -> None:
     from reappreg.registry.stage import verify_aliases
     from reappreg.settings import load_params
 
-    verified = verify_aliases(load_params(params), files)
-    result, uri = verified.audit, verified.uri
     console = Console()
+    verified = verify_aliases(load_params(params), files,
+                              announce=lambda line: console.print(escape(line), highlight=False, soft_wrap=True))
+    result, uri = verified.audit, verified.uri
     _print_audit(console, result)
     for name in result.undeclared:
         console.print(f"[yellow]undeclared[/] {escape(name)}: not in {files.models}; its aliases are listed above and not counted "
@@ -238,6 +242,7 @@ def watch(
             on_polling=lambda every, polls: console.print(f"watching by polling every {every:g}s, {polls} time(s)",
                                                           highlight=False),
             on_problem=lambda problem: console.print(f"[red]HISTORY[/] {escape(problem)}", highlight=False, soft_wrap=True),
+            on_trust=lambda line: console.print(escape(line), highlight=False, soft_wrap=True),
         ),
     )
     if left or problems:
@@ -264,8 +269,9 @@ def pull(
 
     parse_spec(spec)  # a malformed spec fails before any connection
     settings = load_params(params)
-    pulled = pull_version(settings, files, spec=spec, to=to, allow_failing_gates=allow_failing_gates, actor=actor_name(actor))
     console = Console()
+    pulled = pull_version(settings, files, spec=spec, to=to, allow_failing_gates=allow_failing_gates, actor=actor_name(actor),
+                          announce=lambda line: console.print(escape(line), highlight=False, soft_wrap=True))
     console.print(pulled.card, markup=False, highlight=False, soft_wrap=True)
     if pulled.allowed_failing:
         console.print(f"[bold white on red] FAILING GATES [/] {pulled.check.problems()} -- taken with --allow-failing-gates; recorded "
@@ -275,36 +281,17 @@ def pull(
                   highlight=False, soft_wrap=True)
 
 
-@app.command("sign-keyring")
-def sign_keyring_cmd(
-    reason: str = typer.Option(..., "--reason", help="Why the keyring changes (recorded in the signed entry)"),
-    keys: Path = KEYS,
-    local_keys: Path = LOCAL_KEYS,
-) -> None:
-    """Sign keyring.yaml as it is now onto the keyring chain, with $REAPPREG_SIGNING_KEY: a key the last signed
-    keyring lists as active (for the first entry, one of the keys it lists)."""
-    from reappreg.registry.keyring_chain import CHAIN_FILE, sign_keyring
-    from reappreg.registry.keys import signing_key
-
-    key = signing_key(local_keys, create=False)
-    entry = sign_keyring(keys, key, reason)
-    holders = ", ".join(f"{k['holder']} ({k['status']})" for k in entry.keys.values())
-    Console().print(f"signed keyring entry {entry.sequence + 1} with key {key.keyid[:16]}: {holders}. Commit "
-                    f"{keys / 'keyring.yaml'} and {keys / CHAIN_FILE}.", highlight=False, soft_wrap=True)
-
-
 @app.command()
 def keygen(out: Path = typer.Argument(..., help="New private key file (keep it outside the repository)")) -> None:
-    """Create an EC P-256 signing key and print the keyring line that makes its public key a team key."""
-    from reappreg.registry.keys import generate_key, key_id, load_public
+    """Create an EC P-256 signing key and print how its public key gets a role in the team's TUF metadata."""
+    from reappreg.trust.keys import generate_key, key_id, load_public
 
     public = generate_key(out)
     kid = key_id(load_public(public))
     Console().print(f"private key {out} (mode 600); public key {public}\nkey id {kid}\n"
-                    f"To trust it team-wide: copy {public.name} into registry/keys/ and add to registry/keys/keyring.yaml:\n"
-                    f"  - {{file: {public.name}, holder: <who>, status: active, keyid: {kid}}}\n"
-                    "then a holder of a key the keyring already trusts (for the first key: this one) signs the change:\n"
-                    "  reappreg registry sign-keyring --reason '<why>'   (commit keyring.yaml and keyring.chain.jsonl)\n"
+                    "To trust it team-wide, a holder of the keys that sign the team's targets metadata gives it a role:\n"
+                    f"  reappreg registry keys role promotion --key {public} [--key OTHER.pub.pem] --threshold 1\n"
+                    "(the first team root: `reappreg registry keys init`), then commits registry/keys/.\n"
                     f"Then sign with it: export REAPPREG_SIGNING_KEY={out}", highlight=False, soft_wrap=True)
 
 
@@ -332,3 +319,133 @@ def tag(
     if written:
         console.print(f"push them with: git push origin {' '.join(p.tag for p in written)}   (and the data: dvc push)",
                       highlight=False, soft_wrap=True)
+
+
+# --------------------------------------------------------------------------- keys: the team's TUF metadata
+
+keys_app = typer.Typer(no_args_is_help=True, help="The team's keys as TUF metadata: init, role, renew, sign, status, seal.")
+app.add_typer(keys_app, name="keys")
+
+EXPIRES = typer.Option(365, "--expires-days", help="Days each new metadata version stays valid")
+
+
+def _role_spec(value: str, what: str):
+    """ROLE=PUB[,PUB...][:THRESHOLD] -> (role, RoleSpec)."""
+    from reappreg.errors import InputError
+    from reappreg.trust.admin import RoleSpec
+
+    role, sep, rest = value.partition("=")
+    if not sep or not rest:
+        raise InputError(f"{what} {value!r}: expected ROLE=PUB.pem[,PUB.pem...][:THRESHOLD]")
+    keys, _, threshold = rest.partition(":")
+    if threshold and not threshold.isdigit():
+        raise InputError(f"{what} {value!r}: the threshold after ':' must be a whole number")
+    return role, RoleSpec([Path(k) for k in keys.split(",") if k], int(threshold or 1))
+
+
+def _print_lines(lines) -> None:
+    console = Console()
+    for line in lines:
+        console.print(escape(line), highlight=False, soft_wrap=True)
+
+
+@keys_app.command("init")
+def keys_init(
+    root: list[Path] = typer.Option(..., "--root", help="Public key file holding TUF's root role; repeat"),
+    root_threshold: int = typer.Option(1, "--root-threshold", help="Root signatures a root change needs"),
+    online: list[Path] = typer.Option(..., "--online", help="Public key file holding targets, snapshot and timestamp; repeat"),
+    role: list[str] = typer.Option([], "--role", help="A registry role ROLE=PUB.pem[,PUB.pem...][:THRESHOLD] "
+                                                        "(default: the --online keys, threshold 1); repeat"),
+    keys: Path = KEYS,
+    local_keys: Path = LOCAL_KEYS,
+    expires_days: int = EXPIRES,
+) -> None:
+    """Create the team's TUF root in --keys, signed with $REAPPREG_SIGNING_KEY (the root and online keys' holders)."""
+    from reappreg.trust.keys import signing_keys
+    from reappreg.trust.admin import RoleSpec, init
+
+    roles = dict(_role_spec(r, "--role") for r in role)
+    repo = init(keys, root=RoleSpec(list(root), root_threshold), online=RoleSpec(list(online), 1), roles=roles,
+                signers=signing_keys(local_keys, create=False), expiry_days=expires_days)
+    _print_lines(repo.staged or [f"team root v1 written to {keys}; commit it. Each clone pins it on first use."])
+
+
+@keys_app.command("role")
+def keys_role(
+    name: str = typer.Argument(..., help="A registry role (registration, promotion, acceptance, enforcement, pipeline, "
+                                         "layout) or a TUF top-level role (root, targets, snapshot, timestamp)"),
+    key: list[Path] = typer.Option(..., "--key", help="Public key file that holds the role from now on; repeat"),
+    threshold: int = typer.Option(1, "--threshold", help="Signatures the role needs"),
+    keys: Path = KEYS,
+    local_keys: Path = LOCAL_KEYS,
+    expires_days: int = EXPIRES,
+) -> None:
+    """Give a role its keys and threshold (a new targets version; for a top-level role, a root rotation)."""
+    from reappreg.trust.keys import signing_keys
+    from reappreg.trust.admin import RoleSpec, set_role
+
+    repo = set_role(keys, name, RoleSpec(list(key), threshold), signers=signing_keys(local_keys, create=False),
+                    expiry_days=expires_days)
+    _print_lines(repo.staged or [f"'{name}' is now {len(key)} key(s), threshold {threshold}, in {keys}; commit it, then "
+                                 "seal each registry (`reappreg registry keys seal`) so no entry can be dated under the "
+                                 "old version"])
+
+
+@keys_app.command("renew")
+def keys_renew(
+    root: bool = typer.Option(False, "--root", help="Also a new root version (signed by the root keys)"),
+    keys: Path = KEYS,
+    local_keys: Path = LOCAL_KEYS,
+    expires_days: int = EXPIRES,
+) -> None:
+    """New versions with a new expiry date (expired metadata is refused everywhere)."""
+    from reappreg.trust.keys import signing_keys
+    from reappreg.trust.admin import renew_all
+
+    repo = renew_all(keys, signers=signing_keys(local_keys, create=False), expiry_days=expires_days, root=root)
+    _print_lines(repo.staged or [f"renewed {keys} for {expires_days} days; commit it"])
+
+
+@keys_app.command("sign")
+def keys_sign(keys: Path = KEYS, local_keys: Path = LOCAL_KEYS, expires_days: int = EXPIRES) -> None:
+    """Add your signatures ($REAPPREG_SIGNING_KEY) to staged versions; publish those that now reach their thresholds."""
+    from reappreg.trust.keys import signing_keys
+    from reappreg.trust.admin import sign
+
+    _print_lines(sign(keys, signers=signing_keys(local_keys, create=False), expiry_days=expires_days)
+                 or ["nothing staged"])
+
+
+@keys_app.command("status")
+def keys_status(params: Path = PARAMS, keys: Path = KEYS, local_keys: Path = LOCAL_KEYS) -> None:
+    """Which roots this clone trusts (pinned where), and which keys hold each role with what threshold."""
+    from reappreg.registry.stage import RegistryFiles, load_trust_for
+    from reappreg.trust import ROLES
+    from reappreg.settings import load_params
+
+    trust = load_trust_for(load_params(params), RegistryFiles(models=Path("registry/models.yaml"), keys=keys,
+                                                               local_keys=local_keys))
+    lines = list(trust.describe())
+    for origin in trust.origins.values():
+        for role in ROLES:
+            keyids, threshold = origin.role_keyids(origin.current, role)
+            lines.append(f"  {origin.name} {role}: {threshold} of {', '.join(k[:16] for k in keyids)}")
+        expires = origin.expires(origin.current.root, origin.current.targets)
+        lines.append(f"  {origin.name} targets v{origin.current.targets} expires {expires.isoformat()}")
+    _print_lines(lines)
+
+
+@keys_app.command("seal")
+@with_registry_files
+def keys_seal(
+    params: Path = PARAMS,
+    files: RegistryFiles = None,
+    actor: str = typer.Option(None, "--actor", help="Who seals (default: $REAPPREG_ACTOR or the login name)"),
+) -> None:
+    """After a key change: a signed entry under the current trust version on every declared model's history in
+    this store, so no later entry can name an older version."""
+    from reappreg.registry.stage import actor_name, seal_histories
+    from reappreg.settings import load_params
+
+    _print_lines(seal_histories(load_params(params), files, actor=actor_name(actor), announce=lambda line: Console().print(
+        escape(line), highlight=False, soft_wrap=True)))

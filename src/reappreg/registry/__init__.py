@@ -28,8 +28,8 @@ from reappreg.registry.audit import AliasFinding, Audit, audit, check_alias
 from reappreg.registry.connection import RegistryUnavailable, bounded_http, connect, registration_lock
 from reappreg.registry.declarations import FrontMatter, Gate, ModelDecl, RegistryDecl, declared, load_declarations, parse_spec
 from reappreg.registry.gates import SIGNED_GATE, GateCheck, evaluate_gates, failed
-from reappreg.registry.keyring_chain import load_keyring
-from reappreg.registry.keys import Keyring, SignatureInvalid, SigningKey, signing_key
+from reappreg.trust.keys import SignatureInvalid, SigningKey, signing_key, signing_keys
+from reappreg.trust import Trust, TrustVersion, load_trust
 from reappreg.registry.history import AliasMoved, ChainBroken, HeadMemory, read_history
 from reappreg.registry.promotion import Promotion, PromotionRequest, RegistrySession, promote
 from reappreg.registry.provenance import AttestedVersion, Provenance, evidence_of, readable_tags, statement
@@ -58,12 +58,12 @@ from reappreg.registry.watch import WebhookListener, verify_signature, watch_pol
 
 __all__ = [
     "AliasFinding", "AliasMoved", "ChainBroken", "HeadMemory", "AttestedVersion", "Audit", "CONTENT_TAG", "ENVELOPE_TAG", "FrontMatter", "Gate",
-    "GateCheck", "IntegrityError", "KEYID_TAG", "KEY_TAG", "Keyring", "MANIFEST_TAG", "ModelDecl", "Promotion",
+    "GateCheck", "IntegrityError", "KEYID_TAG", "KEY_TAG", "MANIFEST_TAG", "ModelDecl", "Promotion",
     "PromotionRequest", "Provenance", "Pulled", "Registration", "RegistrationHooks", "RegistryDecl", "RegistrySession",
-    "RegistryUnavailable", "SIGNED_GATE", "STATUS_TAG", "SignatureInvalid", "SigningKey", "VersionCheck", "VersionContent",
+    "RegistryUnavailable", "SIGNED_GATE", "STATUS_TAG", "SignatureInvalid", "SigningKey", "Trust", "TrustVersion", "VersionCheck", "VersionContent",
     "WebhookListener", "audit", "bounded_http", "check_alias", "check_certificate", "check_metrics_describe", "connect",
     "declared", "evaluate_gates", "evidence_of", "failed", "folder_md5", "for_ui", "gates_for", "get_version",
-    "load_declarations", "load_keyring", "manifest_of", "parse_spec", "promote", "pull", "read_history", "readable_tags",
-    "register_version", "registration_key", "registration_lock", "require_passed", "resolve_version", "signing_key",
+    "load_declarations", "load_trust", "manifest_of", "parse_spec", "promote", "pull", "read_history", "readable_tags",
+    "register_version", "registration_key", "registration_lock", "require_passed", "resolve_version", "signing_key", "signing_keys",
     "statement", "verify_signature", "verify_version", "watch_poll", "watch_webhook",
 ]

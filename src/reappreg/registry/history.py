@@ -30,7 +30,9 @@ from pathlib import Path
 from typing import Any
 
 from reappreg.errors import ReappregError
-from reappreg.registry.keys import Keyring, SignatureInvalid, SigningKey, open_statement, sign_statement
+from reappreg.trust.keys import SignatureInvalid, SigningKey, sign_statement
+from reappreg.trust import Trust, TrustVersion, trust_version_of
+from reappreg.trust.repository import parse_time, utcnow
 
 HISTORY_PREFIX = "reappreg.history."
 HISTORY_TYPE = "https://github.com/reappreg/reappreg/promotion/v1"
@@ -38,6 +40,9 @@ LOCK_SUFFIX = ".reappreg-lock"
 KIND_TAG = "reappreg.kind"
 LOCK_KIND = "promotion-lock"
 CLAIM_KIND = "history-claim"
+# The role whose keys sign each kind of entry (trust metadata: reappreg.trust).
+KIND_ROLES = {"register": "registration", "promote": "promotion", "accept": "acceptance", "restore": "enforcement",
+              "seal": "enforcement"}
 
 
 class ChainRace(ReappregError):
@@ -103,6 +108,7 @@ class HistoryEntry:
     body: dict[str, Any]
     digest: str
     signer: str
+    trust: TrustVersion | None = None
 
 
 @dataclass
@@ -128,6 +134,8 @@ class History:
         """
         state: dict[str, str | None] = {}
         for entry in self.entries:
+            if entry.body.get("kind") == "seal":
+                continue  # a key change sealed the chain; no alias moved
             to = entry.body.get("to")
             state[str(entry.body.get("alias"))] = None if to is None else str(to)
         return state
@@ -195,16 +203,26 @@ class HeadMemory:
 
 @dataclass(frozen=True)
 class Chain:
-    """What reading and extending a model's signed history needs: the keyring deciding whose
-    signatures count, and this clone's memory of the heads it saw."""
+    """What reading and extending a model's signed history needs: the trust deciding whose
+    signatures count for which kind of entry, and this clone's memory of the heads it saw."""
 
-    keyring: Keyring
+    trust: Trust
     memory: HeadMemory
 
 
+def _unverified_kind(value: str) -> str:
+    from securesystemslib.dsse import Envelope
+
+    try:
+        return str(json.loads(Envelope.from_dict(json.loads(value)).payload).get("kind"))
+    except (ValueError, KeyError, TypeError, AttributeError):
+        return "?"
+
+
 def read_history(client: Any, name: str, chain: Chain) -> History:
-    """Every history entry of ``name``, checked: trusted signature, contiguous numbers, hash chain,
-    right model, and no shorter than (nor diverging from) the head this clone remembers."""
+    """Every history entry of ``name``, checked: signed by its kind's role under the trust version it
+    names, contiguous numbers, hash chain, right model, versions and times that never go back (see
+    :func:`order_problems`), and no shorter than (nor diverging from) the head this clone remembers."""
     model = client.get_registered_model(name)
     raw = sorted((k, v) for k, v in (model.tags or {}).items() if k.startswith(HISTORY_PREFIX))
     history = History(name)
@@ -214,20 +232,70 @@ def read_history(client: Any, name: str, chain: Chain) -> History:
         if not seq_text.isdigit() or int(seq_text) != i:
             history.problems.append(f"history entry {key}: expected number {i} (entries missing or inserted)")
         digest = hashlib.sha256(value.encode("utf-8")).hexdigest()
+        kind = _unverified_kind(value)
+        if kind not in KIND_ROLES:
+            history.problems.append(f"history entry {key}: unknown kind {kind!r}")
+            prev = digest
+            continue
         try:
-            body, signer = open_statement(value.encode("utf-8"), chain.keyring)
+            # The role is the signed kind's: a kind changed without a key breaks the signature.
+            body, signers = chain.trust.open(value.encode("utf-8"), role=KIND_ROLES[kind])
         except SignatureInvalid as exc:
-            history.problems.append(f"history entry {key}: {exc}")
+            history.problems.append(f"history entry {key} ({kind}): {exc}")
             prev = digest
             continue
         if body.get("_type") != HISTORY_TYPE or body.get("name") != name or body.get("seq") != i:
             history.problems.append(f"history entry {key}: signed for {body.get('name')!r} #{body.get('seq')!r}, not {name} #{i}")
         if body.get("prev") != prev:
             history.problems.append(f"history entry {key}: chain broken (prev {str(body.get('prev'))[:12]} != {prev[:12]})")
-        history.entries.append(HistoryEntry(i, body, digest, signer.describe()))
+        history.problems += [f"history entry {key}: {p}" for p in order_problems(body, history.entries, chain.trust)]
+        history.entries.append(HistoryEntry(i, body, digest, "; ".join(s.describe() for s in signers),
+                                            trust_version_of(body)))
         prev = digest
     history.problems += chain.memory.problems(history)
     return history
+
+
+def order_problems(body: dict[str, Any], before: list[HistoryEntry], trust: Trust, *,
+                   now: Any = None) -> list[str]:
+    """Why ``body`` cannot stand after ``before``: its trust version goes back from the entry before it
+    (same origin), its signed time goes back or lies beyond this clock plus the allowed skew, it names
+    a targets version a newer one had already replaced at the time it claims, or one that had expired."""
+    problems: list[str] = []
+    version = trust_version_of(body)
+    try:
+        at = parse_time(body.get("at"))
+    except (TypeError, ValueError):
+        return [f"its time {body.get('at')!r} is not a time"]
+    now = now or utcnow()
+    last = before[-1] if before else None
+    if last is not None:
+        if last.trust is not None and version is not None and last.trust.origin == version.origin and \
+                (version.root, version.targets) < (last.trust.root, last.trust.targets):
+            problems.append(f"signed under {version}, older than {last.trust} of entry #{last.seq}: trust versions never "
+                            "go back along a chain")
+        try:
+            if at < parse_time(last.body.get("at")):
+                problems.append(f"dated {body.get('at')} (position #{last.seq + 1}), before entry #{last.seq} "
+                                f"({last.body.get('at')}): times never go back along a chain")
+        except (TypeError, ValueError):
+            pass
+    if at > now + trust.skew:
+        problems.append(f"dated {body.get('at')}, beyond this clock ({now.isoformat()}) plus the allowed skew "
+                        f"({trust.skew.total_seconds():g} s)")
+    if version is not None and version.origin in trust.origins:
+        origin = trust.origins[version.origin]
+        replaced = origin.published(version.targets + 1)
+        if replaced is not None and at > replaced:  # same second: not after (times are kept to the second)
+            problems.append(f"signed under {version} but dated {body.get('at')}, after targets v{version.targets + 1} "
+                            f"replaced it ({replaced.isoformat()}): a key's authority ends with the version that drops it")
+        try:
+            expires = origin.expires(version.root, version.targets)
+            if at > expires:
+                problems.append(f"signed under {version}, which expired on {expires.isoformat()}, but dated {body.get('at')}")
+        except SignatureInvalid:
+            pass  # reported by the signature check
+    return problems
 
 
 def require_intact(history: History, action: str) -> None:
@@ -327,12 +395,14 @@ def _aliases_moved_since(tags: dict[str, str], after_seq: int) -> dict[int, str]
     return moved
 
 
-def append(client: Any, name: str, body: dict[str, Any], key: SigningKey, chain: Chain, *, stale_after_s: float = 300.0,
-           unmoved_since: int | None = None) -> str:
+def append(client: Any, name: str, body: dict[str, Any], keys: list[SigningKey], chain: Chain, *,
+           stale_after_s: float = 300.0, unmoved_since: int | None = None) -> str:
     """Sign and store the next entry; returns its tag.
 
-    Refused (:class:`ChainBroken`) when the chain as it stands does not verify: a writer never signs
-    on top of replayed, reordered or truncated entries. The lock serialises promoters, but a lock
+    Signed by ``keys`` under the current trust version in which they hold the role of the entry's
+    kind (named in the entry), dated now. Refused (:class:`ChainBroken`) when the chain as it
+    stands does not verify, or when this entry could not stand after it (its time or trust version
+    would go back): a writer never signs on top of replayed, reordered or truncated entries. The lock serialises promoters, but a lock
     can be deleted under them, and a registration appends without it. So the entry that extends
     the head is decided by the store itself: claiming entry ``seq`` creates the registered model
     ``<name>.reappreg-lock.entry-<seq>``, which succeeds for one writer at a time; holding it, the
@@ -344,12 +414,17 @@ def append(client: Any, name: str, body: dict[str, Any], key: SigningKey, chain:
     from mlflow.exceptions import MlflowException
 
     history = read_history(client, name, chain)
-    require_intact(history, f"a '{body.get('kind')}' entry for alias '{body.get('alias')}'")
+    action = f"a '{body.get('kind')}' entry for alias '{body.get('alias')}'"
+    require_intact(history, action)
     chain.memory.remember(history)
     seq = history.head[0] + 1
     prev = history.entries[-1].digest if history.entries else ""
-    signed = {"_type": HISTORY_TYPE, "seq": seq, "name": name, "prev": prev, **body}
-    envelope = sign_statement(signed, key).decode("utf-8")
+    version = chain.trust.current_for([k.keyid for k in keys], KIND_ROLES[str(body.get("kind"))])
+    signed = {"_type": HISTORY_TYPE, "seq": seq, "name": name, "prev": prev, **body, "trust": version.as_dict()}
+    late = order_problems(signed, history.entries, chain.trust)
+    if late:
+        raise ChainBroken(f"{name}: {action} refused: it could not stand after the chain ({'; '.join(late)}); nothing was written")
+    envelope = sign_statement(signed, keys).decode("utf-8")
     claim = claim_name(name, seq)
     try:
         client.create_registered_model(claim, description=hashlib.sha256(envelope.encode()).hexdigest(),

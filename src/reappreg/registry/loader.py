@@ -33,14 +33,45 @@ LOADER_MODULES = ("reappreg.rm.pyfunc", "reappreg.policy.pyfunc")
 PICKLE_SUFFIXES = (".pkl", ".pickle", ".cloudpickle", ".joblib")
 
 
+# MLmodel keys whose values MLflow joins onto the model folder (``os.path.join`` keeps an absolute
+# value as it is, and ``..`` climbs out): every one must stay inside the verified copy.
+PATH_KEYS = ("data", "model_path", "path", "artifact_path", "artifacts", "code", "python_model", "conda", "virtualenv",
+             "requirements", "config")
+
+
+def _paths_in(node, key: str = "") -> list[str]:
+    if isinstance(node, dict):
+        return [p for k, v in node.items() for p in _paths_in(v, str(k))]
+    if isinstance(node, list):
+        return [p for v in node for p in _paths_in(v, key)]
+    return [node] if isinstance(node, str) and key in PATH_KEYS else []
+
+
+def check_paths_inside(folder: Path, mlmodel: dict, what: str) -> None:
+    """Refuse a folder holding a symlink, or an MLmodel naming a path outside ``folder`` (absolute, a URI,
+    ``..``), naming the path: MLflow and the loaders must see only bytes that were verified."""
+    root = folder.resolve()
+    links = sorted(str(p.relative_to(folder)) for p in folder.rglob("*") if p.is_symlink())
+    if links:
+        raise InputError(f"{what}: the model folder holds symlinks {links[:5]} (the bytes behind them are not the "
+                         "verified ones); not loaded")
+    for value in _paths_in(mlmodel.get("flavors", {})):
+        escaped = value.startswith(("/", "\\")) or "://" in value or ":/" in value[:3] or \
+            not (root / value).resolve().is_relative_to(root)
+        if escaped:
+            raise InputError(f"{what}: MLmodel names the path {value!r}, outside the verified copy {folder}; not loaded")
+
+
 def check_data_only(folder: Path, what: str) -> None:
-    """Refuse an MLflow Model that would run code from the store when loaded."""
+    """Refuse an MLflow Model that would run code from the store, or read bytes outside the verified copy, when loaded."""
     import yaml
 
     mlmodel = folder / "MLmodel"
     if not mlmodel.is_file():
         raise InputError(f"{what}: no MLmodel file; not an MLflow Model")
-    flavor = (yaml.safe_load(mlmodel.read_text()) or {}).get("flavors", {}).get("python_function") or {}
+    spec = yaml.safe_load(mlmodel.read_text()) or {}
+    check_paths_inside(folder, spec, what)
+    flavor = spec.get("flavors", {}).get("python_function") or {}
     loader = flavor.get("loader_module")
     if loader not in LOADER_MODULES:
         raise InputError(f"{what}: MLmodel's python_function loader is {loader!r}, not one of reappreg's own "

@@ -34,7 +34,8 @@ from reappreg.registry.history import (
     retract_entry,
     settle,
 )
-from reappreg.registry.keys import Keyring, SigningKey
+from reappreg.trust.keys import SigningKey
+from reappreg.trust import Trust
 from reappreg.registry.verification import VersionCheck, gates_for, get_version, is_gated, verify_version
 
 # The tag a person sees in the UI on the model and on the version a request named.
@@ -68,17 +69,17 @@ def current_target(client: Any, name: str, alias: str) -> str | None:
 @dataclass(frozen=True)
 class RegistrySession:
     """The registry one command acts on, as it opened it: the client and the URI it talks to, the
-    declarations (which models, aliases and gates there are), the keyring that decides whose
-    signatures count, this clone's memory of every chain's head at this store, the key this
-    session signs with (None: a session that only reads) and the promotion lock's patience
+    declarations (which models, aliases and gates there are), the trust that decides whose
+    signatures count for what, this clone's memory of every chain's head at this store, the
+    key(s) this session signs with (None: a session that only reads) and the promotion lock's patience
     (``registry.promotion_lock_timeout_s``) and lease (``registry.promotion_lock_stale_s``).
     Opened once per command and shared by every action it takes, so all of them check against
     the same trust and the same memory, and honour the same lock."""
 
     client: Any
     decl: RegistryDecl
-    keyring: Keyring
-    key: SigningKey | None
+    trust: Trust
+    keys: list[SigningKey] | None
     tracking_uri: str
     lock_timeout_s: float
     lock_stale_s: float
@@ -86,12 +87,12 @@ class RegistrySession:
 
     @property
     def chain(self) -> Chain:
-        return Chain(self.keyring, self.memory)
+        return Chain(self.trust, self.memory)
 
     def verify(self, name: str, version: str, alias: str | None) -> VersionCheck:
         """The full check of ``name``/``version`` under ``alias``'s gates."""
         mv = self.client.get_model_version(name, version)
-        return verify_version(mv, gates_for(self.decl, name, alias), self.keyring, tracking_uri=self.tracking_uri,
+        return verify_version(mv, gates_for(self.decl, name, alias), self.trust, tracking_uri=self.tracking_uri,
                               gated=is_gated(self.decl, name, alias))
 
 
@@ -111,10 +112,10 @@ class PromotionRequest:
     force: bool = False
 
 
-def _signer(session: RegistrySession) -> SigningKey:
-    if session.key is None:
+def _signers(session: RegistrySession) -> list[SigningKey]:
+    if not session.keys:
         raise InputError("this registry session holds no signing key; it can only read")
-    return session.key
+    return session.keys
 
 
 def promote(session: RegistrySession, request: PromotionRequest) -> Promotion:
@@ -125,11 +126,11 @@ def promote(session: RegistrySession, request: PromotionRequest) -> Promotion:
     declared(decl, name)
     if not reason.strip():
         raise InputError("promote: --reason must say why (it is recorded in the signed history)")
-    key = _signer(session)
+    keys = _signers(session)
     mv = get_version(client, name, version=version)
     head = history_tags_count(client, name)  # the chain as this promotion saw it
     seen = current_target(client, name, alias) if request.expected is ... else request.expected
-    check = verify_version(mv, gates_for(decl, name, alias), session.keyring, tracking_uri=session.tracking_uri,
+    check = verify_version(mv, gates_for(decl, name, alias), session.trust, tracking_uri=session.tracking_uri,
                            gated=is_gated(decl, name, alias))
     forced = not check.ok
     if forced and not request.force:
@@ -146,7 +147,7 @@ def promote(session: RegistrySession, request: PromotionRequest) -> Promotion:
                  "at": _now(), "reason": reason, "forced": forced,
                  "gates": [c.as_dict() for c in check.gates], "tampering": check.tampering,
                  "signed_by_registration": check.signer.keyid if check.signer else None}
-        tag = append(client, name, entry, key, session.chain, stale_after_s=session.lock_stale_s, unmoved_since=head)
+        tag = append(client, name, entry, keys, session.chain, stale_after_s=session.lock_stale_s, unmoved_since=head)
         try:
             client.set_registered_model_alias(name, alias, str(version))
         except BaseException:
@@ -192,7 +193,7 @@ def record_decision(session: RegistrySession, name: str, decision: Decision, *, 
     Compare-and-set: when the store's alias no longer names ``decision.requested`` (the person
     changed it again, or another watcher acted), nothing is written and the next cycle decides."""
     client = session.client
-    key = _signer(session)
+    keys = _signers(session)
     alias = decision.alias
     head = history_tags_count(client, name)
     lock = acquire_lock(client, name, alias, holder=actor, timeout_s=session.lock_timeout_s,
@@ -208,7 +209,7 @@ def record_decision(session: RegistrySession, name: str, decision: Decision, *, 
                  "gates": [c.as_dict() for c in check.gates] if check is not None else [],
                  "tampering": list(check.tampering) if check is not None else [],
                  "signed_by_registration": check.signer.keyid if check is not None and check.signer else None}
-        tag = append(client, name, entry, key, session.chain, stale_after_s=session.lock_stale_s, unmoved_since=head)
+        tag = append(client, name, entry, keys, session.chain, stale_after_s=session.lock_stale_s, unmoved_since=head)
         try:
             if decision.kind == "restore":
                 if to is None:

@@ -156,13 +156,14 @@ class AttestedVersion:
     subjects: Mapping[str, str]
     tags: Mapping[str, str]
     card: Mapping[str, str] | None = None
+    # The trust version (origin, root, targets) the statement is signed under (reappreg.trust).
+    trust: Mapping[str, object] | None = None
 
 
 @dataclass(frozen=True)
 class Provenance:
     """How a version was made and judged, as the statement records it: the ``registration``
-    parameters (registration key, artifact hash, params hash, commit, gate declarations, keyring
-    head), the ``materials`` (every input with its digest), the ``flat_evidence`` the gates read and
+    parameters (registration key, artifact hash, params hash, commit, gate declarations), the ``materials`` (every input with its digest), the ``flat_evidence`` the gates read and
     their ``gate_results``, the ``builder`` (who, with which packages) and when registration
     ``started``. One object because the registration plan has all of it for a folder before the
     version exists, and none of it depends on the version number."""
@@ -184,7 +185,8 @@ def statement(version: AttestedVersion, provenance: Provenance) -> dict[str, Any
         "buildDefinition": {
             "buildType": BUILD_TYPE,
             "externalParameters": {"model": version.name, "version": str(version.version), "mlflow_run_id": version.run_id,
-                                   "source": version.source, **provenance.registration},
+                                   "source": version.source, **provenance.registration,
+                                   **({"trust": dict(version.trust)} if version.trust else {})},
             "resolvedDependencies": provenance.materials,
         },
         "runDetails": {

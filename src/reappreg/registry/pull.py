@@ -85,7 +85,7 @@ def pull(session: Any, spec: str, to: str | os.PathLike, *, allow_failing_gates:
     target.parent.mkdir(parents=True, exist_ok=True)
     partial = target.with_name(f".{target.name}.partial-{secrets.token_hex(4)}")
     try:
-        check = verify_version(mv, gates_for(decl, name, alias), session.keyring, tracking_uri=session.tracking_uri,
+        check = verify_version(mv, gates_for(decl, name, alias), session.trust, tracking_uri=session.tracking_uri,
                                download_to=partial / "model", gated=is_gated(decl, name, alias))
         if check.evidence is None:
             raise IntegrityError(f"{mv.name} version {mv.version}: {check.unsigned_reason}. Refused; the partial download was deleted.")

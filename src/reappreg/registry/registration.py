@@ -46,7 +46,7 @@ from reappreg.hashing import dir_entries
 from reappreg.registry.connection import RegistryUnavailable, short
 from reappreg.registry.declarations import ModelDecl
 from reappreg.registry.history import Chain, ChainRace, append, retract_entry, settle
-from reappreg.registry.keys import SigningKey, sign_folder, sign_statement
+from reappreg.trust.keys import SigningKey, sign_folder, sign_statement
 from reappreg.registry.layout import ENVELOPE_TAG, MAX_DESCRIPTION, attestation_paths, fit_description, for_ui, subject_digests
 from reappreg.registry.provenance import AttestedVersion
 
@@ -281,11 +281,12 @@ class RegistrationHooks:
     now_ms: Callable[[], float] = _now_ms
 
 
-def register_version(client: Any, *, name: str, model: ModelDecl, content: VersionContent, key: SigningKey,
+def register_version(client: Any, *, name: str, model: ModelDecl, content: VersionContent, keys: list[SigningKey],
                      hooks: RegistrationHooks, settings: RegistrySettings, chain: Chain) -> Registration:
     """Register ``content.artifact_dir`` as a new, signed MLflow Model version of ``name`` unless its key already exists.
 
-    The statement ``hooks.attest`` builds is signed with ``key``. The new version gets the alias
+    The statement ``hooks.attest`` builds names the trust version under which ``keys`` hold the
+    ``registration`` role, and is signed with them (the folder with the first). The new version gets the alias
     ``settings.candidate_alias`` through an entry appended to the model's signed history
     (``chain``: refused when that history does not verify). An existing version with this key
     is "unchanged" only when ``hooks.squat`` finds it is the signed registration of these bytes;
@@ -300,6 +301,8 @@ def register_version(client: Any, *, name: str, model: ModelDecl, content: Versi
         raise InputError(f"{content.artifact_dir}: {len(content.manifest)} files give a manifest too long for one registry tag; "
                          "pack the folder")
 
+    key = keys[0]
+    trust_version = chain.trust.current_for([k.keyid for k in keys], "registration")  # before anything is written
     _ensure_model(client, name, model_description(model))
     unsigned = []
     for version in _versions_with_key(client, name, reg_key):
@@ -365,8 +368,8 @@ def register_version(client: Any, *, name: str, model: ModelDecl, content: Versi
             return Registration(name, str(winner.version), False, content_md5, reg_key,
                                 f"duplicate of concurrent version {winner.version}; removed {version}", key.keyid)
         attested = AttestedVersion(name=name, version=version, run_id=run_id, source=source, subjects=subjects, tags=readable,
-                                   card=card)
-        envelope = sign_statement(hooks.attest(attested), key)
+                                   card=card, trust=trust_version.as_dict())
+        envelope = sign_statement(hooks.attest(attested), keys)
         client.log_text(run_id, envelope.decode("utf-8"), attestation_paths(name, version)[0])
         client.set_model_version_tag(name, version, ENVELOPE_TAG, hashlib.sha256(envelope).hexdigest())
         # The alias state is the signed history (registry.audit): a registration's alias
@@ -381,7 +384,7 @@ def register_version(client: Any, *, name: str, model: ModelDecl, content: Versi
                     "kind": "register", "alias": candidate_alias, "from": previous, "to": version, "by": key.keyid[:16],
                     "at": dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds"),
                     "reason": f"registered with key {reg_key[:16]}", "forced": False, "gates": [], "tampering": [],
-                    "signed_by_registration": key.keyid}, key, chain)
+                    "signed_by_registration": key.keyid}, keys, chain)
                 break
             except ChainRace:
                 if attempt == 4:

@@ -4,7 +4,8 @@
 share. In order:
 
 1. fetch ``<name>/attestations/v<version>.provenance.dsse.json`` from the version's run
-   and open it with a trusted key (team keyring or this clone's local key);
+   and open it: a threshold of ``registration`` keys under the trust version it names
+   (:mod:`reappreg.trust`: the team root, or this clone's local one-key root);
 2. the statement must name this model, this version number, this run and this source
    (an envelope copied from another version is refused);
 3. download the version's files, hash every byte (sha256) and compare the set and each
@@ -36,7 +37,8 @@ from typing import Any
 from reappreg.errors import InputError
 from reappreg.registry.declarations import Gate, RegistryDecl
 from reappreg.registry.gates import GateCheck, check_gate, evaluate_gates, failed
-from reappreg.registry.keys import Keyring, SignatureInvalid, TrustedKey, open_statement, verify_folder
+from reappreg.trust.keys import SignatureInvalid, verify_folder
+from reappreg.trust import Signer, Trust, trust_version_of
 from reappreg.registry.provenance import (
     CARD_BYPRODUCT,
     EVIDENCE_BYPRODUCT,
@@ -59,7 +61,7 @@ class NotFound(InputError):
 class VersionCheck:
     name: str
     version: str
-    signer: TrustedKey | None
+    signer: Signer | None
     unsigned_reason: str | None            # why there is no valid signed evidence (None: there is)
     byte_problems: list[str] = field(default_factory=list)
     tampering: list[str] = field(default_factory=list)
@@ -139,15 +141,24 @@ def drop_mlflow_load_marker(local: Path, mv: Any) -> str | None:
     return None
 
 
-def _keyring_problems(stmt: dict[str, Any], keyring: Keyring) -> list[str]:
-    """A version registered under a signed keyring must find that keyring in today's chain: a chain rewritten
-    since (a new root, entries removed) is named here, not trusted silently."""
-    params = stmt.get("predicate", {}).get("buildDefinition", {}).get("externalParameters", {})
-    head = params.get("keyring_head")
-    if head is None or head in keyring.chain:
+def _superseded(stmt: dict[str, Any], mv: Any, trust: Trust) -> list[str]:
+    """A statement signed under a trust version that a newer one had replaced before the store created
+    the version (the store's clock: a writer of the store's API cannot set it): the signing key's
+    authority had ended, whatever date the statement writes."""
+    import datetime as dt
+
+    version = trust_version_of(stmt)
+    origin = trust.origins.get(version.origin) if version is not None else None
+    created = getattr(mv, "creation_timestamp", None)
+    if origin is None or not isinstance(created, (int, float)):
         return []
-    return [f"signed under keyring chain entry {str(head)[:16]}…, which today's registry/keys/keyring.chain.jsonl does not "
-            f"hold ({len(keyring.chain)} entries): the keyring was rewritten or cut back since"]
+    replaced = origin.published(version.targets + 1)
+    when = dt.datetime.fromtimestamp(created / 1000, tz=dt.timezone.utc)
+    if replaced is not None and when > replaced + trust.skew:
+        return [f"signed under {version}, but the store created this version on {when.isoformat(timespec='seconds')}, "
+                f"after targets v{version.targets + 1} replaced that version ({replaced.isoformat()}): a key's authority "
+                "ends with the version that drops it"]
+    return []
 
 
 def _statement_mismatch(stmt: dict[str, Any], mv: Any) -> str | None:
@@ -166,7 +177,7 @@ def _statement_mismatch(stmt: dict[str, Any], mv: Any) -> str | None:
 def verify_version(
     mv: Any,
     gates: list[Gate],
-    keyring: Keyring,
+    trust: Trust,
     *,
     tracking_uri: str,
     download_to: Path | None = None,
@@ -190,12 +201,13 @@ def verify_version(
                 check.tampering.append(f"envelope digest tag {ENVELOPE_TAG}={recorded} but the stored envelope has sha256 "
                                        f"{hashlib.sha256(data).hexdigest()}")
             try:
-                stmt, check.signer = open_statement(data, keyring)
+                stmt, signers = trust.open(data, role="registration")
+                check.signer = signers[0]
                 mismatch = _statement_mismatch(stmt, mv)
                 if mismatch:
                     check.unsigned_reason, stmt = mismatch, None
                 else:
-                    check.tampering += _keyring_problems(stmt, keyring)
+                    check.tampering += _superseded(stmt, mv, trust)
             except SignatureInvalid as exc:
                 check.unsigned_reason = f"provenance envelope rejected: {exc}"
         files_dir = tmp_path / "files"
@@ -220,7 +232,7 @@ def verify_version(
                 check.byte_problems.append(f"model-signing bundle {bundle_rel} not found")
             elif not check.byte_problems:
                 try:
-                    verify_folder(local, bundle, keyring)
+                    verify_folder(local, bundle, trust, trust_version_of(stmt))
                 except SignatureInvalid as exc:
                     check.byte_problems.append(str(exc))
         if stmt is not None:
@@ -274,7 +286,7 @@ def _check_card(check: VersionCheck, stmt: dict[str, Any], mv: Any, tmp: Path, t
                 check.description_restore = rebuilt
 
 
-def has_signed_statement(mv: Any, keyring: Keyring, *, tracking_uri: str) -> bool:
+def has_signed_statement(mv: Any, trust: Trust, *, tracking_uri: str) -> bool:
     """Whether ``mv`` carries a provenance envelope a trusted key signed for exactly this version (its
     files are not looked at): such a version is never deleted by registration."""
     if not mv.run_id:
@@ -284,19 +296,19 @@ def has_signed_statement(mv: Any, keyring: Keyring, *, tracking_uri: str) -> boo
         if envelope_file is None or not envelope_file.is_file():
             return False
         try:
-            stmt, _ = open_statement(envelope_file.read_bytes(), keyring)
+            stmt, _ = trust.open(envelope_file.read_bytes(), role="registration")
         except SignatureInvalid:
             return False
     return _statement_mismatch(stmt, mv) is None
 
 
-def registration_squat(mv: Any, registration_key_: str, keyring: Keyring, *, tracking_uri: str) -> str | None:
+def registration_squat(mv: Any, registration_key_: str, trust: Trust, *, tracking_uri: str) -> str | None:
     """Why an existing version that carries ``registration_key_`` is NOT the signed result of
     that registration, or None when it is: a trusted key signed its statement, the statement
     names this version and this registration key, its files match the signed digests and no
     signed tag was changed. Anyone with MLflow write access can create a version with the
     key's tag and ``status=complete``; only this check lets ``register`` call it unchanged."""
-    check = verify_version(mv, [], keyring, tracking_uri=tracking_uri)
+    check = verify_version(mv, [], trust, tracking_uri=tracking_uri)
     problems = []
     if check.unsigned_reason:
         problems.append(check.unsigned_reason)
