@@ -449,3 +449,26 @@ def keys_seal(
 
     _print_lines(seal_histories(load_params(params), files, actor=actor_name(actor), announce=lambda line: Console().print(
         escape(line), highlight=False, soft_wrap=True)))
+
+
+@keys_app.command("sign-layout")
+def keys_sign_layout(
+    reason: str = typer.Option(..., "--reason", help="Why the layout or registry/models.yaml changed (signed with them)"),
+    params: Path = PARAMS,
+    keys: Path = KEYS,
+    local_keys: Path = LOCAL_KEYS,
+) -> None:
+    """Sign the in-toto layout generated from dvc.yaml and the declarations (registry/models.yaml) with the `layout`
+    role's key ($REAPPREG_SIGNING_KEY, or this clone's local key for its own one-key root)."""
+    from reappreg.custody.layout import sign_layout
+    from reappreg.custody.links import Signing
+    from reappreg.settings import load_params
+    from reappreg.trust.keys import signing_keys
+    from reappreg.trust.local import clone_trust
+
+    trust = clone_trust(load_params(params).registry, keys, local_keys, create_local=True)
+    signers = signing_keys(local_keys, create=True)
+    version = trust.current_for([k.keyid for k in signers], "layout")
+    signed = sign_layout(Path.cwd(), Signing(trust, signers, version), reason=reason)
+    _print_lines([*trust.describe(), f"signed {signed.layout} and {signed.declarations} under {version}"
+                  + ("; commit them" if version.origin == "team" else " (this clone only)")])

@@ -98,7 +98,7 @@ def load_verified(spec: str, *, session: Any, dst: str | os.PathLike | None = No
 def load_model(spec: str, *, repo: str | os.PathLike = ".", dst: str | os.PathLike | None = None) -> Any:
     """Verify, then load, a registered model as a clone of this repository sees it: its params.yaml
     (tracking URI, registry connection, whether this clone's local key is trusted), its
-    ``registry/models.yaml`` (declared models and gates) and its ``registry/keys`` keyring."""
+    ``registry/models.yaml`` (declared models and gates) and its ``registry/keys`` trust root."""
     from reappreg.registry.connection import bounded_http
     from reappreg.registry.stage import RegistryFiles, client_for, open_session
     from reappreg.settings import load_params
