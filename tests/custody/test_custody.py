@@ -131,3 +131,19 @@ def test_a_step_without_its_link_is_refused(repo):
     (repo / link_path("card")).unlink()
     message = refused(repo)
     assert "Step 'card' requires '1' link metadata file(s), found '0'" in message, message
+
+
+def test_verify_re_checks_the_links_a_registration_named(repo):
+    register_ok()
+    client = client_for(repo)
+    mv = client.get_model_version(POLICY, "1")
+    import mlflow
+
+    stored = Path(mlflow.artifacts.download_artifacts(run_id=mv.run_id, artifact_path="custody/upstream.link",
+                                                      tracking_uri=str(__import__("os").environ["MLFLOW_TRACKING_URI"])))
+    # The local store's own copy (the run's artifact folder) rewritten after registration.
+    run_dir = Path(client.get_run(mv.run_id).info.artifact_uri.removeprefix("file://"))
+    (run_dir / "custody" / "upstream.link").write_text(stored.read_text().replace('"sig"', '"sig" ', 1))
+    code, out, _ = run_cli("registry", "verify")
+    assert code == 1 and "custody link custody/links/upstream.link in the store is not the one the statement names" in \
+        " ".join(out.split()), out

@@ -246,6 +246,7 @@ def verify_version(
                     check.tampering.append(f"tag {key}={_clip(now)} but the signed statement says {_clip(value)}")
                     check.tag_changes[key] = str(value)
             _check_card(check, stmt, mv, tmp_path, tracking_uri)
+            _check_custody_links(check, stmt, mv, tmp_path, tracking_uri, trust)
             check.statement = stmt
             if not check.byte_problems:
                 check.evidence = byproduct(stmt, EVIDENCE_BYPRODUCT)
@@ -284,6 +285,37 @@ def _check_card(check: VersionCheck, stmt: dict[str, Any], mv: Any, tmp: Path, t
             rebuilt = fit_description(for_ui(check.card), f"{artifact} of run {mv.run_id}")
             if hashlib.sha256(rebuilt.encode("utf-8")).hexdigest() == signed.get("description_sha256"):
                 check.description_restore = rebuilt
+
+
+def _check_custody_links(check: VersionCheck, stmt: dict[str, Any], mv: Any, tmp: Path, tracking_uri: str,
+                         trust: Trust) -> None:
+    """The in-toto links the registration verified, re-checked now: each stored beside the statement
+    (``custody/`` in the version's run) with the sha256 the statement names, and still signed by a key
+    of its role under the trust version it names."""
+    import json as _json
+
+    from reappreg.custody.links import CustodyError, verify_link
+
+    named = [m for m in stmt.get("predicate", {}).get("buildDefinition", {}).get("resolvedDependencies", [])
+             if (m.get("annotations") or {}).get("role") == "custody_link"]
+    for item in named:
+        rel = str(item.get("name", ""))
+        stored = _download(mv.run_id, f"custody/{Path(rel).name}", tmp / "custody", tracking_uri) if mv.run_id else None
+        if stored is None or not stored.is_file():
+            check.tampering.append(f"custody link {rel} the statement names is not in the version's run")
+            continue
+        data = stored.read_bytes()
+        if hashlib.sha256(data).hexdigest() != item.get("digest", {}).get("sha256"):
+            check.tampering.append(f"custody link {rel} in the store is not the one the statement names (sha256 differs)")
+            continue
+        try:
+            from in_toto.models.metadata import Metadata
+
+            envelope = Metadata.from_dict(_json.loads(data))
+            payload = _json.loads(envelope.payload)
+            verify_link(trust, envelope, payload, str(payload.get("name")))
+        except (CustodyError, ValueError, KeyError) as exc:
+            check.tampering.append(f"custody link {rel}: {exc}")
 
 
 def has_signed_statement(mv: Any, trust: Trust, *, tracking_uri: str) -> bool:
