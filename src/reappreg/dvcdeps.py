@@ -20,8 +20,11 @@ with ``ast`` (nothing is imported), is:
   import contributes its top-level imports only: its functions run for their own command.
 
 ``python -m reappreg.dvcdeps --write`` rewrites the ``src/reappreg/...`` entries of every
-stage's ``deps:`` in dvc.yaml (other deps and all formatting stay as they are);
-``python -m reappreg.dvcdeps --check`` exits 1 and lists the differences.
+stage's ``deps:`` in dvc.yaml (other deps and all formatting stay as they are), makes every
+stage list its signed in-toto link (``custody/links/<stage>.link``) as an out, and writes the
+in-toto layout's steps generated from dvc.yaml (``registry/custody/layout.json``,
+:mod:`reappreg.custody.plan`); ``python -m reappreg.dvcdeps --check`` exits 1 and lists the
+differences.
 """
 
 from __future__ import annotations
@@ -167,10 +170,13 @@ def _with_parents(modules: set[str]) -> set[str]:
     return out
 
 
-def module_closure(tree: SourceTree, start: Iterable[str]) -> set[str]:
-    """Every reappreg module reachable from ``start`` through any import statement."""
+def module_closure(tree: SourceTree, start: Iterable[str], selective: Iterable[str] = ()) -> set[str]:
+    """Every reappreg module reachable from ``start`` through any import statement. ``selective``:
+    modules whose functions are followed only where a command calls them (the caller adds those
+    functions' imports), so importing them here counts just their top level."""
     todo = list(_with_parents(set(start)))
     seen: set[str] = set()
+    only_top = set(selective)
     while todo:
         name = todo.pop()
         if name in seen:
@@ -178,8 +184,9 @@ def module_closure(tree: SourceTree, start: Iterable[str]) -> set[str]:
         seen.add(name)
         module_ast = tree.parse(name)
         # A commands module's functions run only for their own command (whose imports the
-        # caller adds); importing the module runs just its top level.
-        nodes = list(module_ast.body if name.startswith(COMMANDS + ".") else ast.walk(module_ast))
+        # caller adds); importing the module runs just its top level. So do a stage module's
+        # functions when a command reached it by naming the one function it calls.
+        nodes = list(module_ast.body if name.startswith(COMMANDS + ".") or name in only_top else ast.walk(module_ast))
         reached = _imports(tree, name, nodes) | _dynamic_imports(tree, name, nodes)
         todo += sorted(_with_parents(reached) - seen)
     return seen
@@ -246,14 +253,15 @@ def command_closure(tree: SourceTree, first: str, second: str | None) -> set[str
     done: set[tuple[str, str]] = set()
     todo = [target]
     start: set[str] = set(ENTRY_MODULES)  # the commands module(s) run are added below
+    selective: set[str] = set()
     while True:
         while todo:
             item = todo.pop()
             if item in done:
                 continue
             done.add(item)
-            start |= _command_modules(tree, *item, todo)
-        closure = module_closure(tree, start)
+            start |= _command_modules(tree, *item, todo, selective)
+        closure = module_closure(tree, start, selective)
         for name in sorted(n for n in closure if not n.startswith(COMMANDS + ".")):
             # library code that starts another command as a subprocess (commands modules:
             # only the functions that run count, see _command_modules)
@@ -263,13 +271,23 @@ def command_closure(tree: SourceTree, first: str, second: str | None) -> set[str
             return closure
 
 
-def _command_modules(tree: SourceTree, module: str, function: str, todo: list[tuple[str, str]]) -> set[str]:
-    """The commands module, what it imports at top level, and the imports of the command
-    function and of the module-level helpers it names (transitively). Commands the function
-    starts as a subprocess are appended to ``todo``."""
+def _is_stage_module(name: str) -> bool:
+    """``reappreg.<package>.stage`` (or a module of a ``stage`` package): where stage functions live."""
+    parts = name.split(".")
+    return len(parts) >= 3 and ("stage" in parts[2:]) and not name.startswith(COMMANDS + ".")
+
+
+def _function_imports(tree: SourceTree, module: str, function: str, todo: list[tuple[str, str]],
+                      selective: set[str]) -> set[str]:
+    """The module, what it imports at top level, and the imports of ``function`` and of the module-level
+    helpers it names (transitively). A stage function it imports by name from a stage module is followed
+    the same way (that module then counts selectively: only its top level when reached otherwise).
+    Commands started as a subprocess are appended to ``todo``."""
     module_ast = tree.parse(module)
     helpers = {n.name: n for n in module_ast.body if isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef))}
     found = {module} | _imports(tree, module, module_ast.body)
+    if function not in helpers:
+        return found | _imports(tree, module, list(ast.walk(module_ast)))  # not a function: everything counts
     reached: set[int] = set()
     pending: list[ast.AST] = [helpers[function]]
     while pending:
@@ -279,9 +297,24 @@ def _command_modules(tree: SourceTree, module: str, function: str, todo: list[tu
         reached.add(id(node))
         body = list(ast.walk(node))
         pending += [helpers[n.id] for n in body if isinstance(n, ast.Name) and n.id in helpers]
+        for stmt in body:
+            if isinstance(stmt, ast.ImportFrom) and stmt.level == 0 and _is_stage_module(stmt.module or ""):
+                stage_module = stmt.module
+                if tree.path_of(stage_module) is None or tree.is_package(stage_module):
+                    continue
+                selective.add(stage_module)
+                for alias in stmt.names:
+                    found |= _function_imports(tree, stage_module, alias.name, todo, selective)
         found |= _imports(tree, module, body)
         todo += sorted({t for a, b in _started_commands(body) if (t := _locate(tree, a, b)) is not None})
     return found
+
+
+def _command_modules(tree: SourceTree, module: str, function: str, todo: list[tuple[str, str]],
+                     selective: set[str] | None = None) -> set[str]:
+    """The commands module, what it imports at top level, and the imports of the command function, of
+    the module-level helpers it names and of the stage functions it calls (transitively)."""
+    return _function_imports(tree, module, function, todo, set() if selective is None else selective)
 
 
 def stage_command(stage: str, cmd: str) -> tuple[str, str | None]:
@@ -388,29 +421,107 @@ def rewrite_text(text: str, expected: dict[str, list[str]]) -> str:
     return "\n".join(out)
 
 
+def with_link_outs(text: str) -> str:
+    """dvc.yaml text in which every stage lists its signed in-toto link as an out
+    (``custody/links/<stage>.link``; a matrix stage's ``<stage>@${key}``), first in its outs."""
+    from reappreg.custody.plan import link_out
+
+    stages = _stage_blocks(text)
+    lines = text.split("\n")
+    for name, (start, end) in sorted(stages.items(), key=lambda kv: -kv[1][0]):
+        block = lines[start:end]
+        matrix = any(re.match(r"^    (matrix|foreach):", line) for line in block)
+        out = link_out(name, matrix)
+        if any(out in line for line in block):
+            continue
+        at = next((i for i, line in enumerate(block) if re.match(r"^    outs:\s*$", line)), None)
+        if at is None:
+            insert = next((i for i, line in enumerate(block) if re.match(r"^    (params|metrics|plots):", line)), len(block))
+            while insert > 1 and not block[insert - 1].strip():
+                insert -= 1
+            block[insert:insert] = ["    outs:", f"      - {out}"]
+        else:
+            block.insert(at + 1, f"      - {out}")
+        lines[start:end] = block
+    return "\n".join(lines)
+
+
+def _stage_blocks(text: str) -> dict[str, tuple[int, int]]:
+    """Stage name -> (first line, end line) of its block under ``stages:``."""
+    lines = text.split("\n")
+    blocks: dict[str, tuple[int, int]] = {}
+    in_stages, current, start = False, None, 0
+    for i, line in enumerate(lines):
+        if re.match(r"^\S", line):
+            if current is not None:
+                blocks[current] = (start, i)
+                current = None
+            in_stages = line.startswith("stages:")
+        elif in_stages and (m := re.match(r"^  ([A-Za-z0-9_-]+):\s*$", line)):
+            if current is not None:
+                blocks[current] = (start, i)
+            current, start = m.group(1), i
+    if current is not None:
+        blocks[current] = (start, len(lines))
+    return blocks
+
+
+def layout_text(repo: Path) -> str:
+    """The in-toto layout's steps as dvc.yaml defines them (reappreg.custody.plan)."""
+    from reappreg.custody.plan import plan_from_dvc, render
+
+    return render(plan_from_dvc(repo))
+
+
 def rewrite(repo: Path) -> bool:
-    """Replace each stage's src/reappreg deps in dvc.yaml with its closure; True if it changed."""
+    """Replace each stage's src/reappreg deps in dvc.yaml with its closure, add each stage's link out, and
+    write the layout's steps (registry/custody/layout.json); True if anything changed."""
+    from reappreg.custody.plan import TEMPLATE
+
     path = repo / "dvc.yaml"
     text = path.read_text(encoding="utf-8")
-    new = rewrite_text(text, expected_code_deps(repo))
-    if new == text:
-        return False
-    path.write_text(new, encoding="utf-8")
-    return True
+    new = with_link_outs(rewrite_text(text, expected_code_deps(repo)))
+    changed = new != text
+    if changed:
+        path.write_text(new, encoding="utf-8")
+    layout = layout_text(repo)
+    target = repo / TEMPLATE
+    if not target.is_file() or target.read_text(encoding="utf-8") != layout:
+        target.parent.mkdir(parents=True, exist_ok=True)
+        target.write_text(layout, encoding="utf-8")
+        changed = True
+    return changed
+
+
+def custody_differences(repo: Path) -> list[str]:
+    """Stages without their link out, and a layout.json that is not what dvc.yaml generates."""
+    from reappreg.custody.plan import TEMPLATE
+
+    text = (repo / "dvc.yaml").read_text(encoding="utf-8")
+    lines = []
+    if with_link_outs(text) != text:
+        lines.append("dvc.yaml: some stages do not list their signed link (custody/links/<stage>.link) as an out")
+    target = repo / TEMPLATE
+    if not target.is_file() or target.read_text(encoding="utf-8") != layout_text(repo):
+        lines.append(f"{TEMPLATE}: not the layout dvc.yaml generates")
+    return lines
 
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m reappreg.dvcdeps", description=__doc__.splitlines()[0])
     parser.add_argument("--repo", type=Path, default=Path("."), help="repository root (holds dvc.yaml and src/)")
     action = parser.add_mutually_exclusive_group(required=True)
-    action.add_argument("--write", action="store_true", help="rewrite the code deps in dvc.yaml")
-    action.add_argument("--check", action="store_true", help="exit 1 if dvc.yaml's code deps differ")
+    action.add_argument("--write", action="store_true",
+                        help="rewrite the code deps and link outs in dvc.yaml and the layout's steps")
+    action.add_argument("--check", action="store_true",
+                        help="exit 1 if dvc.yaml's code deps or link outs, or the layout's steps, differ")
     args = parser.parse_args(argv)
     try:
         if args.write:
-            print("dvc.yaml: code deps updated" if rewrite(args.repo) else "dvc.yaml: code deps already up to date")
+            print("dvc.yaml and registry/custody/layout.json updated" if rewrite(args.repo)
+                  else "dvc.yaml and registry/custody/layout.json already up to date")
             return 0
-        diff = differences(args.repo)
+        diff = differences(args.repo) + custody_differences(args.repo)
     except InputError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2
