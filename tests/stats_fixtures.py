@@ -6,10 +6,12 @@ import numpy as np
 
 from reappreg.settings.stats import StatsSettings
 from reappreg.stats import ReferenceBar, TrustPolicy
-from reappreg.stats.reference import DecisionFloors
+from reappreg.stats.reference import DecisionFloors, JudgeIdentity
 
-JUDGE, FINGERPRINT = "fake-judge", "sha256:judge-files"
-REFERENCE = ReferenceBar(bar=0.608, opponent="gpt-4-0314", judge=JUDGE, source="reference model card",
+# A local judge: its identity is the md5 of its weights (reappreg.lm.model_fingerprint), pinned with the bar.
+JUDGE, FINGERPRINT = "fake-judge", "md5:0123456789abcdef0123456789abcdef.dir"
+REFERENCE = ReferenceBar(bar=0.608, opponent="gpt-4-0314", judge=JUDGE,
+                         judge_identity=JudgeIdentity(weights_md5=FINGERPRINT), source="reference model card",
                          decision=DecisionFloors(confidence=0.95, min_n_confirm=240, min_agreement=0.65,
                                                  calibration_min_pairs=16, max_position_bias=0.2,
                                                  max_unparseable_rate=0.05))

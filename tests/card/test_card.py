@@ -246,15 +246,21 @@ def test_linter_refuses_an_untrusted_judge_presented_as_trusted(pipeline):
 
 
 def test_linter_refuses_a_supported_bar_claim_judged_by_another_judge(pipeline):
-    """Whoever edits claims.json to drop the `judge_mismatch` flag still has to make three names agree:
-    the bar's judge, the claim's and the calibration's."""
+    """Whoever edits claims.json to drop the `judge_mismatch` flag still has to make three identities agree:
+    the judge pinned beside the bar, the claim's judge fingerprint and the calibration's judge. A judge is
+    its identity: renaming it changes nothing the linter matches on except the claim-calibration pairing."""
     evidence = evidence_of(pipeline)
     bar = evidence.bar_claim("policy")
     assert bar["supported"] and _lint(evidence, [bar]) == []
-    for edit in ({"judge_model": "SmolLM2-135M-Instruct"}, {"reference_bar": {**bar["reference_bar"], "judge": None}}):
+    other_weights = "md5:00000000000000000000000000000000.dir"
+    for edit in ({"judge_fingerprint": other_weights},
+                 {"judge_fingerprint": "served:Llama-3.1-70B-Instruct:vllm:0123456789abcdef"},
+                 {"judge_model": "SmolLM2-135M-Instruct"},
+                 {"reference_bar": {**bar["reference_bar"], "judge_identity": None}},
+                 {"reference_bar": {**bar["reference_bar"], "judge_identity": {"weights_md5": other_weights}}}):
         problems = _lint(evidence, [{**copy.deepcopy(bar), **edit}])
-        assert [p.rule for p in problems] == ["bar claim under another judge"], problems
-    other = {**evidence.calibration, "judge_model": "SmolLM2-135M-Instruct"}
+        assert [p.rule for p in problems] == ["bar claim under another judge"], (edit, problems)
+    other = {**evidence.calibration, "judge_fingerprint": other_weights}
     assert "bar claim under another judge" in {p.rule for p in lint_claims([bar], evidence.eval_metrics, other,
                                                                           min_n_confirm=240)}
 

@@ -285,6 +285,27 @@ def test_selected_candidate_promotable_only_on_a_fresh_pool_that_clears_the_bar(
     assert results["selection"]["promotable"] is True
 
 
+def test_bar_rows_and_promotion_need_the_bars_pinned_judge(tmp_path):
+    """The same judgments that promote under the bar's pinned judge (the control) promote nothing when the
+    bar pins another judge's weights: every bar row and the promotion carry judge_mismatch; a parity
+    (generalisation) claim is not about the bar and is untouched."""
+    from reappreg.stats.reference import JudgeIdentity
+
+    rng = np.random.default_rng(11)
+    strong = random_judgments([0.92, 0.9, 0.95, 0.9, 0.93, 0.91], rng=rng, prefix="p-")
+    good_fresh = random_judgments([0.92, 0.9, 0.95, 0.9, 0.93, 0.91], rng=rng, prefix="f-", seed_offset=700_000)
+    inputs = inputs_for(tmp_path, {"policy": strong}, fresh=("policy", good_fresh))
+    assert build_results(inputs)["selection"]["promotable"] is True   # the control
+    inputs.reference = REFERENCE.model_copy(update={"judge_identity": JudgeIdentity(
+        weights_md5="md5:99999999999999999999999999999999.dir")})
+    results = build_results(inputs)
+    assert results["judge"]["bar_judge"] is False and "local weights md5:9999" in results["judge"]["bar_judge_reason"]
+    bar_row = row(results, "policy/gpt-4-0314")
+    assert bar_row["bar_cleared"] and not bar_row["bar_supported"] and "judge_mismatch" in bar_row["flags"]
+    sel = results["selection"]
+    assert sel["promotable"] is False and "judge_mismatch" in sel["fresh_pool_flags"]
+
+
 def test_fresh_pool_that_reuses_selection_generations_is_refused(tmp_path):
     rng = np.random.default_rng(12)
     strong = random_judgments(0.9, rng=rng, prefix="p-")

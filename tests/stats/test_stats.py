@@ -60,13 +60,27 @@ def test_reference_bar_is_read_from_the_registry_declarations(tmp_path):
     import yaml
 
     path = tmp_path / "models.yaml"
+    identity = {"weights_md5": "md5:0123456789abcdef0123456789abcdef.dir"}
     path.write_text(yaml.safe_dump({"models": {}, "reference_bar": {"bar": 0.608, "opponent": "gpt-4-0314",
-                                                                    "judge": "some-judge", "source": "card"}}))
+                                                                    "judge": "some-judge", "judge_identity": identity,
+                                                                    "source": "card"}}))
     assert load_reference_bar(path).bar == 0.608
-    # A bar is on its judge's scale: one that does not say which judge measured it is refused.
-    path.write_text(yaml.safe_dump({"reference_bar": {"bar": 0.608, "opponent": "gpt-4-0314", "source": "card"}}))
+    # A bar is on its judge's scale: one that does not say which judge measured it is refused, and so is
+    # one that names the judge without pinning who it is (a name is a label anyone can give any weights).
+    path.write_text(yaml.safe_dump({"reference_bar": {"bar": 0.608, "opponent": "gpt-4-0314", "source": "card",
+                                                      "judge_identity": identity}}))
     with pytest.raises(InputError, match="invalid reference_bar: judge: Field required"):
         load_reference_bar(path)
+    path.write_text(yaml.safe_dump({"reference_bar": {"bar": 0.608, "opponent": "gpt-4-0314", "source": "card",
+                                                      "judge": "some-judge"}}))
+    with pytest.raises(InputError, match="invalid reference_bar: judge_identity: Field required"):
+        load_reference_bar(path)
+    for bad in ({"weights_md5": "some-judge"}, {"provider": "vllm"},
+                {"provider": "vllm", "model_id": "x", "weights_md5": identity["weights_md5"]}):
+        path.write_text(yaml.safe_dump({"reference_bar": {"bar": 0.608, "opponent": "gpt-4-0314", "source": "card",
+                                                          "judge": "some-judge", "judge_identity": bad}}))
+        with pytest.raises(InputError, match="invalid reference_bar: judge_identity"):
+            load_reference_bar(path)
     path.write_text(yaml.safe_dump({"models": {}}))
     with pytest.raises(InputError, match="no 'reference_bar:' entry"):
         load_reference_bar(path)
@@ -85,13 +99,17 @@ def test_the_repository_pins_the_reference_bar():
     import yaml
 
     from reappreg.settings import parse_params
-    from reappreg.stats.reference import judge_key
 
     assert ref.judge in ref.source
     raw = yaml.safe_load((Path(__file__).resolve().parents[2] / "params.yaml").read_text())
-    judges = {profile: parse_params({**raw, "profile": profile}, "params.yaml").judge.model for profile in ("cpu", "full")}
-    assert judge_key(judges["full"]) == judge_key(ref.judge), judges
-    assert judge_key(judges["cpu"]) != judge_key(ref.judge), judges
+    judges = {profile: parse_params({**raw, "profile": profile}, "params.yaml").judge for profile in ("cpu", "full")}
+    # The bar's judge is pinned by identity: the API model the full profile serves (provider and model id,
+    # as vLLM reports them). The CPU profile judges with a local folder, whose identity is its weights' md5:
+    # never the pinned API model, so its bar claims stay judge_mismatch.
+    pinned = ref.judge_identity
+    assert (pinned.provider, pinned.model_id) == ("vllm", ref.judge)
+    assert judges["full"].backend == "openai" and judges["full"].model == pinned.model_id, judges
+    assert judges["cpu"].backend in ("transformers", "vllm"), judges   # local: md5 of its weights
     assert ref.decision is not None
 
 

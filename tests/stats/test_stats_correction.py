@@ -77,10 +77,11 @@ def test_bad_inputs_are_refused():
 def _bar_claim(agreement: float, n_pairs: int, summary: dict):
     from reappreg.stats.claims import ClaimContext, build_claim
     from reappreg.stats.trust import Trust
-    from stats_fixtures import FAST, JUDGE, REFERENCE
+    from stats_fixtures import FAST, FINGERPRINT, JUDGE, REFERENCE
 
     ctx = ClaimContext(settings=FAST, reference=REFERENCE, trust=Trust(trusted=True), judge_model=JUDGE,
-                       position_bias_reason=None, judge_error=JudgeError.exchangeable(agreement, n_pairs))
+                       position_bias_reason=None, judge_error=JudgeError.exchangeable(agreement, n_pairs),
+                       judge_fingerprint=FINGERPRINT)
     return build_claim(kind="bar", condition="policy", opponent="gpt-4-0314", threshold=REFERENCE.bar,
                        summary=summary, ctx=ctx, pools={})
 
@@ -120,39 +121,97 @@ def test_a_perfect_judge_changes_nothing():
 # ------------------------------------------------------------------------ the bar is on its judge's scale
 
 
-@pytest.mark.parametrize("judge", ["another-judge", "fake-judge-v2", None])
-def test_a_bar_claim_decided_by_another_judge_is_judge_mismatch_and_never_supported(judge):
+@pytest.mark.parametrize("fingerprint", ["md5:ffffffffffffffffffffffffffffffff.dir", "sha256:judge-files",
+                                         "served:fake-judge:vllm:0123456789abcdef", None])
+def test_a_bar_claim_decided_by_another_judge_is_judge_mismatch_and_never_supported(fingerprint):
     """The same numbers that support the claim under the bar's own judge (the control below) support
-    nothing when the verdicts come from another judge, or from a judge the records do not name."""
+    nothing when the verdicts come from another judge, or from a judge the records do not identify,
+    even when the rows name the bar's judge."""
     from reappreg.stats.claims import ClaimContext, build_claim
     from reappreg.stats.trust import Trust
-    from stats_fixtures import FAST, REFERENCE
+    from stats_fixtures import FAST, FINGERPRINT, REFERENCE
 
-    assert _claim_by(REFERENCE.judge)["supported"]  # the control
-    bar = _claim_by(judge)
-    ctx = ClaimContext(settings=FAST, reference=REFERENCE, trust=Trust(trusted=True), judge_model=judge,
-                       position_bias_reason=None, judge_error=JudgeError.exchangeable(1.0, 240))
+    assert _claim_by(REFERENCE.judge, FINGERPRINT)["supported"]  # the control
+    bar = _claim_by(REFERENCE.judge, fingerprint)
     assert not bar["supported"] and bar["blocking_flags"] == ["judge_mismatch"], bar["flags"]
-    assert f"measured with judge {REFERENCE.judge!r}, these verdicts come from {judge!r}" in bar["reason"]
-    assert bar["reference_bar"]["judge"] == REFERENCE.judge
+    assert f"measured with judge {REFERENCE.judge!r}, these verdicts come from {REFERENCE.judge!r}" in bar["reason"]
+    assert f"the bar's judge is local weights {FINGERPRINT}" in bar["reason"]
+    assert bar["reference_bar"]["judge_identity"] == {"weights_md5": FINGERPRINT}
+    assert bar["judge_fingerprint"] == fingerprint
     # Beating an opponent is not a statement about the bar: another judge may decide it.
+    ctx = ClaimContext(settings=FAST, reference=REFERENCE, trust=Trust(trusted=True), judge_model=REFERENCE.judge,
+                       position_bias_reason=None, judge_error=JudgeError.exchangeable(1.0, 240),
+                       judge_fingerprint=fingerprint)
     beats = build_claim(kind="beats_opponent", condition="policy", opponent="gpt-4-0314", threshold=0.5,
                         summary=SUMMARY, ctx=ctx, pools={})
     assert beats["supported"] and "judge_mismatch" not in beats["flags"]
 
 
-@pytest.mark.parametrize("spelling", ["fake-judge", "FAKE-JUDGE", "org/fake-judge", "/srv/models/fake-judge/",
-                                      "ｆａｋｅ-judge"])
-def test_the_bar_judge_under_another_spelling_of_its_name_is_the_same_judge(spelling):
-    assert "judge_mismatch" not in _claim_by(spelling)["flags"]
+@pytest.mark.parametrize("label", ["fake-judge", "another-judge", "/srv/models/fake-judge/", None])
+def test_a_judge_is_its_identity_not_its_label(label):
+    """Whatever the rows call the judge, the pinned fingerprint decides: the bar's weights under any
+    name are the bar's judge."""
+    from stats_fixtures import FINGERPRINT
+
+    assert "judge_mismatch" not in _claim_by(label, FINGERPRINT)["flags"]
 
 
-def _claim_by(judge: str) -> dict:
+def _local_judge_fingerprint(folder) -> str:
+    """The fingerprint the judge stage records for a local judge folder (reappreg.judge.build_judge)."""
+    from reappreg.judge import build_judge
+    from reappreg.settings.judge import JudgeSettings
+
+    return build_judge(JudgeSettings(backend="transformers", model=str(folder), cache_dir=None)).fingerprint
+
+
+def test_a_local_folder_named_like_the_bars_judge_with_other_weights_is_judge_mismatch(tmp_path):
+    """A local judge folder named exactly like the bar's judge, holding other weights, is another judge: its
+    bar claim is judge_mismatch. The same folder with the pinned weights passes, whatever it is called."""
+    from reappreg.stats.reference import JudgeIdentity
+    from stats_fixtures import REFERENCE
+
+    def folder(where, weights: str):
+        where.mkdir(parents=True)
+        (where / "config.json").write_text('{"model_type": "llama"}')
+        (where / "model.safetensors").write_text(weights)
+        return where
+
+    bars_weights = _local_judge_fingerprint(folder(tmp_path / "pinned" / "weights-of-the-bar", "the bar's weights"))
+    pinned = REFERENCE.model_copy(update={"judge": "Llama-3.1-70B-Instruct",
+                                          "judge_identity": JudgeIdentity(weights_md5=bars_weights)})
+    impostor = folder(tmp_path / "models" / "Llama-3.1-70B-Instruct", "SmolLM2 weights")
+    refused = _claim_by(str(impostor), _local_judge_fingerprint(impostor), reference=pinned)
+    assert not refused["supported"] and refused["blocking_flags"] == ["judge_mismatch"]
+    assert f"the bar's judge is local weights {bars_weights}" in refused["reason"]
+    # the pinned weights, in a folder named anything: the bar's judge
+    same = folder(tmp_path / "elsewhere" / "judge", "the bar's weights")
+    passed = _claim_by(str(same), _local_judge_fingerprint(same), reference=pinned)
+    assert passed["supported"] and "judge_mismatch" not in passed["flags"]
+
+
+def test_an_api_judge_is_its_provider_and_model_id():
+    from reappreg.stats.reference import JudgeIdentity
+    from stats_fixtures import REFERENCE
+
+    pinned = REFERENCE.model_copy(update={"judge_identity": JudgeIdentity(provider="vllm",
+                                                                            model_id="Llama-3.1-70B-Instruct")})
+    served = "served:Llama-3.1-70B-Instruct:vllm:0123456789abcdef"
+    assert _claim_by("Llama-3.1-70B-Instruct", served, reference=pinned)["supported"]
+    for other in ("served:Llama-3.1-70B-Instruct:someone-else:0123456789abcdef",   # another provider
+                  "served:Llama-3.1-8B-Instruct:vllm:0123456789abcdef",            # another model id
+                  "served:Llama-3.1-70B-Instruct:0123456789abcdef",                # provider not recorded
+                  "md5:0123456789abcdef0123456789abcdef.dir"):                     # local weights
+        assert _claim_by("Llama-3.1-70B-Instruct", other, reference=pinned)["blocking_flags"] == ["judge_mismatch"]
+
+
+def _claim_by(judge: str | None, fingerprint: str | None, *, reference=None) -> dict:
     from reappreg.stats.claims import ClaimContext, build_claim
     from reappreg.stats.trust import Trust
     from stats_fixtures import FAST, REFERENCE
 
-    ctx = ClaimContext(settings=FAST, reference=REFERENCE, trust=Trust(trusted=True), judge_model=judge,
-                       position_bias_reason=None, judge_error=JudgeError.exchangeable(1.0, 240))
-    return build_claim(kind="bar", condition="policy", opponent="gpt-4-0314", threshold=REFERENCE.bar, summary=SUMMARY,
-                       ctx=ctx, pools={})
+    reference = reference or REFERENCE
+    ctx = ClaimContext(settings=FAST, reference=reference, trust=Trust(trusted=True), judge_model=judge,
+                       position_bias_reason=None, judge_error=JudgeError.exchangeable(1.0, 240),
+                       judge_fingerprint=fingerprint)
+    return build_claim(kind="bar", condition="policy", opponent="gpt-4-0314", threshold=reference.bar,
+                       summary=SUMMARY, ctx=ctx, pools={})

@@ -114,14 +114,9 @@ def lint_claims(claims: Sequence[Mapping[str, Any]], eval_metrics: Mapping[str, 
         if claim.get("status") != "confirmed":
             add("supported without confirmation", f"status is {claim.get('status')!r}")
         if claim.get("kind") == "bar":
-            from reappreg.stats.reference import judge_key
-
-            bar_judge = (claim.get("reference_bar") or {}).get("judge")
-            judges = {"the claim's": claim.get("judge_model"), "the calibration's": calibration.get("judge_model")}
-            if not isinstance(bar_judge, str) or any(not isinstance(j, str) or judge_key(j) != judge_key(bar_judge)
-                                                     for j in judges.values()):
-                add("bar claim under another judge", f"the bar was measured with judge {bar_judge!r}; "
-                    + ", ".join(f"{who} judge is {j!r}" for who, j in judges.items()))
+            problem = _bar_judge_problem(claim, calibration)
+            if problem:
+                add("bar claim under another judge", problem)
         blocking = [f for f in claim.get("flags", []) if f in BLOCKING_FLAGS]
         if blocking:
             add("blocking flags", ", ".join(blocking))
@@ -157,6 +152,31 @@ def lint_claims(claims: Sequence[Mapping[str, Any]], eval_metrics: Mapping[str, 
             if key in evidence and not _same(evidence[key], eval_metrics.get(f"{prefix}/{key}")):
                 add("disagrees with eval.json", f"evidence {key}={evidence[key]} but eval.json {prefix}/{key}={eval_metrics.get(f'{prefix}/{key}')}")
     return problems
+
+
+def _bar_judge_problem(claim: Mapping[str, Any], calibration: Mapping[str, Any]) -> str | None:
+    """Why a supported bar claim was not decided by the bar's judge; None when it was.
+
+    A judge is its identity, not its name: the claim's judge fingerprint must BE the identity pinned
+    beside the bar (``reference_bar.judge_identity``, reappreg.stats.reference), and the calibration
+    must describe that same judge (model and fingerprint), or the trust it lends is another judge's."""
+    from pydantic import ValidationError
+
+    from reappreg.stats.reference import JudgeIdentity
+
+    pinned_record = (claim.get("reference_bar") or {}).get("judge_identity")
+    try:
+        pinned = JudgeIdentity.model_validate(pinned_record)
+    except ValidationError:
+        return f"the claim records no valid pinned judge identity (reference_bar.judge_identity: {pinned_record!r})"
+    fingerprint = claim.get("judge_fingerprint")
+    if JudgeIdentity.of_fingerprint(fingerprint) != pinned:
+        return f"the bar's judge is {pinned.describe()}; the claim's judge fingerprint is {fingerprint!r}"
+    mine = (claim.get("judge_model"), fingerprint)
+    theirs = (calibration.get("judge_model"), calibration.get("judge_fingerprint"))
+    if mine != theirs:
+        return f"the claim's judge is {mine[0]!r} ({mine[1]!r}), the calibration's is {theirs[0]!r} ({theirs[1]!r})"
+    return None
 
 
 # --------------------------------------------------------------------------- rendering

@@ -29,7 +29,8 @@ length-controlled win-rate) and closes each of those holes:
 ``metrics/results.json`` (schema version 1)::
 
     {"schema_version": 1, "confidence", "reference_bar": {bar, opponent, source},
-     "judge": {model, trusted, trust_reason},
+     "judge": {model, fingerprint, trusted, trust_reason, position_biased, bar_judge (its identity is the
+               bar's pinned judge: else every bar row and the promotion carry judge_mismatch), bar_judge_reason},
      "rows": [{"row_id": "<condition>/<opponent>", "condition", "kind": policy|checkpoint|model|reference|ood,
                "checkpoint_step" (kind checkpoint: the kept GRPO checkpoint's step, condition policy-step-<n>),
                "pool": <stats condition: policy | best_of_n_fresh_pool | best_of_n_selection_pool>,
@@ -80,6 +81,7 @@ from reappreg.stats import (
 from reappreg.stats.contests import order_figures, position_biased
 from reappreg.stats.design import DesignSources, bind_files
 from reappreg.stats.intervals import finite
+from reappreg.stats.reference import judge_matches
 
 RESULTS_SCHEMA_VERSION = 1
 KINDS = ("policy", "checkpoint", "model", "reference", "ood")
@@ -225,7 +227,10 @@ def missing_rows(results: Mapping[str, Any], conditions: Sequence[str], opponent
 
 
 def _row(condition: ConditionInput, pool: str, opponent: str, summary: Mapping[str, Any] | None,
-         reference: ReferenceBar, settings: StatsSettings, blocked: list[str]) -> dict[str, Any]:
+         reference: ReferenceBar, settings: StatsSettings, blocked: list[str],
+         bar_blocked: Sequence[str] = ()) -> dict[str, Any]:
+    """One row; ``blocked``: flags every row carries (an untrusted judge), ``bar_blocked``: flags only a
+    bar row carries (``judge_mismatch``: the bar is on its own judge's scale, a parity row is not)."""
     row: dict[str, Any] = {
         "row_id": f"{condition.name}/{opponent}" + ("" if pool == "policy" else f"/{pool}"),
         "condition": condition.name, "kind": condition.kind, "pool": pool, "opponent": opponent,
@@ -241,6 +246,8 @@ def _row(condition: ConditionInput, pool: str, opponent: str, summary: Mapping[s
         value = None if summary is None else summary.get(key)
         row[out] = finite(value) if isinstance(value, float) else value
     is_bar = opponent == reference.opponent and not condition.ood
+    if is_bar:
+        blocked = [*blocked, *bar_blocked]
     row["bar"] = reference.bar if is_bar else None
     row["bar_cleared"] = (row["cluster_low"] > reference.bar) if is_bar and row["cluster_low"] is not None else None
     if summary is not None and is_bar:
@@ -264,23 +271,27 @@ def verdict_method_mix(orders: pd.DataFrame, contest_ids: pd.Series) -> dict[str
 
 
 def _judge_state(frames: Sequence[pd.DataFrame], calibration: Mapping[str, Any], trust_policy: TrustPolicy,
-                 settings: StatsSettings) -> tuple[dict[str, Any], list[str]]:
-    """Recomputed trust for the one judge every condition must share; blocking flags for every row."""
+                 settings: StatsSettings, reference: ReferenceBar) -> tuple[dict[str, Any], list[str], list[str]]:
+    """Recomputed trust for the one judge every condition must share; blocking flags for every row, and for
+    the bar rows and the promotion (``judge_mismatch``: the judgments' judge identity is not the bar's)."""
     models = sorted({str(m) for f in frames for m in f["judge_model"].unique()})
     prints = sorted({str(m) for f in frames for m in f["judge_fingerprint"].unique()})
     if len(models) > 1 or len(prints) > 1:
         raise InputError(f"results: conditions were judged by different judges or fingerprints ({models}, {prints}); "
                          "every condition must be judged by the same judge and protocol")
     if not models:
-        return {"model": None, "trusted": False, "trust_reason": "no judgments"}, ["untrusted_judge"]
+        return ({"model": None, "trusted": False, "trust_reason": "no judgments"}, ["untrusted_judge"],
+                ["judge_mismatch"])
     trust = recompute_trust(calibration, trust_policy, judge_model=models[0], judge_fingerprint=prints[0])
+    same_judge, judge_reason = judge_matches(reference, prints[0])
     blocked = [] if trust.trusted else ["untrusted_judge"]
     contests = pd.concat([contest_table(f) for f in frames], ignore_index=True)
     biased, bias_reason = position_biased(order_figures(contests), settings.max_position_bias)
     if biased:
         blocked.append("position_biased")
-    return {"model": models[0], "fingerprint": prints[0], "trusted": trust.trusted, "trust_reason": trust.reason,
-            "position_biased": biased, "position_bias_reason": bias_reason}, blocked
+    return ({"model": models[0], "fingerprint": prints[0], "trusted": trust.trusted, "trust_reason": trust.reason,
+             "position_biased": biased, "position_bias_reason": bias_reason, "bar_judge": same_judge,
+             "bar_judge_reason": judge_reason}, blocked, [] if same_judge else ["judge_mismatch"])
 
 
 # ----------------------------------------------------------------------------- winner's curse
@@ -481,12 +492,12 @@ def build_results(inputs: ResultsInputs) -> dict[str, Any]:
     for name, pool in inputs.fresh_pools.items():
         if Path(pool.judgments).exists():
             fresh_frames[name], _ = _bound(f"fresh-{name}", pool.judgments, pool.design, inputs.judge)
-    judge, blocked = _judge_state([*frames.values(), *fresh_frames.values()], inputs.calibration,
-                                  inputs.trust_policy, settings)
+    judge, blocked, bar_blocked = _judge_state([*frames.values(), *fresh_frames.values()], inputs.calibration,
+                                               inputs.trust_policy, settings, reference)
     rows, summaries, contests_of = [], {}, {}
     for cond in inputs.conditions:
         if cond.name not in frames:
-            rows.append(_row(cond, "policy", reference.opponent, None, reference, settings, blocked))
+            rows.append(_row(cond, "policy", reference.opponent, None, reference, settings, blocked, bar_blocked))
             rows[-1]["reason"] = f"not run: no judgments at {cond.judgments}"
             continue
         contests = contest_table(frames[cond.name])
@@ -497,7 +508,7 @@ def build_results(inputs: ResultsInputs) -> dict[str, Any]:
                 summary = summarize_contests(part, settings)
                 summaries[(cond.name, pool, opponent)] = summary
                 contests_of[(cond.name, pool, opponent)] = part
-                rows.append(_row(cond, pool, opponent, summary, reference, settings, blocked))
+                rows.append(_row(cond, pool, opponent, summary, reference, settings, blocked, bar_blocked))
                 rows[-1]["verdict_methods"] = verdict_method_mix(frames[cond.name], part["contest_id"])
                 rows[-1]["design"] = designs[cond.name]
 
@@ -525,7 +536,8 @@ def build_results(inputs: ResultsInputs) -> dict[str, Any]:
             check_fresh_pool(candidates[name], fresh, name, texts)
         if name == selection.get("selected"):
             fresh_summary = summarize_contests(fresh, settings)
-    selection.update(promotion(selection.get("selected"), fresh_summary, reference, settings, blocked))
+    selection.update(promotion(selection.get("selected"), fresh_summary, reference, settings,
+                               [*blocked, *bar_blocked]))
     if fresh_summary is not None and selection.get("selection_pool_win_rate") is not None \
             and selection.get("fresh_pool_win_rate") is not None:
         selection["selection_minus_fresh"] = selection["selection_pool_win_rate"] - selection["fresh_pool_win_rate"]

@@ -26,8 +26,10 @@ generations, one dominant vignette, a moved bar, relabelled pools. Each is close
   the judgments' judge model and fingerprint; ``trusted`` is a cache that must agree.
   Position bias is also measured on the judgments themselves (``position_biased`` blocks).
 * **Reference bar** (``reference``): pinned in registry/models.yaml with its source and the
-  judge it was measured with; another bar or opponent (``stats.bar`` / ``stats.bar_opponent``)
-  gives ``custom_bar`` claims, and a bar claim decided by another judge is ``judge_mismatch``.
+  judge it was measured with, by name and by identity (its weights' md5, or an API's provider
+  and model id); another bar or opponent (``stats.bar`` / ``stats.bar_opponent``) gives
+  ``custom_bar`` claims, and a bar claim whose judgments' fingerprint is not the pinned
+  identity is ``judge_mismatch``, whatever the rows call the judge.
 * **Pools**: fresh and selection pools may not share generations or seeds, identical pools
   are an error, a fresh-pool claim needs its selection pool and reports ``selection_minus_fresh``.
 * **Length** (``length``): an AlpacaEval-style length-controlled win-rate (GLM read at zero

@@ -232,7 +232,8 @@ def analyze(judgments: pd.DataFrame, calibration: Mapping[str, Any], *, settings
         metrics.update({f"best_of_n/{opponent}/{k}": v for k, v in pools[opponent].items()})
 
     ctx = ClaimContext(settings=settings, reference=reference, trust=trust, judge_model=judge_model,
-                       position_bias_reason=bias_reason if biased else None, judge_error=judge_error_of(calibration))
+                       position_bias_reason=bias_reason if biased else None, judge_error=judge_error_of(calibration),
+                       judge_fingerprint=fingerprint)
     custom = (settings.bar if settings.bar is not None else reference.bar,
               settings.bar_opponent if settings.bar_opponent is not None else reference.opponent)
     has_custom = custom != (reference.bar, reference.opponent)

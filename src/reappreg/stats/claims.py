@@ -11,7 +11,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from reappreg.settings.stats import StatsSettings
-from reappreg.stats.reference import ReferenceBar, judge_key
+from reappreg.stats.reference import ReferenceBar, judge_matches
 from reappreg.stats.trust import Trust
 
 CLAIMS_SCHEMA_VERSION = 2
@@ -35,7 +35,7 @@ FLAGS = {
     "selection_pool": True,           # in-sample best-of-N rows (winner's curse)
     "no_selection_pool": True,        # a fresh-pool claim without the selection pool it confirms
     "missing_opponent": True,         # no judgments at all against this opponent
-    "judge_mismatch": True,           # a bar claim decided by another judge than the one the bar was measured with
+    "judge_mismatch": True,           # a bar claim whose judgments' judge identity is not the one pinned with the bar
     # informative: printed with the claim, not blocking by themselves
     "unparseable_worst_case": False,  # some orders unparseable or missing: the bound counts them as losses
     "incomplete_contests": False,     # some contests lack an order (scored worst case, never dropped)
@@ -67,9 +67,10 @@ class ClaimContext:
     settings: StatsSettings
     reference: ReferenceBar
     trust: Trust
-    judge_model: str | None
+    judge_model: str | None            # a label: printed, never matched against the bar's judge
     position_bias_reason: str | None   # None = the judgments show no position bias
     judge_error: Any = None            # stats.correction.JudgeError from the calibration; None: not estimable
+    judge_fingerprint: str | None = None   # the judgments' judge identity (reference.judge_matches)
 
 
 def _fmt(value: Any, digits: int = 3) -> str:
@@ -173,10 +174,13 @@ def build_claim(*, kind: str, condition: str, opponent: str, threshold: float, s
         flags.append("judge_error_sensitive")
         reason += (f"; judge-error-sensitive: corrected for the judge's calibrated error ({corrected.reason}) the "
                    f"interval is [{corrected.low:.3f}, {corrected.high:.3f}], not above {threshold:.3f}")
-    if kind == "bar" and (ctx.judge_model is None or judge_key(ctx.judge_model) != judge_key(reference.judge)):
-        flags.append("judge_mismatch")
-        reason += (f"; judge_mismatch: the bar {reference.bar:.3f} was measured with judge {reference.judge!r}, these "
-                   f"verdicts come from {ctx.judge_model!r}: win-rates under different judges are not comparable")
+    if kind == "bar":
+        same_judge, why = judge_matches(reference, ctx.judge_fingerprint)
+        if not same_judge:
+            flags.append("judge_mismatch")
+            reason += (f"; judge_mismatch: the bar {reference.bar:.3f} was measured with judge {reference.judge!r}, these "
+                       f"verdicts come from {ctx.judge_model!r} ({why}): win-rates under different judges are not "
+                       "comparable")
     if not ctx.trust.trusted:
         flags.append("untrusted_judge")
         reason += f"; judge untrusted on recomputation: {ctx.trust.reason}"
@@ -194,6 +198,7 @@ def build_claim(*, kind: str, condition: str, opponent: str, threshold: float, s
         "statement": statement,
         "threshold": float(threshold),
         "reference_bar": {"bar": reference.bar, "opponent": reference.opponent, "judge": reference.judge,
+                          "judge_identity": reference.judge_identity.model_dump(exclude_none=True),
                           "source": reference.source},
         "metric_refs": [*metric_refs, "judge/trusted"],
         "supported": supported,
@@ -202,6 +207,7 @@ def build_claim(*, kind: str, condition: str, opponent: str, threshold: float, s
         "flags": flags,
         "blocking_flags": blocking,
         "judge_model": ctx.judge_model,
+        "judge_fingerprint": ctx.judge_fingerprint,
         "judge_trusted": ctx.trust.trusted,
         "evidence": {
             "estimand": ESTIMAND,
