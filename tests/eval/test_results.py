@@ -285,7 +285,7 @@ def test_selected_candidate_promotable_only_on_a_fresh_pool_that_clears_the_bar(
     assert results["selection"]["promotable"] is True
 
 
-def test_bar_rows_and_promotion_need_the_bars_pinned_judge(tmp_path):
+def test_bar_rows_and_promotion_need_the_bars_pinned_judge_and_calibration_size(tmp_path):
     """The same judgments that promote under the bar's pinned judge (the control) promote nothing when the
     bar pins another judge's weights: every bar row and the promotion carry judge_mismatch; a parity
     (generalisation) claim is not about the bar and is untouched."""
@@ -304,6 +304,14 @@ def test_bar_rows_and_promotion_need_the_bars_pinned_judge(tmp_path):
     assert bar_row["bar_cleared"] and not bar_row["bar_supported"] and "judge_mismatch" in bar_row["flags"]
     sel = results["selection"]
     assert sel["promotable"] is False and "judge_mismatch" in sel["fresh_pool_flags"]
+    # the bar's judge, trusted by a policy without a floor, on a calibration below the bar's pinned 16 pairs
+    inputs.reference = REFERENCE
+    inputs.calibration = {**TRUSTED, "n_pairs": 12, "min_pairs": 10}
+    results = build_results(inputs)
+    assert results["judge"]["trusted"] and "calibrated on 12 pairs" in results["judge"]["calibration_too_small"]
+    assert "calibration_too_small" in row(results, "policy/gpt-4-0314")["flags"]
+    assert results["selection"]["promotable"] is False
+    assert "calibration_too_small" in results["selection"]["fresh_pool_flags"]
 
 
 def test_fresh_pool_that_reuses_selection_generations_is_refused(tmp_path):

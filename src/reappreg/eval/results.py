@@ -30,7 +30,8 @@ length-controlled win-rate) and closes each of those holes:
 
     {"schema_version": 1, "confidence", "reference_bar": {bar, opponent, source},
      "judge": {model, fingerprint, trusted, trust_reason, position_biased, bar_judge (its identity is the
-               bar's pinned judge: else every bar row and the promotion carry judge_mismatch), bar_judge_reason},
+               bar's pinned judge: else every bar row and the promotion carry judge_mismatch), bar_judge_reason,
+               calibration_too_small (why the calibration is below the bar's pinned size, else null)},
      "rows": [{"row_id": "<condition>/<opponent>", "condition", "kind": policy|checkpoint|model|reference|ood,
                "checkpoint_step" (kind checkpoint: the kept GRPO checkpoint's step, condition policy-step-<n>),
                "pool": <stats condition: policy | best_of_n_fresh_pool | best_of_n_selection_pool>,
@@ -78,6 +79,8 @@ from reappreg.stats import (
     recompute_trust,
     summarize_contests,
 )
+from reappreg.stats.analysis import judge_error_of
+from reappreg.stats.claims import calibration_size_problem, judge_error_gate
 from reappreg.stats.contests import order_figures, position_biased
 from reappreg.stats.design import DesignSources, bind_files
 from reappreg.stats.intervals import finite
@@ -228,9 +231,11 @@ def missing_rows(results: Mapping[str, Any], conditions: Sequence[str], opponent
 
 def _row(condition: ConditionInput, pool: str, opponent: str, summary: Mapping[str, Any] | None,
          reference: ReferenceBar, settings: StatsSettings, blocked: list[str],
-         bar_blocked: Sequence[str] = ()) -> dict[str, Any]:
+         bar_blocked: Sequence[str] = (), judge_error: Any = None) -> dict[str, Any]:
     """One row; ``blocked``: flags every row carries (an untrusted judge), ``bar_blocked``: flags only a
-    bar row carries (``judge_mismatch``: the bar is on its own judge's scale, a parity row is not)."""
+    bar row carries (``judge_mismatch``: the bar is on its own judge's scale, a parity row is not;
+    ``calibration_too_small``). A bar row confirmed on the raw interval must also clear the bar once
+    corrected for ``judge_error`` (the calibration's, ``stats.correction``), as a bar claim must."""
     row: dict[str, Any] = {
         "row_id": f"{condition.name}/{opponent}" + ("" if pool == "policy" else f"/{pool}"),
         "condition": condition.name, "kind": condition.kind, "pool": pool, "opponent": opponent,
@@ -252,7 +257,10 @@ def _row(condition: ConditionInput, pool: str, opponent: str, summary: Mapping[s
     row["bar_cleared"] = (row["cluster_low"] > reference.bar) if is_bar and row["cluster_low"] is not None else None
     if summary is not None and is_bar:
         status, reason, flags = assess(summary, reference.bar, settings)
-        flags = [*flags, *blocked]
+        _, corrected_flags, corrected_reason = judge_error_gate(status, summary, reference.bar, judge_error,
+                                                                settings.confidence)
+        flags = [*flags, *blocked, *corrected_flags]
+        reason += corrected_reason
         if pool == "best_of_n_selection_pool":
             flags.append("selection_pool")
         row.update(bar_status=status, bar_reason=reason, flags=flags,
@@ -284,6 +292,7 @@ def _judge_state(frames: Sequence[pd.DataFrame], calibration: Mapping[str, Any],
                 ["judge_mismatch"])
     trust = recompute_trust(calibration, trust_policy, judge_model=models[0], judge_fingerprint=prints[0])
     same_judge, judge_reason = judge_matches(reference, prints[0])
+    too_small = calibration_size_problem(reference, judge_error_of(calibration))
     blocked = [] if trust.trusted else ["untrusted_judge"]
     contests = pd.concat([contest_table(f) for f in frames], ignore_index=True)
     biased, bias_reason = position_biased(order_figures(contests), settings.max_position_bias)
@@ -291,7 +300,8 @@ def _judge_state(frames: Sequence[pd.DataFrame], calibration: Mapping[str, Any],
         blocked.append("position_biased")
     return ({"model": models[0], "fingerprint": prints[0], "trusted": trust.trusted, "trust_reason": trust.reason,
              "position_biased": biased, "position_bias_reason": bias_reason, "bar_judge": same_judge,
-             "bar_judge_reason": judge_reason}, blocked, [] if same_judge else ["judge_mismatch"])
+             "bar_judge_reason": judge_reason, "calibration_too_small": too_small}, blocked,
+            ([] if same_judge else ["judge_mismatch"]) + (["calibration_too_small"] if too_small else []))
 
 
 # ----------------------------------------------------------------------------- winner's curse
@@ -387,8 +397,9 @@ def check_fresh_pool(selection: pd.DataFrame, fresh: pd.DataFrame, name: str,
 
 
 def promotion(selected: str | None, fresh_summary: Mapping[str, Any] | None, reference: ReferenceBar,
-              settings: StatsSettings, blocked: Sequence[str]) -> dict[str, Any]:
-    """Whether the selected candidate may move past ``candidate``: only on fresh-pool evidence."""
+              settings: StatsSettings, blocked: Sequence[str], judge_error: Any = None) -> dict[str, Any]:
+    """Whether the selected candidate may move past ``candidate``: only on fresh-pool evidence that clears the
+    bar on its worst-case cluster bound AND once corrected for the judge's calibrated error (``judge_error``)."""
     if selected is None:
         return {"promotable": False, "reason": "no selection candidates were evaluated"}
     if fresh_summary is None:
@@ -396,7 +407,10 @@ def promotion(selected: str | None, fresh_summary: Mapping[str, Any] | None, ref
                 "reason": f"no fresh-pool judgments for the selected {selected!r}: its evidence comes only from the "
                           "pool it was selected on"}
     status, reason, flags = assess(fresh_summary, reference.bar, settings)
-    flags = [*flags, *blocked]
+    _, corrected_flags, corrected_reason = judge_error_gate(status, fresh_summary, reference.bar, judge_error,
+                                                            settings.confidence)
+    flags = [*flags, *blocked, *corrected_flags]
+    reason += corrected_reason
     ok = status == "confirmed" and not any(f in BLOCKING_FLAGS for f in flags)
     return {"promotable": ok, "fresh_pool_win_rate": finite(fresh_summary.get("win_rate")),
             "fresh_pool_cluster_low": finite(fresh_summary.get("cluster_low")), "fresh_pool_status": status,
@@ -494,10 +508,12 @@ def build_results(inputs: ResultsInputs) -> dict[str, Any]:
             fresh_frames[name], _ = _bound(f"fresh-{name}", pool.judgments, pool.design, inputs.judge)
     judge, blocked, bar_blocked = _judge_state([*frames.values(), *fresh_frames.values()], inputs.calibration,
                                                inputs.trust_policy, settings, reference)
+    judge_error = judge_error_of(inputs.calibration)
     rows, summaries, contests_of = [], {}, {}
     for cond in inputs.conditions:
         if cond.name not in frames:
-            rows.append(_row(cond, "policy", reference.opponent, None, reference, settings, blocked, bar_blocked))
+            rows.append(_row(cond, "policy", reference.opponent, None, reference, settings, blocked, bar_blocked,
+                             judge_error))
             rows[-1]["reason"] = f"not run: no judgments at {cond.judgments}"
             continue
         contests = contest_table(frames[cond.name])
@@ -508,7 +524,8 @@ def build_results(inputs: ResultsInputs) -> dict[str, Any]:
                 summary = summarize_contests(part, settings)
                 summaries[(cond.name, pool, opponent)] = summary
                 contests_of[(cond.name, pool, opponent)] = part
-                rows.append(_row(cond, pool, opponent, summary, reference, settings, blocked, bar_blocked))
+                rows.append(_row(cond, pool, opponent, summary, reference, settings, blocked, bar_blocked,
+                                 judge_error))
                 rows[-1]["verdict_methods"] = verdict_method_mix(frames[cond.name], part["contest_id"])
                 rows[-1]["design"] = designs[cond.name]
 
@@ -537,7 +554,7 @@ def build_results(inputs: ResultsInputs) -> dict[str, Any]:
         if name == selection.get("selected"):
             fresh_summary = summarize_contests(fresh, settings)
     selection.update(promotion(selection.get("selected"), fresh_summary, reference, settings,
-                               [*blocked, *bar_blocked]))
+                               [*blocked, *bar_blocked], judge_error))
     if fresh_summary is not None and selection.get("selection_pool_win_rate") is not None \
             and selection.get("fresh_pool_win_rate") is not None:
         selection["selection_minus_fresh"] = selection["selection_pool_win_rate"] - selection["fresh_pool_win_rate"]

@@ -141,14 +141,15 @@ def _check_pools(contests: pd.DataFrame) -> None:
 
 
 def judge_error_of(calibration: Mapping[str, Any]):
-    """The judge's error from its calibration (agreement with people over pairs judged in both orders: the
-    two sides exchangeable); None when the calibration does not record both numbers."""
+    """The judge's error from its calibration (agreement with people over pairs judged in both orders, with
+    its Jeffreys posterior uncertainty: ``stats.correction``); None when the calibration does not record
+    both numbers."""
     from reappreg.stats.correction import JudgeError
 
     agreement, pairs = calibration.get("agreement"), calibration.get("n_pairs")
     if not isinstance(agreement, (int, float)) or isinstance(agreement, bool) or not isinstance(pairs, int) or pairs < 1:
         return None
-    return JudgeError.exchangeable(float(agreement), pairs)
+    return JudgeError.from_calibration(float(agreement), pairs)
 
 
 def analyze(judgments: pd.DataFrame, calibration: Mapping[str, Any], *, settings: StatsSettings,

@@ -50,6 +50,9 @@ FLAGS = {
     # An imperfect judge pulls win-rates towards 0.5 and its error is only estimated: the bar test must also
     # hold once the win-rate is corrected for the judge's calibrated error (stats.correction).
     "judge_error_sensitive": True,    # confirmed on the raw rate, not on the judge-error-corrected one
+    # The bar pins the calibration size a claim against it needs (reference_bar.decision.calibration_min_pairs),
+    # checked on the claim itself, whatever trust policy the caller recomputed trust with.
+    "calibration_too_small": True,    # a bar claim whose judge was calibrated on fewer pairs than the bar pins
 }
 BLOCKING_FLAGS = tuple(f for f, blocking in FLAGS.items() if blocking)
 ESTIMAND = ("equal-weight mean over vignettes of contest scores (a contest = one policy answer vs one "
@@ -169,11 +172,15 @@ def build_claim(*, kind: str, condition: str, opponent: str, threshold: float, s
             flags.append("length_sensitive")
             reason += (f"; length-sensitive: the length-controlled win-rate {_fmt(summary.get('lc_win_rate'))} "
                        f"has lower bound {lc_low:.3f} <= {threshold:.3f}")
-    corrected = _judge_corrected(summary, ctx)
-    if status == "confirmed" and corrected is not None and not corrected.low > threshold:
-        flags.append("judge_error_sensitive")
-        reason += (f"; judge-error-sensitive: corrected for the judge's calibrated error ({corrected.reason}) the "
-                   f"interval is [{corrected.low:.3f}, {corrected.high:.3f}], not above {threshold:.3f}")
+    corrected, more_flags, more_reason = judge_error_gate(status, summary, threshold, ctx.judge_error,
+                                                          settings.confidence)
+    flags += more_flags
+    reason += more_reason
+    if kind == "bar":
+        too_small = calibration_size_problem(reference, ctx.judge_error)
+        if too_small:
+            flags.append("calibration_too_small")
+            reason += f"; calibration_too_small: {too_small}"
     if kind == "bar":
         same_judge, why = judge_matches(reference, ctx.judge_fingerprint)
         if not same_judge:
@@ -199,6 +206,8 @@ def build_claim(*, kind: str, condition: str, opponent: str, threshold: float, s
         "threshold": float(threshold),
         "reference_bar": {"bar": reference.bar, "opponent": reference.opponent, "judge": reference.judge,
                           "judge_identity": reference.judge_identity.model_dump(exclude_none=True),
+                          "calibration_min_pairs": (reference.decision.calibration_min_pairs
+                                                    if reference.decision is not None else None),
                           "source": reference.source},
         "metric_refs": [*metric_refs, "judge/trusted"],
         "supported": supported,
@@ -245,11 +254,34 @@ def build_claim(*, kind: str, condition: str, opponent: str, threshold: float, s
     }
 
 
-def _judge_corrected(summary: Mapping[str, Any], ctx: ClaimContext):
-    """The Rogan-Gladen correction of the claim's estimate (None when the judge's error or the interval is unknown)."""
+def judge_error_gate(status: str, summary: Mapping[str, Any], threshold: float, judge_error: Any,
+                     confidence: float) -> tuple[Any, list[str], str]:
+    """(the Rogan-Gladen correction of ``summary``'s estimate or None, flags, text for the reason): a result
+    confirmed on the raw interval must also clear ``threshold`` once corrected for the judge's calibrated error
+    (``stats.correction``), else ``judge_error_sensitive``. The claims and the results table share this rule."""
     from reappreg.stats.correction import correct_summary
 
     values = [summary.get(k) for k in ("win_rate", "cluster_low", "cluster_high", "n_clusters")]
-    if ctx.judge_error is None or any(v is None for v in values) or values[3] < 2:
-        return None
-    return correct_summary(*values, ctx.judge_error, ctx.settings.confidence)
+    if judge_error is None or any(v is None for v in values) or values[3] < 2:
+        return None, [], ""
+    corrected = correct_summary(*values, judge_error, confidence)
+    if status == "confirmed" and not corrected.low > threshold:
+        return corrected, ["judge_error_sensitive"], (
+            f"; judge-error-sensitive: corrected for the judge's calibrated error ({corrected.reason}) the "
+            f"interval is [{corrected.low:.3f}, {corrected.high:.3f}], not above {threshold:.3f}")
+    return corrected, [], ""
+
+
+def calibration_size_problem(reference: ReferenceBar, judge_error: Any) -> str | None:
+    """Why the judge's calibration is too small for a claim against the bar (None when it is not): the bar
+    pins the fewest calibration pairs a decision may rest on (``reference_bar.decision.calibration_min_pairs``)."""
+    pinned = reference.decision.calibration_min_pairs if reference.decision is not None else None
+    if pinned is None:
+        return "the reference bar pins no decision floors (reference_bar.decision), so no calibration size either"
+    pairs = getattr(judge_error, "n_pairs", None)
+    if pairs is None:
+        return f"the calibration records no pairs; the bar needs at least {pinned}"
+    if pairs < pinned:
+        return (f"the judge was calibrated on {pairs} pairs; the bar pins at least {pinned} "
+                "(reference_bar.decision.calibration_min_pairs)")
+    return None
