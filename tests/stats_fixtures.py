@@ -168,6 +168,25 @@ def write_upstream(upstream: dict, folder) -> dict:
     return paths
 
 
+WORDS = ("quiet morning letter window garden river patience friend evening promise harbour lantern "
+         "journey ladder meadow thunder candle bridge orchard compass blanket kettle pebble anchor "
+         "whisper sparrow canvas ribbon valley breeze mirror shelter pocket button violin marble "
+         "summit forest cradle saddle fabric copper island puzzle timber velvet voyage wander "
+         "gather borrow listen settle gentle steady honest hollow narrow simple bright careful").split()
+
+
+def answer_text(generation_id: str, sentences: int = 3, words: int = 9) -> str:
+    """An answer of its own for ``generation_id``: ``sentences`` sentences of words drawn, by a seed from
+    the id, from a vocabulary of 72, so two ids share almost no word sequence (what honest, distinct
+    answers look like to the guard's near-duplicate detectors)."""
+    import hashlib
+    import random
+
+    rng = random.Random(int.from_bytes(hashlib.sha256(generation_id.encode()).digest()[:8], "big"))
+    return " ".join(" ".join(rng.choice(WORDS) for _ in range(words)).capitalize() + "."
+                    for _ in range(sentences))
+
+
 def bind_to_upstream(rows: list[dict], folder, *, texts: dict[str, str] | None = None) -> tuple[list[dict], "object", int]:
     """Write the upstream files whose plan holds exactly the contests of ``rows`` (a vignette
     list, held-out answers, the generations with ``texts`` as their answers), and return the
@@ -199,7 +218,7 @@ def bind_to_upstream(rows: list[dict], folder, *, texts: dict[str, str] | None =
                for src in opponents for vid in vignettes for j in range(max(10, answers_per_generation))]
     gens = [{"generation_id": gid, "vignette_id": r["vignette_id"], "eval_k": r["eval_k"], "selection": r["selection"],
              "selected": True, "scenario": f"scenario {r['vignette_id']}", "sampling_seed": r["sampling_seed"],
-             "answer": (texts or {}).get(gid, f"Answer {gid}: a reading of its own.")} for gid, r in first.items()]
+             "answer": (texts or {}).get(gid, answer_text(gid))} for gid, r in first.items()]
     planned: dict[tuple[str, str], list] = {}
     for c in build_contests(gens, answers, opponents, answers_per_generation):
         planned.setdefault((c.generation_id, c.opponent_source), []).append(c)

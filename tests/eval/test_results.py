@@ -283,6 +283,7 @@ def test_selected_candidate_promotable_only_on_a_fresh_pool_that_clears_the_bar(
     results = build_results(inputs_for(tmp_path / "c", {"policy": strong, "base": base},
                                        candidates=("policy", "base"), fresh=("policy", good_fresh)))
     assert results["selection"]["promotable"] is True
+    assert results["selection"]["fresh_pool_near_duplicates"] == []   # answers of their own (the guard's view)
 
 
 def test_bar_rows_and_promotion_need_the_bars_pinned_judge_and_calibration_size(tmp_path):
@@ -333,7 +334,9 @@ def test_fresh_pool_that_repeats_the_selection_pools_answers_under_new_ids_and_s
     strong = random_judgments(0.9, rng=rng, prefix="p-")
     renamed = [{**r, "generation_id": "n" + r["generation_id"], "contest_id": "n" + r["contest_id"],
                 "sampling_seed": r["sampling_seed"] + 10_000_000} for r in strong]
-    own = {g: f"Answer {g}: a reading of its own." for g in {r["generation_id"] for r in strong}}
+    from stats_fixtures import answer_text
+
+    own = {g: answer_text(g) for g in {r["generation_id"] for r in strong}}   # the selection pool's words
     reused = {"n" + g: text for g, text in own.items()}
     reused = {g: (t.upper().replace(" ", "  ") if i % 2 else t) for i, (g, t) in enumerate(sorted(reused.items()))}
     with pytest.raises(InputError, match=r"repeats \d+ answer text\(s\) of its selection pool under other ids "
@@ -342,6 +345,43 @@ def test_fresh_pool_that_repeats_the_selection_pools_answers_under_new_ids_and_s
     # the same labels with words of their own are fresh
     results = build_results(inputs_for(tmp_path / "b", {"policy": strong}, fresh=("policy", renamed)))
     assert results["selection"]["fresh_pools"] == ["policy"]
+
+
+def _sentences_reversed(text: str) -> str:
+    return " ".join(reversed([f"{part.strip()}." for part in text.split(".") if part.strip()]))
+
+
+@pytest.mark.parametrize("edit,share", [
+    (lambda text: text + " Indeed", 1.0),                       # one word appended
+    (_sentences_reversed, 1.0),                                  # sentences swapped
+    (lambda text: _sentences_reversed(text).upper(), 1.0),      # case changed and sentences swapped (a case
+                                                                 # change alone is the same text: refused above)
+    (lambda text: text.replace(".", ", truly.", 1), 1 / 3),      # a word inserted, a third of the answers
+])
+def test_a_fresh_pool_that_near_duplicates_the_selection_pool_is_no_confirmation(tmp_path, edit, share):
+    """New ids, seeds and contests, a fresh pool that clears the bar, and answers that are the selection pool's
+    lightly edited: no exact text is repeated, but the guard's detectors see the copies, so the pool is not a
+    confirmation: flagged, not promotable, the reason naming the pairs. Honest answers of their own promote
+    (the control, and test_selected_candidate_promotable_only_on_a_fresh_pool_that_clears_the_bar)."""
+    from stats_fixtures import answer_text
+
+    rng = np.random.default_rng(11)
+    strong = random_judgments([0.92, 0.9, 0.95, 0.9, 0.93, 0.91], rng=rng, prefix="p-")
+    good_fresh = random_judgments([0.92, 0.9, 0.95, 0.9, 0.93, 0.91], rng=rng, prefix="f-", seed_offset=700_000)
+    fresh_ids = sorted({r["generation_id"] for r in good_fresh})
+    copied = fresh_ids[:: round(1 / share)]
+    texts = {gid: edit(answer_text("p-" + gid[len("f-"):])) for gid in copied}
+    results = build_results(inputs_for(tmp_path / "edited", {"policy": strong}, fresh=("policy", good_fresh),
+                                       fresh_texts=texts))
+    sel = results["selection"]
+    assert sel["fresh_pool_status"] == "confirmed" and sel["promotable"] is False
+    assert "fresh_pool_near_duplicates" in sel["fresh_pool_flags"]
+    found = {d["fresh"]: d["selection"] for d in sel["fresh_pool_near_duplicates"]}
+    assert found == {gid: "p-" + gid[len("f-"):] for gid in copied}
+    first = sel["fresh_pool_near_duplicates"][0]
+    assert (f"fresh_pool_near_duplicates: {len(copied)} of {len(fresh_ids)} fresh answer(s) near-duplicate the "
+            f"selection pool's by the guard's detectors ({first['fresh']} ~ {first['selection']} "
+            f"({first['detector']} ") in sel["reason"]
 
 
 def test_fresh_pool_of_another_candidate_does_not_promote_the_selected_one(tmp_path):

@@ -17,7 +17,10 @@ length-controlled win-rate) and closes each of those holes:
   (resample vignettes, pick the best of K in the resample, take its resampled minus its
   full-sample win-rate). A selected candidate is ``promotable`` past ``candidate`` only if
   judgments of a FRESH pool (new generations, so new contests; no generation or sampling seed
-  shared with the selection pool) give a worst-case cluster bound that clears the bar.
+  shared with the selection pool) give a worst-case cluster bound that clears the bar, and
+  its answers are new words: a fresh answer that near-duplicates a selection-pool answer by
+  the separation guard's detectors (:func:`near_duplicates`) makes the pool no confirmation
+  (``fresh_pool_near_duplicates``, naming the pairs).
 * **Opponent strength** (:func:`opponent_strengths`): an opponent's strength is its own
   win-rate against the bar opponent on the in-distribution vignettes where the pipeline
   measured it (a reference condition whose answers come from that source), otherwise the
@@ -46,7 +49,8 @@ length-controlled win-rate) and closes each of those holes:
      "opponents": {name: {strength, measured, source}},
      "selection": {candidates, k, selected, selection_pool_win_rate, expected_optimism,
                    optimism_adjusted_win_rate, fresh_pool_win_rate, fresh_pool_cluster_low,
-                   selection_minus_fresh, promotable, reason},
+                   selection_minus_fresh, promotable, reason, fresh_pool_flags,
+                   fresh_pool_near_duplicates: [{fresh, selection, detector, score, threshold}]},
      "claims": [{claim_id: "generalisation/<condition>/<opponent>", kind: "generalisation",
                  label: supported|weak_opponent|not_confirmed, supported, reason, ...}],
      "complete": bool, "not_run": [condition names]}
@@ -68,6 +72,7 @@ import pandas as pd
 from reappreg.errors import InputError
 from reappreg.io import read_jsonl
 from reappreg.settings import Params
+from reappreg.settings.guard import GuardSettings
 from reappreg.settings.judge import JudgeSettings
 from reappreg.settings.stats import StatsSettings
 from reappreg.stats import (
@@ -134,6 +139,9 @@ class ResultsInputs:
     fresh_pools: Mapping[str, FreshPool] = field(default_factory=dict)
     declared_strengths: Mapping[str, DeclaredStrength] = field(default_factory=dict)
     optimism_iterations: int = 2000
+    # The guard's detectors and thresholds (params ``guard``): what "a near copy" of a selection-pool
+    # answer is when a fresh pool's answers are compared with it (``near_duplicates``).
+    guard: GuardSettings = field(default_factory=GuardSettings)
 
 
 @dataclass(frozen=True)
@@ -212,7 +220,7 @@ def results_stage(params: Params, files: ResultsFiles, *, calibration: Path, mod
         trust_policy=TrustPolicy.from_settings(s, params.judge), judge=params.judge,
         selection_candidates=s.selection_candidates, fresh_pools=fresh,
         declared_strengths={k: DeclaredStrength(v.win_rate, v.source) for k, v in s.opponent_strength.items()},
-        optimism_iterations=s.optimism_bootstrap_iterations))
+        optimism_iterations=s.optimism_bootstrap_iterations, guard=params.guard))
     write_results(results, json_path=out_json, markdown_path=markdown, plot_path=plot, settings=s)
     return results
 
@@ -350,11 +358,9 @@ def best_of_k_optimism(selection: Mapping[str, pd.DataFrame], *, iterations: int
 
 
 def judged_answers(judgments: Path, generation_ids: Iterable[str]) -> dict[str, str]:
-    """{normalised answer text: generation id} of the judged generations, read from the
-    ``generations.jsonl`` the generate stage wrote next to ``judgments`` (ids alone can be
-    renamed; the words cannot be checked from a judgments file)."""
-    from reappreg.guard.normalise import normalise
-
+    """{generation id: answer text} of the judged generations with a non-empty answer, read from the
+    ``generations.jsonl`` the generate stage wrote next to ``judgments`` (ids alone can be renamed; the
+    words cannot be checked from a judgments file)."""
     path = Path(judgments).parent / "generations.jsonl"
     if not path.exists():
         raise InputError(f"results: no generations next to {judgments} ({path}): a fresh pool's answers cannot be "
@@ -365,10 +371,8 @@ def judged_answers(judgments: Path, generation_ids: Iterable[str]) -> dict[str, 
     for record in read_jsonl(path):
         gid = str(record.get("generation_id"))
         present.add(gid)
-        if gid in wanted:
-            text = normalise(str(record.get("answer") or ""))
-            if text:
-                texts.setdefault(text, gid)
+        if gid in wanted and str(record.get("answer") or "").strip():
+            texts[gid] = str(record["answer"])
     missing = wanted - present
     if missing:
         raise InputError(f"results: {path} lacks {len(missing)} judged generation(s) ({', '.join(sorted(missing)[:5])})")
@@ -378,16 +382,19 @@ def judged_answers(judgments: Path, generation_ids: Iterable[str]) -> dict[str, 
 def check_fresh_pool(selection: pd.DataFrame, fresh: pd.DataFrame, name: str,
                      texts: tuple[Mapping[str, str], Mapping[str, str]] | None = None) -> None:
     """A fresh pool shares no generation, sampling seed, contest or answer text with the
-    selection pool. ``texts`` are ({normalised answer: generation id}) of the selection pool
-    and of the fresh pool (``judged_answers``): the same answers under new ids and seeds are
-    the selection pool again, not fresh evidence."""
+    selection pool. ``texts`` are ({generation id: answer}) of the selection pool and of the
+    fresh pool (``judged_answers``): the same answers (after the guard's normalisation) under
+    new ids and seeds are the selection pool again, not fresh evidence. Answers that are
+    near, not exact, copies are found by :func:`near_duplicates` and block the promotion."""
+    from reappreg.guard.normalise import normalise
+
     for key in ("generation_id", "sampling_seed", "contest_id"):
         shared = sorted(set(selection[key]) & set(fresh[key]))
         if shared:
             raise InputError(f"results: the fresh pool of {name!r} shares {len(shared)} {key}(s) with its selection "
                              f"pool ({', '.join(map(str, shared[:5]))}): it is not fresh evidence")
     if texts is not None:
-        chosen, new = texts
+        chosen, new = ({normalise(t): gid for gid, t in sorted(pool.items(), reverse=True)} for pool in texts)
         same = sorted(set(chosen) & set(new))
         if same:
             pairs = ", ".join(f"{new[t]} = {chosen[t]}" for t in same[:5])
@@ -396,10 +403,44 @@ def check_fresh_pool(selection: pd.DataFrame, fresh: pd.DataFrame, name: str,
                              "fresh evidence")
 
 
+def near_duplicates(selection: Mapping[str, str], fresh: Mapping[str, str], guard: GuardSettings
+                    ) -> list[dict[str, Any]]:
+    """The fresh answers that near-duplicate a selection-pool answer, by the guard's own detectors.
+
+    A fresh pool confirms a selected candidate only if its answers are new draws: the selection
+    pool's answers with a word appended, sentences swapped, the case changed or a few words edited
+    meet the same opponent answers with the same merits, so the judge sees the pool it was picked on
+    again. Exact text misses all of that; the separation guard's detectors (word n-gram containment,
+    MinHash on word shingles, letter windows, in-order content words: ``reappreg.guard``, at the
+    ``guard`` params' thresholds) are what the project uses to say "a copy of this text" of held-out
+    answers, and here the selection pool's answers play the held-out set and each fresh answer is
+    checked against all of them. One entry per fresh answer that hits (its best hit): ``fresh``,
+    ``selection`` (generation ids), ``detector``, ``score``, ``threshold``. Honest fresh draws of a
+    policy that answers every vignette alike in long stock phrases can hit too: then the fresh pool
+    does not show the candidate is better than the answers it was picked on, which is the point."""
+    from reappreg.guard import AnswerMeta, FastHasher, HeldoutIndex, TextUnit, check_units, tokens
+
+    ids = sorted(gid for gid, text in selection.items() if tokens(text))   # the index needs words to hold
+    if not ids or not fresh:
+        return []
+    index = HeldoutIndex.build([AnswerMeta(gid, "selection pool") for gid in ids], [selection[g] for g in ids], guard,
+                               FastHasher())
+    units = [TextUnit(source="fresh pool", record_id=gid, field="answer", text=fresh[gid]) for gid in sorted(fresh)]
+    best: dict[str, Any] = {}
+    for hit in check_units(index, units, workers=1, chunk_size=guard.chunk_size, max_shared=0):
+        if hit.record_id not in best or hit.score / hit.threshold > best[hit.record_id].score / best[hit.record_id].threshold:
+            best[hit.record_id] = hit
+    return [{"fresh": gid, "selection": hit.answer_id, "detector": hit.detector, "score": round(float(hit.score), 4),
+             "threshold": float(hit.threshold)} for gid, hit in sorted(best.items())]
+
+
 def promotion(selected: str | None, fresh_summary: Mapping[str, Any] | None, reference: ReferenceBar,
-              settings: StatsSettings, blocked: Sequence[str], judge_error: Any = None) -> dict[str, Any]:
+              settings: StatsSettings, blocked: Sequence[str], judge_error: Any = None,
+              duplicates: Sequence[Mapping[str, Any]] = (), n_fresh: int | None = None) -> dict[str, Any]:
     """Whether the selected candidate may move past ``candidate``: only on fresh-pool evidence that clears the
-    bar on its worst-case cluster bound AND once corrected for the judge's calibrated error (``judge_error``)."""
+    bar on its worst-case cluster bound AND once corrected for the judge's calibrated error (``judge_error``),
+    from answers that do not near-duplicate the selection pool's (``duplicates``, :func:`near_duplicates`, of
+    ``n_fresh`` fresh answers)."""
     if selected is None:
         return {"promotable": False, "reason": "no selection candidates were evaluated"}
     if fresh_summary is None:
@@ -411,10 +452,17 @@ def promotion(selected: str | None, fresh_summary: Mapping[str, Any] | None, ref
                                                             settings.confidence)
     flags = [*flags, *blocked, *corrected_flags]
     reason += corrected_reason
+    if duplicates:
+        flags.append("fresh_pool_near_duplicates")
+        shown = ", ".join(f"{d['fresh']} ~ {d['selection']} ({d['detector']} {d['score']:.2f} >= {d['threshold']:g})"
+                          for d in duplicates[:5])
+        more = f", ... ({len(duplicates) - 5} more)" if len(duplicates) > 5 else ""
+        reason += (f"; fresh_pool_near_duplicates: {len(duplicates)} of {n_fresh} fresh answer(s) near-duplicate the "
+                   f"selection pool's by the guard's detectors ({shown}{more}): not a confirmation")
     ok = status == "confirmed" and not any(f in BLOCKING_FLAGS for f in flags)
     return {"promotable": ok, "fresh_pool_win_rate": finite(fresh_summary.get("win_rate")),
             "fresh_pool_cluster_low": finite(fresh_summary.get("cluster_low")), "fresh_pool_status": status,
-            "fresh_pool_flags": flags,
+            "fresh_pool_flags": flags, "fresh_pool_near_duplicates": list(duplicates),
             "reason": ("fresh pool clears the bar: " if ok else "fresh pool does not clear the bar: ") + reason}
 
 
@@ -541,7 +589,7 @@ def build_results(inputs: ResultsInputs) -> dict[str, Any]:
     selection: dict[str, Any] = {"candidates": list(inputs.selection_candidates), "not_evaluated": missing}
     if candidates:
         selection.update(best_of_k_optimism(candidates, iterations=inputs.optimism_iterations, seed=settings.seed))
-    fresh_summary = None
+    fresh_summary, duplicates, n_fresh = None, [], None
     selection["fresh_pools"] = sorted(fresh_frames)
     judgments_of = {c.name: c.judgments for c in inputs.conditions}
     for name, frame in fresh_frames.items():
@@ -551,10 +599,12 @@ def build_results(inputs: ResultsInputs) -> dict[str, Any]:
             texts = (judged_answers(judgments_of[name], candidates[name]["generation_id"]),
                      judged_answers(inputs.fresh_pools[name].judgments, fresh["generation_id"]))
             check_fresh_pool(candidates[name], fresh, name, texts)
+            if name == selection.get("selected"):
+                duplicates, n_fresh = near_duplicates(*texts, inputs.guard), len(texts[1])
         if name == selection.get("selected"):
             fresh_summary = summarize_contests(fresh, settings)
     selection.update(promotion(selection.get("selected"), fresh_summary, reference, settings,
-                               [*blocked, *bar_blocked], judge_error))
+                               [*blocked, *bar_blocked], judge_error, duplicates, n_fresh))
     if fresh_summary is not None and selection.get("selection_pool_win_rate") is not None \
             and selection.get("fresh_pool_win_rate") is not None:
         selection["selection_minus_fresh"] = selection["selection_pool_win_rate"] - selection["fresh_pool_win_rate"]
@@ -568,5 +618,5 @@ def build_results(inputs: ResultsInputs) -> dict[str, Any]:
 
 __all__ = ["KINDS", "RESULTS_SCHEMA_VERSION", "ConditionInput", "DeclaredStrength", "FreshPool", "ResultsInputs",
            "ResultsFiles", "best_of_k_optimism", "build_results", "check_fresh_pool", "condition_inputs", "generalisation_claim",
-           "missing_rows", "opponent_strengths",
+           "missing_rows", "near_duplicates", "opponent_strengths",
            "promotion", "results_stage"]

@@ -53,6 +53,9 @@ FLAGS = {
     # The bar pins the calibration size a claim against it needs (reference_bar.decision.calibration_min_pairs),
     # checked on the claim itself, whatever trust policy the caller recomputed trust with.
     "calibration_too_small": True,    # a bar claim whose judge was calibrated on fewer pairs than the bar pins
+    # results (reappreg.eval.results): a fresh pool whose answers near-duplicate its selection pool's
+    # (the guard's detectors) re-judges the pool the candidate was picked on: no confirmation.
+    "fresh_pool_near_duplicates": True,
 }
 BLOCKING_FLAGS = tuple(f for f, blocking in FLAGS.items() if blocking)
 ESTIMAND = ("equal-weight mean over vignettes of contest scores (a contest = one policy answer vs one "
