@@ -103,27 +103,35 @@ def honest_generate(generations: int, seed: int = 0):
     return GenerateSettings(evals=generations, samples_per_vignette=1, seed=seed)
 
 
+# The policy model the honest upstream's generations came from (generate records its folder's md5).
+POLICY_MD5 = "md5:aaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaa.dir"
+
+
 def honest_upstream(rates: list[float], *, generations: int = 8, answers_per_vignette: int = 4,
                     opponents: tuple[str, ...] = ("gpt-4-0314", "claude-3-opus"), answers_per_generation: int = 2,
-                    seed: int = 0) -> dict:
+                    seed: int = 0, model_md5: str | None = POLICY_MD5, generate=None) -> dict:
     """Vignettes, held-out answers and generations as the split and generate stages write them,
     and the judged orders of exactly the contests the judge would plan (its own build_contests),
     with a share ``rates[v]`` of vignette v's contests won in both orders, the rest lost.
     Verdicts come from label probabilities whose argmax they are (method logprob). The
-    generations are the sampling plan of ``honest_generate(generations, seed)``."""
-    from reappreg.eval.plan import plan_samples
+    generations are the sampling plan of ``generate`` (default ``honest_generate(generations, seed)``)
+    over the vignettes it selects, each naming the policy model ``model_md5``."""
+    from reappreg.eval.plan import plan_samples, select_vignettes
     from reappreg.judge.contests import build_contests
+
+    generate = generate or honest_generate(generations, seed)
 
     rng = np.random.default_rng(seed)
     vignettes = [{"vignette_id": f"v{i}", "title": f"t{i}", "scenario": f"scenario {i}"} for i in range(len(rates))]
     answers = [{"answer_id": f"{src}-v{i}-{j:02d}", "vignette_id": f"v{i}", "source": src,
                 "text": f"{src} answer {j} for vignette {i}" + "." * int(rng.integers(0, 40))}
                for src in opponents for i in range(len(rates)) for j in range(answers_per_vignette)]
-    plan = plan_samples([v["vignette_id"] for v in vignettes], honest_generate(generations, seed))
+    plan = plan_samples([v["vignette_id"] for v in select_vignettes(vignettes, generate.vignettes)], generate)
     gens = [{"generation_id": s.generation_id, "pool_id": s.pool_id, "vignette_id": s.vignette_id, "eval_k": s.eval_k,
              "sample_index": s.sample_index, "candidate_index": s.candidate_index, "selection": "none",
              "selected": True, "scenario": f"scenario {s.vignette_id[1:]}",
-             "answer": "you " + "x" * int(rng.integers(40, 200)), "sampling_seed": s.seed}
+             "answer": "you " + "x" * int(rng.integers(40, 200)), "sampling_seed": s.seed,
+             **({"model_md5": model_md5} if model_md5 is not None else {})}
             for s in sorted(plan, key=lambda s: (int(s.vignette_id[1:]), s.eval_k))]
     contests = build_contests(gens, answers, list(opponents), answers_per_generation)
     rows = []
@@ -150,7 +158,7 @@ def honest_upstream(rates: list[float], *, generations: int = 8, answers_per_vig
                 })
     return {"vignettes": vignettes, "answers": answers, "generations": gens, "judgments": rows,
             "opponents": list(opponents), "answers_per_generation": answers_per_generation,
-            "generate": honest_generate(generations, seed)}
+            "generate": generate}
 
 
 def write_upstream(upstream: dict, folder) -> dict:

@@ -164,7 +164,7 @@ def test_outputs_written_flat_and_claims_refer_to_real_metric_keys(tmp_path):
     claims = json.loads(out["claims_path"].read_text())
     assert isinstance(claims, list) and claims
     for c in claims:
-        assert c["schema_version"] == CLAIMS_SCHEMA_VERSION == 2
+        assert c["schema_version"] == CLAIMS_SCHEMA_VERSION == 3
         assert {"estimand", "clustering", "worst_case_low"} <= set(c["evidence"])
         assert all(ref in metrics for ref in c["metric_refs"])
     assert out["plot_path"].read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
@@ -235,22 +235,23 @@ def test_stats_command_writes_outputs_and_logs_one_mlflow_run(tmp_path, monkeypa
     assert bar["inputs"] == {k[len("input."):-len(".md5")]: v for k, v in run.data.tags.items() if k.startswith("input.")}
     assert set(bar["inputs"]) == {"judgments", "calibration", "models", "generations", "answers", "vignettes"}
     assert bar["decision_settings"]["stats.min_n_confirm"] == 240 and bar["decision_settings"]["stats.confidence"] == 0.95
-    assert bar["looks"]["earlier_stats_runs_same_generations"] == 0 and "repeated_looks" not in bar["flags"]
+    assert bar["looks"]["earlier"] == 0 and "repeated_looks" not in bar["flags"]
+    assert run.data.tags["look.policy"] == upstream["generations"][0]["model_md5"]
 
-    # A second look at the same generations (here with an edited calibration) is counted and said.
+    # A second look at the same policy (here with an edited calibration) is counted and said.
     (tmp_path / "calib.json").write_text(json.dumps({**TRUSTED, "agreement": 0.5, "agreement_low": 0.41,
                                                      "agreement_high": 0.6, "trusted": False}))
     assert CliRunner().invoke(app, args).exit_code == 0
     again = next(c for c in json.loads((tmp_path / "out/claims.json").read_text()) if c["claim_id"] == bar["claim_id"])
-    assert again["looks"]["earlier_stats_runs_same_generations"] == 1
-    assert again["looks"]["earlier_run_ids"] == [run.info.run_id] and "repeated_looks" in again["flags"]
-    assert "drawn after 1 earlier stats run(s) over the same generations" in again["reason"]
-    # Other generations (the same records with their keys in another order) start their own count.
+    assert again["looks"]["earlier"] == 1
+    assert [e["run_id"] for e in again["looks"]["earlier_looks"]] == [run.info.run_id]
+    assert "repeated_looks" in again["flags"] and "drawn after 1 earlier evaluation(s) of this policy" in again["reason"]
+    # Other generations of the same policy (the same records with their keys in another order) are a look too.
     rows = [json.loads(line) for line in (tmp_path / "generations.jsonl").read_text().splitlines()]
     (tmp_path / "generations.jsonl").write_text("".join(json.dumps(r, sort_keys=True) + "\n" for r in rows))
     assert CliRunner().invoke(app, args).exit_code == 0
     other = next(c for c in json.loads((tmp_path / "out/claims.json").read_text()) if c["claim_id"] == bar["claim_id"])
-    assert other["looks"]["earlier_stats_runs_same_generations"] == 0 and other["inputs"]["generations"] != bar["inputs"]["generations"]
+    assert other["looks"]["earlier"] == 2 and other["inputs"]["generations"] != bar["inputs"]["generations"]
 
     (tmp_path / "calib.json").write_text(json.dumps({"trusted": True}))
     failed = CliRunner().invoke(app, args)

@@ -532,7 +532,7 @@ def _bound(name: str, judgments: Path, design: DesignSources | None, judge: Judg
                          "(generations, answers, vignettes): its labels cannot be bound, so they are not counted")
     frame, summary = bind_files(judgments, design, judge, source=f"{name}: {judgments}")
     return frame, {k: summary[k] for k in ("planned_contests", "judged_orders", "missing_orders", "generations",
-                                            "opponents", "sampling_plan")}
+                                            "opponents", "sampling_plan", "policy_model_md5")}
 
 
 def build_results(inputs: ResultsInputs) -> dict[str, Any]:

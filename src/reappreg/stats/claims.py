@@ -14,7 +14,7 @@ from reappreg.settings.stats import StatsSettings
 from reappreg.stats.reference import ReferenceBar, judge_matches
 from reappreg.stats.trust import Trust
 
-CLAIMS_SCHEMA_VERSION = 2
+CLAIMS_SCHEMA_VERSION = 3
 STATUSES = ("confirmed", "inconclusive", "refuted", "not_tested")
 KINDS = ("bar", "custom_bar", "beats_opponent")
 POLICY, FRESH_POOL, SELECTION_POOL = "policy", "best_of_n_fresh_pool", "best_of_n_selection_pool"
@@ -43,7 +43,7 @@ FLAGS = {
     "unbalanced_vignettes": False,    # vignette sizes differ (the equal-weight estimand handles it)
     "best_of_n": False,               # the answer was chosen by best-of-N selection
     "custom_bar": False,              # not the reference bar: never satisfies the promotion gate
-    "repeated_looks": False,          # earlier stats runs read the same generations (stats.looks)
+    "repeated_looks": False,          # earlier stats runs tested the same policy against the same bar (stats.looks)
     # A length-only win is not a win: the length-controlled rate must clear the bar as well.
     "length_sensitive": True,         # confirmed on the raw rate, not on the length-controlled one
     "length_unchecked": True,         # the length-controlled win-rate could not be computed
