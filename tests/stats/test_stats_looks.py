@@ -145,12 +145,58 @@ def test_fifteen_vignette_subsets_and_four_seeds_are_nineteen_looks(tmp_path, tr
     assert look(designs[0], 21)["looks"]["earlier"] == 20        # the failed run is not counted
 
 
-def test_a_custom_bar_is_another_question_and_generations_without_a_policy_are_refused(tmp_path, tracking_uri):
-    generate = GenerateSettings(evals=4, samples_per_vignette=1, seed=0)
+def _signed_link(tmp_path, generate: GenerateSettings) -> dict:
+    """The link payload custody.step signs for a stats step whose notes are open (as under `dvc repro`):
+    a throwaway clone key, the step reading the ``generate`` params section."""
+    import base64
+    import types
+
+    from reappreg.custody.links import Signing
+    from reappreg.custody.plan import StepPlan
+    from reappreg.custody.step import StepRun
+    from reappreg.trust.keys import signing_keys
+
+    root = tmp_path / "clone"
+    root.mkdir()
+    (root / "params.yaml").write_text(yaml.safe_dump({"generate": generate.model_dump(mode="json")}))
+    keys = signing_keys(root / "keys", create=True)
+    version = types.SimpleNamespace(as_dict=lambda: {"origin": "local", "root": 1, "targets": 1})
+    step = StepPlan("stats", ["reappreg", "stats", "run"], [], [], ["generate"], [], [])
+    path = StepRun(root, step, Signing(None, keys, version), {}, ["stats", "run"]).finish()
+    return json.loads(base64.b64decode(json.loads(path.read_text())["payload"]))
+
+
+def test_a_custom_bar_is_another_question_and_generations_without_a_policy_are_refused(tmp_path, tracking_uri,
+                                                                                       monkeypatch):
+    """A custom bar is its own question (its own count), the reference bar asked again is the next look;
+    the step's signed custody link records both counts beside the generate params it ran with."""
+    from reappreg.custody import notes
+
+    monkeypatch.delenv("REAPPREG_SIGNING_KEY", raising=False)
+    generate = GenerateSettings(evals=3, samples_per_vignette=1, seed=0)
     _run(tmp_path, tracking_uri, "plain", generate)
-    claims = _run(tmp_path, tracking_uri, "custom", generate, stats={"bar": 0.55})
+    cut = generate.model_copy(update={"evals": 2})                      # generate.evals 3 -> 2
+    notes.begin()                                                         # as begin_step does under dvc repro
+    claims = _run(tmp_path, tracking_uri, "custom", cut, stats={"bar": 0.55})
     assert _claim(claims)["looks"]["earlier"] == 1                        # the reference bar, asked again
     custom = _claim(claims, "custom_bar/policy/gpt-4-0314")
     assert custom["looks"]["earlier"] == 0 and custom["looks"]["keyed_by"]["threshold"] == 0.55
+
+    link = _signed_link(tmp_path, cut)
+    assert link["environment"]["params"]["generate"]["evals"] == 2
+    looks = link["byproducts"]["looks"]
+    assert looks["this_look"]["evals"] == 2 and looks["this_look"]["n_vignettes"] == len(RATES)
+    # canonical JSON has no floats: the link holds each threshold as its decimal string
+    by_bar = {float(q["threshold"]): q for q in looks["questions"] if q["opponent"] == "gpt-4-0314"}
+    assert by_bar[REFERENCE.bar]["look_number"] == 2 and by_bar[REFERENCE.bar]["policy_model_md5"] == POLICY_MD5
+    assert BAR in by_bar[REFERENCE.bar]["claims"] and len(by_bar[REFERENCE.bar]["earlier_run_ids"]) == 1
+    assert by_bar[0.55]["look_number"] == 1 and by_bar[0.55]["claims"] == ["custom_bar/policy/gpt-4-0314"]
+    # parity (0.5) asked in both runs, the custom bar only in this one
+    assert {q["threshold"]: q["look_number"] for q in looks["questions"]} == {"0.5": 2, "0.55": 1,
+                                                                                repr(REFERENCE.bar): 2}
+    assert float(link["byproducts"]["custody_seconds"]) >= 0
+    assert link["environment"]["params"]["generate"]["temperature"] == repr(cut.temperature)
+    assert notes.take() == {}                                             # the step's notes went into its link
+
     with pytest.raises(InputError, match="name no policy model"):
         _run(tmp_path, tracking_uri, "anonymous", generate, model_md5=None)

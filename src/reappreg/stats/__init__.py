@@ -29,7 +29,8 @@ generations, one dominant vignette, a moved bar, relabelled pools. Each is close
   calibration's Jeffreys posterior uncertainty, which stays wide at perfect agreement).
 * **Looks** (``looks``): every evaluation of one policy (its model md5) against one bar
   (opponent, threshold) is a look, whatever vignettes, evals, samples or seeds it used; a
-  claim drawn after earlier looks says so (``repeated_looks``) and lists what each used.
+  claim drawn after earlier looks says so (``repeated_looks``) and lists what each used; under
+  ``dvc repro`` the step's signed custody link records them too (``byproducts.looks``).
   Position bias is also measured on the judgments themselves (``position_biased`` blocks).
 * **Reference bar** (``reference``): pinned in registry/models.yaml with its source and the
   judge it was measured with, by name and by identity (its weights' md5, or an API's provider

@@ -24,6 +24,10 @@ generations of its own. This module stamps every claim with:
 The condition (plain samples, a best-of-N pool) is not part of the key: trying best-of-N after
 the plain policy missed the bar is one more path to "the policy clears the bar".
 
+Under ``dvc repro`` the stats step's signed custody link carries the same count (``byproducts.looks``,
+:func:`link_record`), beside the params it ran with (``environment.params``: a cut of
+``generate.evals`` is there too).
+
 What it cannot see: looks taken outside this tracking store (another machine, a deleted run,
 a notebook that never logged), and the judge stage's own descriptive win-rates.
 """
@@ -121,6 +125,22 @@ def describe_design(design: Mapping[str, Any] | None) -> str:
     if design.get("contests") is not None:
         parts.append(f"{design['contests']} contests")
     return ", ".join(parts)
+
+
+def link_record(claims: Sequence[Mapping[str, Any]], keys: Mapping[str, LookKey],
+                design: Mapping[str, Any]) -> dict[str, Any]:
+    """The looks as the stats step's custody link records them (its ``byproducts.looks``, signed with
+    the claims it drew): this look's design and, per question tested, its look number, the earlier
+    looks' run ids and the claims that answer it. Call after :func:`stamp_claims`."""
+    questions: dict[str, dict[str, Any]] = {}
+    for claim in claims:
+        key, looks = keys[claim["claim_id"]], claim["looks"]
+        entry = questions.setdefault(key.digest, {
+            **key.as_dict(), "look_number": looks["look_number"], "earlier": looks["earlier"],
+            "earlier_run_ids": [e["run_id"] for e in looks["earlier_looks"]], "claims": []})
+        entry["claims"].append(claim["claim_id"])
+    return {"this_look": dict(design),
+            "questions": sorted(questions.values(), key=lambda q: (q["opponent"], q["threshold"]))}
 
 
 def stamp_claims(claims: Sequence[dict[str, Any]], *, inputs: Mapping[str, str], keys: Mapping[str, LookKey],

@@ -1,11 +1,15 @@
-"""The ``stats`` stage: bound judgments in, claims and their evidence out, tracked in MLflow.
+"""The ``stats`` and ``results`` stages: bound judgments in, claims, their evidence and the results table out.
 
-One function the command calls: it binds the judgments to the design re-derived from the
-upstream files (``stats.design``), draws every interval and claim (``stats.analysis``),
-stamps each claim with its inputs, looks and decision settings (``stats.looks``), writes the
-outputs and logs them to the stage's MLflow run. A look is keyed by the policy (the model md5
-its generations record) and the bar: generations that name no policy model are refused, since
-their looks could not be counted.
+One function per command (``reappreg stats run|results``). :func:`stats_stage` binds the
+judgments to the design re-derived from the upstream files (``stats.design``), draws every
+interval and claim (``stats.analysis``), stamps each claim with its inputs, looks and decision
+settings (``stats.looks``), writes the outputs and logs them to the stage's MLflow run. A look is
+keyed by the policy (the model md5 its generations record) and the bar: generations that name no
+policy model are refused, since their looks could not be counted. Under ``dvc repro`` the looks
+are also signed into the step's custody link (``byproducts.looks``, ``custody.notes``).
+:func:`results_stage` binds every condition's judgments to its own design and writes the results
+table (``eval.results``: one row per condition, both interval kinds) under the same pinned
+reference bar and decision settings.
 """
 
 from __future__ import annotations
@@ -14,9 +18,12 @@ from collections.abc import Callable
 from contextlib import AbstractContextManager, nullcontext
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from reappreg.settings import Params
+
+if TYPE_CHECKING:
+    from reappreg.eval.results import ResultsFiles
 
 
 @dataclass(frozen=True)
@@ -49,7 +56,8 @@ def stats_stage(params: Params, files: StatsFiles, *,
     from reappreg.stats import TrustPolicy, analyze, load_calibration, load_reference_bar, mlflow_metrics, write_outputs
     from reappreg.stats.design import load_bound_judgments
     from reappreg.errors import InputError
-    from reappreg.stats.looks import earlier_looks, keys_of, look_design, look_tags, stamp_claims
+    from reappreg.custody import notes
+    from reappreg.stats.looks import earlier_looks, keys_of, link_record, look_design, look_tags, stamp_claims
     from reappreg.stats.reference import check_decision_settings, decision_values
     from reappreg.tracking import stage_run
 
@@ -81,6 +89,7 @@ def stats_stage(params: Params, files: StatsFiles, *,
             # This run is a look for every later one: tagged with each question it tested (searched only
             # among FINISHED runs, so a run that fails before writing its claims counts for nothing).
             mlflow.set_tags(look_tags(keys, policy, this_look))
+            notes.note("looks", link_record(report["claims"], keys, this_look))   # signed into the step's link
             write_outputs(report, metrics_path=f.metrics, plot_path=f.plot, plot_data_path=f.plot_data,
                           claims_path=f.claims)
         mlflow.set_tag("judge_trusted", str(report["judge"]["trusted"]).lower())
@@ -91,4 +100,26 @@ def stats_stage(params: Params, files: StatsFiles, *,
     return report
 
 
-__all__ = ["StatsFiles", "stats_stage"]
+def results_stage(params: Params, files: ResultsFiles, *, calibration: Path, models: Path, out_json: Path,
+                  markdown: Path, plot: Path) -> dict[str, Any]:
+    """The ``results`` stage: every condition bound to its design, the table written; returns it."""
+    from reappreg.eval.results import DeclaredStrength, ResultsInputs, build_results, condition_inputs
+    from reappreg.eval.results_outputs import write_results
+    from reappreg.stats import TrustPolicy, load_calibration, load_reference_bar
+    from reappreg.stats.reference import check_decision_settings, decision_values
+
+    s = params.stats
+    reference = load_reference_bar(models)
+    check_decision_settings(reference, decision_values(s, params.judge), str(models))
+    conditions, fresh = condition_inputs(params, files)
+    results = build_results(ResultsInputs(
+        conditions=conditions, calibration=load_calibration(calibration), reference=reference, settings=s,
+        trust_policy=TrustPolicy.from_settings(s, params.judge), judge=params.judge,
+        selection_candidates=s.selection_candidates, fresh_pools=fresh,
+        declared_strengths={k: DeclaredStrength(v.win_rate, v.source) for k, v in s.opponent_strength.items()},
+        optimism_iterations=s.optimism_bootstrap_iterations, guard=params.guard))
+    write_results(results, json_path=out_json, markdown_path=markdown, plot_path=plot, settings=s)
+    return results
+
+
+__all__ = ["StatsFiles", "results_stage", "stats_stage"]
