@@ -131,10 +131,11 @@ def stats_paths() -> dict[str, str]:
     return {tok[2:]: tokens[i + 1] for i, tok in enumerate(tokens[:-1]) if tok[2:] in STATS_READS}
 
 
-def bind_claims_to_lock(root: Path, *, judge_wrote: str | None = None) -> None:
+def bind_claims_to_lock(root: Path, *, judge_wrote: str | None = None, sign: bool = True) -> None:
     """What `dvc repro` leaves behind: each claim stamped with the md5 of every file the stats stage read,
     and a dvc.lock recording the stats stage (its command, those deps, the claims it wrote) and the judge
-    stage that wrote the judgments (``judge_wrote``: another md5, as if the judgments were swapped)."""
+    stage that wrote the judgments (``judge_wrote``: another md5, as if the judgments were swapped).
+    ``sign=False``: the lock rewritten by someone without a pipeline key (the custody links stay as signed)."""
     paths = stats_paths()
     for role, rel in paths.items():
         if not (root / rel).exists():
@@ -150,7 +151,7 @@ def bind_claims_to_lock(root: Path, *, judge_wrote: str | None = None) -> None:
         "stats": {"cmd": stats_cmd, "deps": [{"path": rel, "md5": md5s[role]} for role, rel in paths.items()],
                   "outs": [{"path": "reports/claims.json", "md5": dvc_md5(root / "reports/claims.json")}]}}}
     (root / "dvc.lock").write_text(yaml.safe_dump(lock, sort_keys=False))
-    record_outputs(root)
+    record_outputs(root, sign=sign)
 
 
 # The stages that write the files registration reads as evidence, as `dvc repro` records them in dvc.lock
@@ -208,7 +209,7 @@ def plant_custody(root: Path) -> None:
     sign_layout(root, signing, reason="the planted pipeline's owner")
 
 
-def record_outputs(root: Path) -> None:
+def record_outputs(root: Path, *, sign: bool = True) -> None:
     """What `dvc repro` leaves in dvc.lock after every stage ran: the md5 of each evidence file (and of
     the cards folder) as the stage that wrote it recorded it. One stage per metrics file, as the
     rm_train@…/rm_ensemble/policy_train stages each write one."""
@@ -226,7 +227,8 @@ def record_outputs(root: Path) -> None:
         eval_json = {"path": "metrics/eval.json", "md5": dvc_md5(root / "metrics/eval.json")}
         stages["stats"]["outs"] = [o for o in stages["stats"].get("outs", []) if o["path"] != "metrics/eval.json"] + [eval_json]
     (root / "dvc.lock").write_text(yaml.safe_dump(lock, sort_keys=False))
-    plant_custody(root)
+    if sign:  # the pipeline key signs each step's link, as a `dvc repro` run does
+        plant_custody(root)
 
 
 def plant_stage_runs(root: Path) -> None:

@@ -1,4 +1,4 @@
-"""Every DVC stage has one shape: a thin command over one stage function (README "Pipeline").
+"""Every DVC stage has one shape: a thin command over one stage function (docs/pipeline.md).
 
 * Its command line fits its command: every option dvc.yaml's ``cmd:`` gives exists, every
   required option is given, and a path the ``cmd:`` passes has no default of its own (one place
@@ -7,8 +7,8 @@
   (no ``stage_run``, no ``mlflow.``, in it or the module helpers it uses), and calls exactly one
   function imported from a ``reappreg.<package>.stage`` module: the stage function, which owns
   the run, the checks and the logging.
-* The stage modules used are the ones the README names, and each commands module calls into
-  one package.
+* The stage modules used are the ones the manual names (docs/pipeline.md), and each commands
+  module calls into one package.
 
 The source is read with ``ast``; the checker is tested on planted bad commands below.
 """
@@ -193,7 +193,7 @@ def _stage_modules(function) -> set[str]:
     return {module for module, _ in names.values() if STAGE_MODULE.match(module)}
 
 
-def test_each_commands_module_calls_into_one_package_and_the_readme_names_it():
+def test_each_commands_module_calls_into_one_package_and_the_manual_names_it():
     packages: dict[str, set[str]] = {}
     used = set()
     for function in COMMANDS.values():
@@ -201,8 +201,8 @@ def test_each_commands_module_calls_into_one_package_and_the_readme_names_it():
         used |= modules
         packages.setdefault(function.__module__, set()).update(STAGE_MODULE.match(m).group(1) for m in modules)
     assert {m: p for m, p in packages.items() if len(p) != 1} == {}
-    readme = (REPO / "README.md").read_text(encoding="utf-8")
-    sentence = readme[readme.index("Every stage is a thin"):]
+    manual = (REPO / "docs" / "pipeline.md").read_text(encoding="utf-8")
+    sentence = manual[manual.index("Every stage is a thin"):]
     sentence = sentence[:re.search(r"\.\s", sentence).start()]
     named = set(re.findall(r"`(reappreg\.\w+\.stage)(?:\.\*)?`", sentence))
     assert named == {m.rsplit(".", 1)[0] if m.count(".") == 3 else m for m in used}, sentence

@@ -170,10 +170,13 @@ def _with_parents(modules: set[str]) -> set[str]:
     return out
 
 
-def module_closure(tree: SourceTree, start: Iterable[str]) -> set[str]:
-    """Every reappreg module reachable from ``start`` through any import statement."""
+def module_closure(tree: SourceTree, start: Iterable[str], selective: Iterable[str] = ()) -> set[str]:
+    """Every reappreg module reachable from ``start`` through any import statement. ``selective``:
+    modules whose functions are followed only where a command calls them (the caller adds those
+    functions' imports), so importing them here counts just their top level."""
     todo = list(_with_parents(set(start)))
     seen: set[str] = set()
+    only_top = set(selective)
     while todo:
         name = todo.pop()
         if name in seen:
@@ -181,8 +184,9 @@ def module_closure(tree: SourceTree, start: Iterable[str]) -> set[str]:
         seen.add(name)
         module_ast = tree.parse(name)
         # A commands module's functions run only for their own command (whose imports the
-        # caller adds); importing the module runs just its top level.
-        nodes = list(module_ast.body if name.startswith(COMMANDS + ".") else ast.walk(module_ast))
+        # caller adds); importing the module runs just its top level. So do a stage module's
+        # functions when a command reached it by naming the one function it calls.
+        nodes = list(module_ast.body if name.startswith(COMMANDS + ".") or name in only_top else ast.walk(module_ast))
         reached = _imports(tree, name, nodes) | _dynamic_imports(tree, name, nodes)
         todo += sorted(_with_parents(reached) - seen)
     return seen
@@ -249,14 +253,15 @@ def command_closure(tree: SourceTree, first: str, second: str | None) -> set[str
     done: set[tuple[str, str]] = set()
     todo = [target]
     start: set[str] = set(ENTRY_MODULES)  # the commands module(s) run are added below
+    selective: set[str] = set()
     while True:
         while todo:
             item = todo.pop()
             if item in done:
                 continue
             done.add(item)
-            start |= _command_modules(tree, *item, todo)
-        closure = module_closure(tree, start)
+            start |= _command_modules(tree, *item, todo, selective)
+        closure = module_closure(tree, start, selective)
         for name in sorted(n for n in closure if not n.startswith(COMMANDS + ".")):
             # library code that starts another command as a subprocess (commands modules:
             # only the functions that run count, see _command_modules)
@@ -266,13 +271,23 @@ def command_closure(tree: SourceTree, first: str, second: str | None) -> set[str
             return closure
 
 
-def _command_modules(tree: SourceTree, module: str, function: str, todo: list[tuple[str, str]]) -> set[str]:
-    """The commands module, what it imports at top level, and the imports of the command
-    function and of the module-level helpers it names (transitively). Commands the function
-    starts as a subprocess are appended to ``todo``."""
+def _is_stage_module(name: str) -> bool:
+    """``reappreg.<package>.stage`` (or a module of a ``stage`` package): where stage functions live."""
+    parts = name.split(".")
+    return len(parts) >= 3 and ("stage" in parts[2:]) and not name.startswith(COMMANDS + ".")
+
+
+def _function_imports(tree: SourceTree, module: str, function: str, todo: list[tuple[str, str]],
+                      selective: set[str]) -> set[str]:
+    """The module, what it imports at top level, and the imports of ``function`` and of the module-level
+    helpers it names (transitively). A stage function it imports by name from a stage module is followed
+    the same way (that module then counts selectively: only its top level when reached otherwise).
+    Commands started as a subprocess are appended to ``todo``."""
     module_ast = tree.parse(module)
     helpers = {n.name: n for n in module_ast.body if isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef))}
     found = {module} | _imports(tree, module, module_ast.body)
+    if function not in helpers:
+        return found | _imports(tree, module, list(ast.walk(module_ast)))  # not a function: everything counts
     reached: set[int] = set()
     pending: list[ast.AST] = [helpers[function]]
     while pending:
@@ -282,9 +297,24 @@ def _command_modules(tree: SourceTree, module: str, function: str, todo: list[tu
         reached.add(id(node))
         body = list(ast.walk(node))
         pending += [helpers[n.id] for n in body if isinstance(n, ast.Name) and n.id in helpers]
+        for stmt in body:
+            if isinstance(stmt, ast.ImportFrom) and stmt.level == 0 and _is_stage_module(stmt.module or ""):
+                stage_module = stmt.module
+                if tree.path_of(stage_module) is None or tree.is_package(stage_module):
+                    continue
+                selective.add(stage_module)
+                for alias in stmt.names:
+                    found |= _function_imports(tree, stage_module, alias.name, todo, selective)
         found |= _imports(tree, module, body)
         todo += sorted({t for a, b in _started_commands(body) if (t := _locate(tree, a, b)) is not None})
     return found
+
+
+def _command_modules(tree: SourceTree, module: str, function: str, todo: list[tuple[str, str]],
+                     selective: set[str] | None = None) -> set[str]:
+    """The commands module, what it imports at top level, and the imports of the command function, of
+    the module-level helpers it names and of the stage functions it calls (transitively)."""
+    return _function_imports(tree, module, function, todo, set() if selective is None else selective)
 
 
 def stage_command(stage: str, cmd: str) -> tuple[str, str | None]:

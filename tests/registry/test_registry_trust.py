@@ -128,11 +128,11 @@ def test_a_registration_signed_by_a_retired_key_after_the_rotation_is_tampering(
     root, alice = team["root"], team["alice"]
     stale = tmp_path / "stale-keys"
     shutil.copytree(root / "registry/keys", stale)  # alice's own copy, from before her key was retired
-    set_role(root / "registry/keys", "registration", RoleSpec([team["keys"] / "bob.pub.pem"], 1), signers=[alice],
-             expiry_days=30)
     from registry_fixtures import record_outputs
 
-    record_outputs(root)
+    record_outputs(root)  # the pipeline's links, signed before the rotation (targets v1: alice's copy verifies them)
+    set_role(root / "registry/keys", "registration", RoleSpec([team["keys"] / "bob.pub.pem"], 1), signers=[alice],
+             expiry_days=30)
     # alice registers with her stale copy (and a fresh pin of her own): the statement names targets v1.
     code, out, exc = run_cli(*stage_argv("register", keys=str(stale), local_keys=str(tmp_path / "alice/keys")))
     assert code == 0, (out, exc)

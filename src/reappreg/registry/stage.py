@@ -318,6 +318,9 @@ def register_models(
                 with (mlflow.start_run(run_name=f"register {name} step {checkpoint['step']}", nested=True,
                                        tags={"stage": "register", "register.checkpoint_step": str(checkpoint["step"])})
                       if checkpoint else contextlib.nullcontext()):
+                    if checkpoint:  # verify/pull fetch the links a statement names from the version's own run
+                        for rel in sorted(link_digests):
+                            mlflow.log_artifact(rel, artifact_path="custody")
                     artifact = checkpoint["folder"] if checkpoint else model.artifact
                     content = folder_md5(manifest)
                     mlflow.set_tag(f"input.{artifact}.md5", content)
