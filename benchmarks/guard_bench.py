@@ -5,7 +5,7 @@ reappraisals and longer paragraphs, from a phrase grammar; five texts per author
 as held-out answers the 600 Sharma et al. (2023) reframes (read in place, ``--heldout
 sharma``; ``--heldout grammar`` makes them from the grammar instead). Into the training texts
 it plants ``--per-class`` disguised copies of held-out answers for every class of
-``reappreg.guard.disguise`` (the generator the tests use): character-level, layout, edited.
+``guard_support.disguise`` (the generator the tests use): character-level, layout, edited.
 
 In one run, on the same data, it measures:
 
@@ -242,7 +242,7 @@ def make_data(n_train: int, heldout: list[str], per_class: int, seed: int):
     """Units, groups, per class the (answer index, record indices) of every plant, and which
     records are clean."""
     from reappreg.guard import Group, TextUnit
-    from reappreg.guard.disguise import CLASSES, can_disguise, disguise
+    from guard_support.disguise import CLASSES, can_disguise, disguise
 
     clean = clean_texts(n_train, seed)
     rng = random.Random(seed)
@@ -429,7 +429,7 @@ def semantic_false_positive_rate(threshold: float, model: str) -> tuple[float, i
 def main(argv: list[str] | None = None) -> int:
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
     from reappreg.guard import AnswerMeta, FastHasher, HeldoutIndex, TokenizerSpec, TokenizerView, check_units
-    from reappreg.guard.disguise import EDITED
+    from guard_support.disguise import EDITED
     from reappreg.guard.registry import settings_record
     from reappreg.settings.guard import GuardSettings
 

@@ -20,20 +20,19 @@ from reappreg.guard import (
     FastHasher,
     GuardPaths,
     HeldoutIndex,
-    KeyedHasher,
     SourceSpec,
     TextUnit,
     audit,
     check_units,
     index_from_sketch,
     load_sketch,
-    lsh_error_rates,
     read_key,
     run_guard,
     scan_texts,
-    tokens,
 )
-from reappreg.guard.normalise import text_views
+from reappreg.guard.hashing import KeyedHasher
+from reappreg.guard.minhash import lsh_error_rates
+from reappreg.guard.normalise import text_views, tokens
 from reappreg.hashing import dvc_md5
 from reappreg.io import read_json, read_jsonl, write_jsonl
 from reappreg.settings import load_params
@@ -388,7 +387,8 @@ def test_signatures_are_bit_identical_to_datasketch():
 
 
 def test_every_registered_detector_has_its_params_section_and_its_recorded_settings():
-    from reappreg.guard import DETECTORS, REGISTERED, settings_from_record, settings_record
+    from reappreg.guard import DETECTORS
+    from reappreg.guard.registry import REGISTERED, settings_from_record, settings_record
 
     settings = GuardSettings()
     record = settings_record(settings)
@@ -398,6 +398,38 @@ def test_every_registered_detector_has_its_params_section_and_its_recorded_setti
         assert detector.section(settings) is section
         assert set(record[detector.name]) == set(type(section).model_fields) | set(detector.derived)
     assert settings_from_record(json.loads(json.dumps(record))) == settings
+
+
+def test_a_detector_without_its_params_section_or_report_row_cannot_be_registered():
+    """Each detector declares its params section and its report row; the registry refuses a
+    detector that lacks either, and a params section no registered detector owns."""
+    from reappreg.guard.detector import Detector
+    from reappreg.guard.registry import REGISTERED, check_registered
+    from reappreg.settings.guard import DetectorSection, NgramSettings
+
+    check_registered(REGISTERED)
+
+    class Undeclared(Detector):
+        name = "undeclared"
+
+    class Unlisted(Detector):  # a section model that GuardSettings has no field for
+        name = "unlisted"
+        settings_model = type("UnlistedSettings", (DetectorSection,), {})
+        label, shown = "something", ("x",)
+
+    class NoRow(Detector):
+        name = "ngram"
+        settings_model = NgramSettings
+        label, shown = "", ("not_a_setting",)
+
+    with pytest.raises(RuntimeError, match="'undeclared' names no params section"):
+        check_registered((*REGISTERED, Undeclared()))
+    with pytest.raises(RuntimeError, match="GuardSettings has no field 'unlisted'"):
+        check_registered((*REGISTERED, Unlisted()))
+    with pytest.raises(RuntimeError, match=r"params sections of no registered detector: \['edits'\]"):
+        check_registered(REGISTERED[:-1])
+    with pytest.raises(RuntimeError, match="'ngram' has no report label.*shows \\['not_a_setting'\\]"):
+        check_registered((NoRow(), *REGISTERED[1:]))
 
 
 def test_lsh_error_rates_match_the_banding_and_datasketch():

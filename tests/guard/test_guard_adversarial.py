@@ -9,8 +9,9 @@ from pathlib import Path
 
 import pytest
 
+from guard_support.disguise import CLASSES, EDITED, GROUPED, can_disguise, disguise, word_filler
+
 from reappreg.guard import AnswerMeta, FastHasher, Group, HeldoutIndex, TextUnit, check_units
-from reappreg.guard.disguise import CLASSES, EDITED, GROUPED, can_disguise, disguise, word_filler
 from reappreg.io import read_jsonl, write_jsonl
 from reappreg.settings.guard import GuardSettings
 

@@ -14,6 +14,7 @@ from reappreg.guard.containment import containment_hits
 from reappreg.guard.detector import Batch, Detector, RawHit
 from reappreg.guard.grams import GramTable
 from reappreg.guard.spans import letter_spans
+from reappreg.settings.guard import CharsSettings
 
 if TYPE_CHECKING:
     from reappreg.guard.detector import DetectorIndex
@@ -21,6 +22,9 @@ if TYPE_CHECKING:
 
 class CharsDetector(Detector):
     name = "chars"
+    settings_model = CharsSettings
+    label = "character n-grams"
+    shown = ("n", "min_run", "containment")
 
     def build(self, answers) -> dict[str, Any]:
         return {"letter_sets": answers.sets(*answers.letter_grams)}

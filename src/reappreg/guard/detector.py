@@ -3,8 +3,12 @@
 A detector is one class in one module of ``reappreg.guard`` (``ngram``, ``minhash``,
 ``chars``, ``fragments``, ``edits``), registered in ``registry.REGISTERED``. It names:
 
-* ``name``: its name in hits, counts, the certificate and the sketch (and its params
-  section ``guard.<name>``, a ``settings.guard`` section model);
+* ``name``: its name in hits, counts, the certificate and the sketch;
+* ``settings_model``: its params section, ``guard.<name>``, a ``settings.guard.DetectorSection``
+  (``GuardSettings`` has a field of that name and type; ``registry`` refuses to load otherwise);
+* ``label`` / ``shown``: its row in the report's detector table (what it matches, which of
+  its settings the row shows), recorded in the certificate (``detector_rows``) so the report
+  renders what the run declared without importing a detector;
 * ``record`` / ``read_record``: what the certificate and the sketch record of its settings
   under ``detectors.<name>`` (the section's values plus anything derived, such as the LSH
   error rates or a version), and reading that back for an audit (complete, same version);
@@ -164,9 +168,13 @@ class Batch:
 
 
 class Detector:
-    """One detector (see the module docstring); subclasses set ``name`` and override."""
+    """One detector (see the module docstring); subclasses set ``name``, ``settings_model``,
+    ``label`` and ``shown``, and override."""
 
     name: ClassVar[str]
+    settings_model: ClassVar[type]           # its params section (a settings.guard.DetectorSection)
+    label: ClassVar[str]                     # what it matches, as the report's detector table says
+    shown: ClassVar[tuple[str, ...]]         # the recorded settings that row shows
     derived: ClassVar[tuple[str, ...]] = ()  # recorded keys computed from the settings (not params)
     groupwise: ClassVar[bool] = False        # hits from groups of records (``collect`` per batch), not per text
 
@@ -187,7 +195,7 @@ class Detector:
     def read_record(self, entry: Any, source: str) -> dict[str, Any]:
         """The section's values from a recorded ``detectors.<name>``: every field present, no
         unknown key, derived keys of this version (InputError otherwise)."""
-        fields = type(self.section_model()).model_fields
+        fields = self.settings_model.model_fields
         if not isinstance(entry, dict):
             raise InputError(f"{source}: guard detector settings incomplete: 'detectors.{self.name}' is missing or not a mapping")
         missing = [f for f in fields if f not in entry] + [d for d in self.derived if d not in entry]
@@ -196,10 +204,9 @@ class Detector:
         self.check_derived(entry, source)
         return {k: v for k, v in entry.items() if k not in self.derived}
 
-    def section_model(self) -> Any:
-        from reappreg.settings.guard import GuardSettings
-
-        return self.section(GuardSettings())
+    def report_row(self) -> dict[str, Any]:
+        """Its row in the report's detector table, as the certificate records it."""
+        return {"detector": self.name, "what": self.label, "shown": list(self.shown)}
 
     # -- its part of the held-out index
 

@@ -80,6 +80,7 @@ from reappreg.errors import InputError
 from reappreg.guard.detector import Batch, Detector, RawHit
 from reappreg.guard.hashing import _mix64, _mix64_int, token_key, token_keys
 from reappreg.guard.normalise import skeleton
+from reappreg.settings.guard import EditsSettings
 
 MIN_TYPO_LETTERS = 4  # a word of this many letters is keyed by its one-letter deletions too
 # ... and at most this many: a word's deletions cost its length squared, and a "word" of a
@@ -412,6 +413,9 @@ def _runs(toks: Sequence[str], positions: Sequence[int], limit: int, gap: int = 
 
 class EditsDetector(Detector):
     name = "edits"
+    settings_model = EditsSettings
+    label = "edited copies: content words in order"
+    shown = ("enabled", "threshold", "min_answer_words", "span")
     derived = ("version",)
 
     def enabled(self, settings) -> bool:

@@ -23,6 +23,7 @@ from reappreg.guard.detector import TEXT_VIEW, Batch, Detector, GroupContext, Hi
 from reappreg.guard.grams import GramTable
 from reappreg.guard.spans import letter_spans
 from reappreg.guard.text import Group, SourceTexts, record_ids
+from reappreg.settings.guard import FragmentsSettings
 
 if TYPE_CHECKING:
     from reappreg.guard.detector import AnswerMeta, DetectorIndex
@@ -193,6 +194,9 @@ class FragmentsDetector(Detector):
     (``fragment_hits``, called by ``detect.check_units`` once every batch is scanned)."""
 
     name = "fragments"
+    settings_model = FragmentsSettings
+    label = "fragments spread over records"
+    shown = ("min_piece", "coverage", "group_fields")
     groupwise = True
 
     def derive(self, index: DetectorIndex) -> None:

@@ -19,6 +19,7 @@ from reappreg.guard.detector import Batch, Detector, RawHit
 from reappreg.guard.grams import GramTable
 from reappreg.guard.hashing import _SHINGLE, _U64
 from reappreg.guard.spans import word_spans
+from reappreg.settings.guard import MinHashSettings
 
 if TYPE_CHECKING:
     from reappreg.guard.detector import DetectorIndex
@@ -209,6 +210,9 @@ def minhash_hits(index: DetectorIndex, n_texts: int, sh: np.ndarray, sh_off: np.
 
 class MinHashDetector(Detector):
     name = "minhash"
+    settings_model = MinHashSettings
+    label = "MinHash-LSH (datasketch)"
+    shown = ("threshold", "num_perm", "bands", "rows", "shingle_words")
     derived = ("scheme", "lsh")
 
     def record(self, settings) -> dict[str, Any]:

@@ -13,6 +13,7 @@ from reappreg.guard.detector import Batch, Detector, RawHit
 from reappreg.guard.grams import GramTable
 from reappreg.guard.hashing import _NGRAM
 from reappreg.guard.spans import word_spans
+from reappreg.settings.guard import NgramSettings
 
 if TYPE_CHECKING:
     from reappreg.guard.detector import DetectorIndex
@@ -20,6 +21,9 @@ if TYPE_CHECKING:
 
 class NgramDetector(Detector):
     name = "ngram"
+    settings_model = NgramSettings
+    label = "exact word n-grams"
+    shown = ("n", "min_run", "containment")
 
     def word_grams(self, settings) -> list[tuple[int, int]]:
         return [(settings.ngram.n, _NGRAM)]

@@ -19,6 +19,7 @@ from typing import Any
 from reappreg.errors import InputError
 from reappreg.guard.certificate import (
     CERTIFICATE_SCHEMA,
+    detector_rows,
     detectors_section,
     sketch_tokenizers,
     versions,
@@ -254,6 +255,7 @@ def run_guard(
         "guarded_dir": {"path": str(guarded_dir), "md5": dvc_md5(guarded_dir) if passed else None},
         "normalisation": NORMALISATION,
         "detectors": detectors_section(settings),
+        "detector_rows": detector_rows(),
         "tokenizers": tokenizer_entries,
         "decode_views": list(DECODE_VIEW_NAMES),
         "views": scripts_folded(tokenizers),

@@ -14,7 +14,14 @@ def _problems(section: str, problems: list[str]) -> None:
         raise ValueError(f"invalid guard.{section} settings: " + "; ".join(problems))
 
 
-class NgramSettings(Section):
+class DetectorSection(Section):
+    """The params section of one detector (``guard.<name>``). Each detector class names its
+    section model (``guard.detector.Detector.settings_model``), and ``GuardSettings`` has one
+    field per detector, named like it, typed with that model: ``guard.registry`` refuses to
+    load when a registered detector has no such field or a field of this kind no detector."""
+
+
+class NgramSettings(DetectorSection):
     # Exact word n-gram containment of a held-out answer in a training text.
     n: int = Field(5, ge=1)
     containment: float = Field(0.5, gt=0, le=1)   # fraction of the answer's n-grams found in the text
@@ -28,7 +35,7 @@ class NgramSettings(Section):
         return self
 
 
-class MinHashSettings(Section):
+class MinHashSettings(DetectorSection):
     # MinHash LSH near-duplicates: exact Jaccard of word-shingle sets, LSH-candidate pairs only.
     shingle_words: int = Field(2, ge=1)
     threshold: float = Field(0.3, gt=0, le=1)
@@ -62,7 +69,7 @@ class MinHashSettings(Section):
         return self
 
 
-class CharsSettings(Section):
+class CharsSettings(DetectorSection):
     # Exact containment of windows of n letters of the letter view (skeleton, no spaces/punctuation).
     n: int = Field(25, ge=4)
     containment: float = Field(0.5, gt=0, le=1)   # fraction of the answer's letters inside windows the text shares
@@ -76,7 +83,7 @@ class CharsSettings(Section):
         return self
 
 
-class FragmentsSettings(Section):
+class FragmentsSettings(DetectorSection):
     # An answer spread over several records of one group: pieces of >= min_piece letters that
     # together cover >= coverage of the answer's letter windows (no single record does).
     coverage: float = Field(0.5, gt=0, le=1)
@@ -89,7 +96,7 @@ class FragmentsSettings(Section):
     stock_answers: int = Field(3, ge=2)
 
 
-class EditsSettings(Section):
+class EditsSettings(DetectorSection):
     # A copy with an edit in many of its words (typos, inserted words, function words swapped,
     # tenses shifted): the answer's content words (function words dropped, Snowball stems,
     # one-edit typo neighbourhoods) matched in order (LCS) inside a stretch of span x the

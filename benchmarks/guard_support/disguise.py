@@ -1,5 +1,6 @@
 """A seeded generator of disguised leaks: what an adversary does to slip a held-out answer past
-the guard. The tests and ``benchmarks/guard_bench.py`` share it.
+the guard. The tests and ``benchmarks/guard_bench.py`` share it (test and benchmark support,
+not the library: see ``guard_support``).
 
 ``disguise(kind, rng, answer, filler)`` returns a ``Plant``: one or more training records that
 together carry ``answer``. ``filler(n_words)`` supplies innocent text to hide it in. Classes:
