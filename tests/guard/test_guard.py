@@ -801,7 +801,7 @@ def test_check_cli_reads_jsonl_csv_and_text_and_exits_1_on_hits(stage, tmp_path)
     assert clean.exit_code == 0 and "0 hit(s)" in clean.output
     # Like `guard run`, `check --heldout` sees texts through the profile's tokenizers unasked
     # (the RM encoder's and the base policy's) and through every decoding view.
-    assert "tokenizer views: rm-encoder, policy; decoding views: escapes, markup" in " ".join(clean.output.split())
+    assert "tokenizer views: rm-encoder, policy; decoding views: escapes, html, markup" in " ".join(clean.output.split())
     words = answer.split()
     spliced = " ".join(w + (" [MASK]" if i % 2 else " [PAD]") for i, w in enumerate(words))
     write_jsonl(tmp_path / "spliced.jsonl", [{"text": spliced}])

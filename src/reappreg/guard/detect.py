@@ -37,6 +37,7 @@ import numpy as np
 
 from reappreg.errors import InputError
 from reappreg.guard.decode import decode_views
+from reappreg.guard.decode import warm as warm_decoders
 from reappreg.guard.detector import TEXT_VIEW, Batch, GroupContext, Hit, RawHit
 from reappreg.guard.fragments import Group
 from reappreg.guard.index import AnswerMeta, HeldoutIndex, TextView
@@ -183,6 +184,7 @@ def scan_batches(index: HeldoutIndex, texts: Sequence[str], *, views: Sequence[T
             if progress:
                 progress(len(chunk))
     else:
+        warm_decoders()  # built once here, shared by the forked workers
         _WORKER_INDEX, _WORKER_VIEWS = index, views
         if views:
             # The tokenizers ran threaded for the index; a forked worker then switches their

@@ -225,7 +225,8 @@ def guard_section(r: _Reader) -> Section:
                      ", ".join(map(str, tokenizers)) or "none", counts.get("hits_in_tokenizer_views")])
     decode_views = cert.get("decode_views")
     if isinstance(decode_views, list):
-        rows.append(["decoding views", "every detector again on the text decoded (escapes, markup, transliteration, leetspeak)",
+        rows.append(["decoding views", "every detector again on the text decoded (escapes, HTML source, markup, "
+                     "upside-down text, transliteration, leetspeak)",
                      ", ".join(map(str, decode_views)) or "none", counts.get("hits_in_decode_views")])
     semantic = cert.get("semantic") if isinstance(cert.get("semantic"), Mapping) else None
     if semantic is not None and semantic.get("enabled"):
