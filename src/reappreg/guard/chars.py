@@ -26,12 +26,18 @@ class CharsDetector(Detector):
     label = "character n-grams"
     shown = ("n", "min_run", "containment")
 
+    stock_part = "letter_sets"
+
+    def gram_keys(self, texts) -> tuple:
+        return texts.letter_grams
+
     def build(self, answers) -> dict[str, Any]:
-        return {"letter_sets": answers.sets(*answers.letter_grams)}
+        return {"letter_sets": answers.sets(*self.gram_keys(answers))}
 
     def derive(self, index: DetectorIndex) -> None:
-        # the letter windows' table; ``fragments`` reads it too
+        # the letter windows' table (with their stock weights); ``fragments`` reads it too
         index.letters = GramTable(index.letter_sets, index.letter_counts)
+        self.weigh(index, index.letters)
 
     def scan(self, index: DetectorIndex, batch: Batch, max_shared: int) -> tuple[list[RawHit], list[list[str]]]:
         s = index.settings.chars

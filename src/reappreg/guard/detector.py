@@ -64,6 +64,8 @@ class DetectorIndex(Protocol):
     answers: list[AnswerMeta]
     token_counts: list[int]
     letter_counts: list[int]
+    reference: Any            # the honest reference corpus's counts (``stock.Reference``) or None
+    stock_tables: dict[str, Any]
 
     def __getattr__(self, name: str) -> Any: ...
 
@@ -91,6 +93,10 @@ class Hit:
     members: list[str] = field(default_factory=list)  # fragments: the records that together hold it
     shared: list[str] = field(default_factory=list)   # shared passages, normalised words, in text order
     group: str | None = None  # fragments: the group ("author_id=a7", "file") whose records hold it
+    # attribution (``attribution``): every answer the matched text is closest to (this one among
+    # them; two that match equally both), and the share of the matched text only they hold
+    closest: list[str] = field(default_factory=list)
+    separation: float | None = None
 
     def to_record(self, with_shared: bool = True) -> dict[str, Any]:
         record = asdict(self)
@@ -177,6 +183,9 @@ class Detector:
     shown: ClassVar[tuple[str, ...]]         # the recorded settings that row shows
     derived: ClassVar[tuple[str, ...]] = ()  # recorded keys computed from the settings (not params)
     groupwise: ClassVar[bool] = False        # hits from groups of records (``collect`` per batch), not per text
+    # the field of its index part whose per-answer key sets carry stock weights (``stock``;
+    # ``gram_keys`` gives the same kind of keys for other texts, the reference corpus), or None
+    stock_part: ClassVar[str | None] = None
 
     # -- settings, as params give them and as the certificate and sketch record them
 
@@ -219,6 +228,19 @@ class Detector:
     def derive(self, index: DetectorIndex) -> None:
         """Set on ``index`` what the scan derives from the stored part (tables, LSH index),
         when the index is built or unpickled (detectors derive in registry order)."""
+
+    def gram_keys(self, texts: Any) -> tuple[np.ndarray, np.ndarray]:
+        """(keys, offsets) of the grams it weights as stock (``stock_part``), for ``texts``
+        (an ``index.AnswerTexts``: the answers, or the reference corpus)."""
+        raise NotImplementedError(f"detector '{self.name}' weighs no grams")
+
+    def weigh(self, index: DetectorIndex, table: Any) -> None:
+        """Set the stock weights of its gram table (``stock.gram_weights``) and list the table
+        for the certificate's stock summary."""
+        from reappreg.guard.stock import gram_weights
+
+        table.set_weights(gram_weights(table, index.answers, self.name, index.reference, index.settings.stock))
+        index.stock_tables[self.name] = table
 
     def from_sketch(self, fields: dict[str, list]) -> dict[str, Any]:
         """Its stored part from the per-answer values ``read_sketch_entry`` gave."""

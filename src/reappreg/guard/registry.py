@@ -28,7 +28,7 @@ from reappreg.guard.fragments import FragmentsDetector
 from reappreg.guard.minhash import MinHashDetector
 from reappreg.guard.ngram import NgramDetector
 from reappreg.guard.normalise import NORMALISATION
-from reappreg.settings.guard import DetectorSection, GuardSettings
+from reappreg.settings.guard import DetectorSection, GuardSettings, StockSettings
 
 REGISTERED: tuple[Detector, ...] = (NgramDetector(), MinHashDetector(), CharsDetector(), FragmentsDetector(),
                                     EditsDetector())
@@ -73,8 +73,11 @@ def detector(name: str) -> Detector:
 
 
 def settings_record(settings: GuardSettings) -> dict[str, Any]:
-    """The detector settings as the certificate and the sketch record them."""
-    return {"normalisation": NORMALISATION, **{d.name: d.record(settings) for d in REGISTERED}}
+    """The detector settings as the certificate and the sketch record them: the normalisation
+    version, the stock weighting (``stock``: it changes every count of shared grams) and each
+    detector's section."""
+    return {"normalisation": NORMALISATION, "stock": settings.stock.model_dump(mode="json"),
+            **{d.name: d.record(settings) for d in REGISTERED}}
 
 
 def settings_from_record(record: Any, source: str = "certificate") -> GuardSettings:
@@ -90,7 +93,11 @@ def settings_from_record(record: Any, source: str = "certificate") -> GuardSetti
         raise InputError(f"{source}: guard detector settings of normalisation '{record.get('normalisation')}', "
                          f"not this version's '{NORMALISATION}'")
     sections = {d.name: d.read_record(record.get(d.name), source) for d in REGISTERED}
+    stock = record.get("stock")
+    if not isinstance(stock, dict) or set(stock) != set(StockSettings.model_fields):
+        raise InputError(f"{source}: guard detector settings incomplete: 'detectors.stock' is missing or not "
+                         f"{sorted(StockSettings.model_fields)}")
     try:
-        return GuardSettings.model_validate(sections)
+        return GuardSettings.model_validate({**sections, "stock": stock})
     except ValidationError as exc:
         raise InputError(f"{source}: guard detector settings malformed: {exc}") from exc

@@ -31,6 +31,7 @@ from reappreg.guard.hashing import FastHasher
 from reappreg.guard.normalise import NORMALISATION
 from reappreg.guard.registry import REGISTERED
 from reappreg.guard.scripts import scripts_folded
+from reappreg.guard.stock import summary as stock_summary
 from reappreg.guard.sketch import (
     build_sketch,
     derive_key,
@@ -250,6 +251,7 @@ def run_guard(
             "answers_by_source": dict(sorted(by_source.items())),
             **{k: v for d in REGISTERED for k, v in d.heldout_summary(index, len(held.answers)).items()},
             "answer_variants": len(index.answers),
+            "stock": stock_summary(index),
         },
         "training": training_entries,
         "guarded_dir": {"path": str(guarded_dir), "md5": dvc_md5(guarded_dir) if passed else None},

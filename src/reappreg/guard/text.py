@@ -24,12 +24,15 @@ __all__ = ["NORMALISATION", "SourceSpec", "SourceTexts", "TextUnit", "check_size
 
 @dataclass(frozen=True)
 class Group:
-    """Records that may together hold one answer: one author, one conversation, one file
-    (``fragments.fragment_groups`` forms them; ``fragments`` checks them together)."""
+    """Records that may together hold one answer: one author, one conversation, the adjacent
+    records of one file (``fragments.fragment_groups`` forms them; ``fragments`` checks them
+    together). With a ``window``, only pieces within that many consecutive records of the
+    group (in its order) are put together; without, the whole group's."""
 
     source: str
-    label: str                 # "author_id=a7", "file", ...
-    members: tuple[int, ...]   # unit indices
+    label: str                 # "author_id=a7", "adjacent", ...
+    members: tuple[int, ...]   # unit indices, in the group's order
+    window: int | None = None  # records
 
 
 @dataclass(frozen=True)
