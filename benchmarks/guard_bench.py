@@ -19,6 +19,9 @@ In one run, on the same data, it measures:
   word n-gram probe (a dict of held-out n-grams);
 * the naive datasketch baseline (a new ``MinHash`` per text: permutations regenerated each time);
 * a bare pure-Python exact word 5-gram set probe (tokenise, look every 5-gram up in a set);
+* the scan on Ray Data (``guard.distributed``) over ``--shards`` JSONL shards of the first
+  ``--ray-sample`` texts with 1 and 2 actors on a local cluster, beside the local scan of the
+  same shard files with 1 and 2 worker processes (the same hits, checked);
 * recall per class, false positives among the clean texts, and the false-positive rate of
   the report-only semantic list (MiniLM cosine >= ``guard.semantic.threshold``) on the sample
   data's human reappraisals against its held-out answers.
@@ -279,7 +282,7 @@ def make_data(n_train: int, heldout: list[str], per_class: int, seed: int):
         by_author[author].append(i)
     groups = [Group("train.jsonl", f"author_id={a}", tuple(m)) for a, m in by_author.items() if len(m) > 1]
     groups.append(Group("train.jsonl", "file", tuple(range(len(units)))))
-    return units, groups, planted, is_clean
+    return units, groups, planted, is_clean, authors
 
 
 # ----------------------------------------------------------------------------- baselines
@@ -426,6 +429,60 @@ def semantic_false_positive_rate(threshold: float, model: str) -> tuple[float, i
     return listed / len(human), listed, len(human)
 
 
+def ray_rates(args, config, index, units, authors, timed, timings) -> dict[int, tuple[float, float, float]]:
+    """The scan on Ray Data (``guard.distributed.check_shards``) over ``--shards`` JSONL shards
+    of the first ``--ray-sample`` texts, with 1 and 2 actors on a local cluster started once
+    (its start-up timed on its own), and the local scan of the same shard files (per-file
+    fragment groups, as on Ray) with 1 and 2 worker processes: {workers: (Ray texts/s start to
+    end, Ray texts/s without its start-up (a run over a one-record shard), local texts/s)}.
+    Skipped (empty) without Ray installed."""
+    import tempfile
+
+    try:
+        import ray
+    except ImportError:
+        print("  Ray not installed: no Ray Data rows (pip install 'reappreg[distributed]')")
+        return {}
+    from reappreg.guard import SourceSpec, check_units, fragment_groups, read_source
+    from reappreg.guard.distributed import check_shards, ensure_ray
+    from reappreg.io import write_jsonl
+
+    n = min(len(units), args.ray_sample)
+    folder = Path(tempfile.mkdtemp(prefix="guard-bench-shards-"))
+    specs = []
+    for k in range(args.shards):
+        rows = [{"id": units[i].record_id, "text": units[i].text, "author_id": authors[i]} for i in range(k, n, args.shards)]
+        write_jsonl(folder / f"shard-{k:03d}.jsonl", rows)
+        specs.append(SourceSpec(folder / f"shard-{k:03d}.jsonl", "id", ("text",)))
+    sources = [read_source(s) for s in specs]
+    shard_units = [u for s in sources for u in s.units]
+    shard_groups = fragment_groups(sources, config)
+    out = {}
+    local = {w: timed(f"local scan of {args.shards} shards, {w} worker(s)", n,
+                      lambda w=w: check_units(index, shard_units, groups=shard_groups, workers=w, chunk_size=args.chunk_size))
+             for w in (1, 2)}
+    t = time.perf_counter()
+    ensure_ray(2)
+    print(f"  Ray local cluster (2 CPUs) started in {time.perf_counter() - t:.1f}s", flush=True)
+    tiny = folder / "tiny.jsonl"  # one record: what a run costs before its first text (actors, the index)
+    write_jsonl(tiny, [{"id": "t0", "text": "a short honest text", "author_id": "t"}])
+    try:
+        for w in (1, 2):
+            name = f"Ray Data over {args.shards} shards, {w} worker(s)"
+            start_name = f"Ray Data start-up (one one-record shard), {w} worker(s)"
+            timed(start_name, 1, lambda w=w: check_shards(index, [SourceSpec(tiny, "id", ("text",))] * w,
+                                                          settings=config, workers=w))
+            found = timed(name, n, lambda w=w: check_shards(index, specs, settings=config, workers=w))
+            assert [h.to_record() for h in found] == [h.to_record() for h in local[w]], "Ray and local hits differ"
+            # without the start-up (the actors' start, the index from the object store): the rate
+            # a long run approaches
+            steady = n / max(timings[name][0] - timings[start_name][0], 1e-9)
+            out[w] = (n / timings[name][0], steady, n / timings[f"local scan of {args.shards} shards, {w} worker(s)"][0])
+    finally:
+        ray.shutdown()
+    return out
+
+
 def main(argv: list[str] | None = None) -> int:
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
     from reappreg.guard import AnswerMeta, FastHasher, HeldoutIndex, TokenizerSpec, TokenizerView, check_units
@@ -446,6 +503,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--chunk-size", type=int, default=defaults.chunk_size)
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--no-semantic", action="store_true", help="skip the semantic false-positive rate")
+    parser.add_argument("--ray-sample", type=int, default=20_000, help="texts for the Ray Data rows (0: skip them)")
+    parser.add_argument("--shards", type=int, default=16, help="JSONL shards the Ray Data rows read")
     args = parser.parse_args(argv)
     config = defaults
 
@@ -458,7 +517,7 @@ def main(argv: list[str] | None = None) -> int:
     else:
         heldout = grammar_heldout(args.n_heldout, args.seed)
     t0 = time.perf_counter()
-    units, groups, planted, is_clean = make_data(args.n_train, heldout, args.per_class, args.seed)
+    units, groups, planted, is_clean, authors = make_data(args.n_train, heldout, args.per_class, args.seed)
     n_clean = sum(is_clean)
     texts = [u.text for u in units]
     words = np.array([len(t.split()) for t in texts])
@@ -507,6 +566,8 @@ def main(argv: list[str] | None = None) -> int:
     timed("datasketch naive (permutations per text)", naive_n, lambda: naive_scan(heldout, texts[:naive_n], config))
     timed("bare pure-Python word 5-gram set probe", len(texts), lambda: bare_probe(heldout, texts))
 
+    ray_rows = ray_rates(args, config, index, units, authors, timed, timings) if args.ray_sample else {}
+
     caught: dict[str, set[str]] = defaultdict(set)
     for h in hits:
         for rid in h.record_ids:
@@ -534,6 +595,10 @@ def main(argv: list[str] | None = None) -> int:
     if not args.no_semantic:
         fp_rate, listed, total = semantic_false_positive_rate(defaults.semantic.threshold, defaults.semantic.model)
         print(f"{'semantic list (report only): sample human texts listed':<56}{fp_rate:>12.4f}{total:>9}   ({listed} listed)")
+    for workers, (ray_rate, marginal, local_rate) in ray_rows.items():
+        print(f"Ray Data, {workers} worker(s): {ray_rate:,.0f} texts/s start to end ({ray_rate / local_rate:.2f}x the local "
+              f"scan of the same shards with {workers} worker(s), {local_rate:,.0f} texts/s); {marginal:,.0f} texts/s "
+              f"without its start-up ({marginal / local_rate:.2f}x)")
     view_cost = rate["guard, all detectors, 1 worker"] / rate["guard + tokenizer views, 1 worker"]
     print(f"\ntokenizer views cost {view_cost:.2f}x the guard's time per text (1 worker, same texts)")
     every_rate = rate[every]

@@ -178,9 +178,15 @@ def run_guard(
     units = _all_units(sources)
     check_sizes(units, settings.max_text_chars)
     groups = fragment_groups(sources, settings)
-    hits = check_units(index, units, groups=groups, views=tokenizers, workers=settings.workers,
-                       chunk_size=settings.chunk_size, max_shared=settings.max_shared_reported,
-                       progress=_progress_adapter(progress, len(units)))
+    if settings.engine == "ray":
+        from reappreg.guard.distributed import check_shards
+
+        hits = check_shards(index, [src.spec for src in sources], settings=settings, views=tokenizers,
+                            workers=settings.workers, max_shared=settings.max_shared_reported, address=settings.ray_address)
+    else:
+        hits = check_units(index, units, groups=groups, views=tokenizers, workers=settings.workers,
+                           chunk_size=settings.chunk_size, max_shared=settings.max_shared_reported,
+                           progress=_progress_adapter(progress, len(units)))
     tokenizer_entries = [t.describe() for t in tokenizers]
     tokenizer_names = {t.name for t in tokenizers}
     semantic_section = _semantic(held, units, settings.semantic)

@@ -137,7 +137,12 @@ class GuardSettings(Section):
     edits: EditsSettings = EditsSettings()
     stock: StockSettings = StockSettings()
     semantic: SemanticSettings = SemanticSettings()
-    workers: int = Field(2, ge=1)                # processes for large inputs (one per core)
+    workers: int = Field(2, ge=1)                # processes for large inputs (one per core); with engine ray, actors
+    # The scan's engine: "local" (worker processes on this machine) or "ray" (Ray Data over the
+    # training files as shards, the index broadcast once; ``reappreg.guard.distributed``). Same
+    # hits, same certificate.
+    engine: Literal["local", "ray"] = "local"
+    ray_address: str | None = None               # engine ray: a running cluster's address; null = a local one with `workers` CPUs
     chunk_size: int = Field(2000, ge=1)          # texts per work unit; inputs of one chunk run in-process
     max_shared_reported: int = Field(10, ge=1)   # shared grams spelled out per hit
     max_hits_in_certificate: int = Field(200, ge=0)
