@@ -124,7 +124,7 @@ def _stemmer_version() -> str:
 EDITS_VERSION = (
     f"reappreg-guard-edits/v1;snowball-english=snowballstemmer{_stemmer_version()};"
     f"stop={hashlib.sha256(' '.join(sorted(STOP_WORDS)).encode()).hexdigest()[:12]};"
-    f"typo=del1>={MIN_TYPO_LETTERS}<={MAX_TYPO_LETTERS};positions-masked"
+    f"typo=del1>={MIN_TYPO_LETTERS}<={MAX_TYPO_LETTERS};stem<={MAX_TYPO_LETTERS};positions-masked"
 )
 
 
@@ -148,7 +148,11 @@ def content_strings(token: str) -> tuple[str, tuple[str, ...]] | None:
     if not skel or token in STOP_WORDS or skel in _stop_skeletons():
         return None
     variants = {skel}
-    if MIN_TYPO_LETTERS <= len(skel) <= MAX_TYPO_LETTERS:
+    if len(skel) > MAX_TYPO_LETTERS:
+        # no English word is that long: a "word" of a million letters (a run of symbol letters,
+        # a blob) is its own stem; the pure-Python stemmer would take seconds per megabyte
+        return skel, tuple(variants)
+    if MIN_TYPO_LETTERS <= len(skel):
         variants.update(skel[:i] + skel[i + 1 :] for i in range(len(skel)))
     return _stemmer().stemWord(skel), tuple(sorted(variants))
 
