@@ -94,6 +94,8 @@ def write_pipeline(root: Path, *, win_prob: float = 0.9, trusted: bool = True, h
     shutil.copytree(REPO / "registry", root / "registry", ignore=shutil.ignore_patterns("mlflow.db", "mlartifacts", "mlruns"))
     (root / "pipelines/prompts").mkdir(parents=True)
     shutil.copy(REPO / "pipelines/prompts/grpo_prompt.yaml", root / "pipelines/prompts/grpo_prompt.yaml")
+    (root / "data/prompts").mkdir(parents=True)  # the copy the policy_prompts stage makes (what dvc.yaml passes)
+    shutil.copy(REPO / "pipelines/prompts/grpo_prompt.yaml", root / "data/prompts/grpo_prompt.yaml")
 
     write_jsonl(root / "data/train/vignettes.jsonl", [{"vignette_id": v, "title": f"title {v}", "scenario": f"Your friend {v} forgot your birthday dinner.", "emotion": "anger"} for v in VIGNETTES])
     write_jsonl(root / "data/train/reappraisals.jsonl", [{"reappraisal_id": f"r{i}", "vignette_id": "v1", "author_id": "a", "source": "human", "text": f"Maybe they were overwhelmed at work, reason number {i}."} for i in range(3)])

@@ -29,6 +29,7 @@ REPO_ROOT = Path(__file__).resolve().parents[1]
 # grouping is a scheduler here, keyed by the module files that share a run.)
 SHARED_RUNS = {"pipeline_repo": "cpu-pipeline", "rehearsal_run": "rehearsal-pipeline"}
 SHARED_RUN_FILES = {"tests/test_pipeline_e2e.py": "cpu-pipeline", "tests/test_team.py": "cpu-pipeline",
+                    "tests/test_custody_e2e.py": "cpu-pipeline",
                     "tests/policy/test_policy_rehearsal_e2e.py": "rehearsal-pipeline"}
 
 

@@ -21,6 +21,8 @@ from typer.testing import CliRunner
 
 from reappreg.cli import app
 from reappreg.hashing import dvc_md5
+from reappreg.registry import connect
+from stage_commands import stage_argv
 
 REPO = Path(__file__).resolve().parents[1]
 POLICY = "reappraisal-policy-grpo"
@@ -65,6 +67,8 @@ def write_pipeline(root: Path, *, trusted: bool = True, healthy: bool = True, pr
     shutil.copytree(REPO / "registry", root / "registry", ignore=shutil.ignore_patterns("mlflow.db", "mlartifacts", "mlruns"))
     (root / "pipelines/prompts").mkdir(parents=True)
     shutil.copy(REPO / "pipelines/prompts/grpo_prompt.yaml", root / "pipelines/prompts/grpo_prompt.yaml")
+    (root / "data/prompts").mkdir(parents=True)  # the copy the policy_prompts stage makes (what dvc.yaml passes)
+    shutil.copy(REPO / "pipelines/prompts/grpo_prompt.yaml", root / "data/prompts/grpo_prompt.yaml")
     jsonl_file(root / "data/guarded/vignettes.jsonl", [{"vignette_id": v, "scenario": f"Your friend {v} forgot your birthday."} for v in VIGNETTES])
     jsonl_file(root / "data/guarded/reappraisals.jsonl", [{"reappraisal_id": f"r{i}", "vignette_id": "v1", "text": f"Maybe they were busy {i}."} for i in range(3)])
     jsonl_file(root / "data/guarded/prompts.jsonl", [{"prompt_id": f"p{v}", "vignette_id": v, "prompt": f"Reappraise {v}."} for v in VIGNETTES])
@@ -145,6 +149,83 @@ def bind_claims_to_lock(root: Path, *, judge_wrote: str | None = None) -> None:
         "stats": {"cmd": stats_cmd, "deps": [{"path": rel, "md5": md5s[role]} for role, rel in paths.items()],
                   "outs": [{"path": "reports/claims.json", "md5": dvc_md5(root / "reports/claims.json")}]}}}
     (root / "dvc.lock").write_text(yaml.safe_dump(lock, sort_keys=False))
+    record_outputs(root)
+
+
+# The stages that write the files registration reads as evidence, as `dvc repro` records them in dvc.lock
+# (besides `stats` and `judge`, which bind_claims_to_lock records with their commands and deps).
+EVIDENCE_OUTS = {
+    "guard": ["data/guard/certificate.json"],
+    "judge_calibrate": ["metrics/judge_calibration.json"],
+    "results": ["metrics/results.json"],
+    "policy_prompts": ["pipelines/prompts/grpo_prompt.yaml", "data/prompts/grpo_prompt.yaml"],
+    "card": ["reports/cards"],
+}
+
+
+# The planted pipeline's custody: the stages that wrote its files, as one "upstream" step and the card step,
+# then register consuming them, each with a link signed by this clone's local key (reappreg.custody).
+PLANTED_UPSTREAM = ["data/guarded", "data/train/ratings.jsonl", "data/heldout/answers.jsonl", "data/guard/certificate.json",
+                    "models/rm/ensemble", "models/policy/base", "models/policy/grpo", "models/policy/checkpoints",
+                    "metrics/rm", "metrics/policy", "metrics/eval.json", "metrics/judge_calibration.json",
+                    "metrics/results.json", "reports/claims.json", "pipelines/prompts/grpo_prompt.yaml",
+                    "data/prompts/grpo_prompt.yaml", "data/eval"]
+
+
+def plant_custody(root: Path) -> None:
+    """Signed links for the planted pipeline as `dvc repro` would leave them (steps: the declarations, the
+    upstream stages as one step, the card stage; register consuming their products), and this clone's
+    signed layout. Called again whenever the planted pipeline "re-ran"."""
+    from reappreg.custody.layout import sign_layout
+    from reappreg.custody.links import _in, pipeline_signing, record, sign_link
+    from reappreg.custody.plan import DECLARATIONS_FILE, StepPlan, declarations_step, link_path, render
+
+    def pattern(path: str) -> str:
+        return f"{path}/*" if (root / path).is_dir() else path
+
+    upstream = [p for p in PLANTED_UPSTREAM if (root / p).exists()]
+    register_reads = [*upstream, "reports/cards", DECLARATIONS_FILE]
+    steps = [declarations_step(),
+             StepPlan("upstream", ["planted"], [], upstream, [], [["DISALLOW", "*"]],
+                      [*(["ALLOW", pattern(p)] for p in upstream), ["DISALLOW", "*"]]),
+             StepPlan("card", ["reappreg", "card", "build"], [], ["reports/cards"], [], [["DISALLOW", "*"]],
+                      [["ALLOW", "reports/cards/*"], ["DISALLOW", "*"]]),
+             StepPlan("register", ["reappreg", "registry", "register"], register_reads, [], [],
+                      [*(["MATCH", pattern(p), "WITH", "PRODUCTS", "FROM", "upstream"] for p in upstream),
+                       ["MATCH", "reports/cards/*", "WITH", "PRODUCTS", "FROM", "card"],
+                       ["MATCH", DECLARATIONS_FILE, "WITH", "PRODUCTS", "FROM", "declarations"], ["DISALLOW", "*"]],
+                      [["DISALLOW", "*"]])]
+    (root / "registry/custody").mkdir(parents=True, exist_ok=True)
+    (root / "registry/custody/layout.json").write_text(render(steps))
+    signing = pipeline_signing(root)
+    with _in(root):
+        for name, products in (("upstream", record(upstream)), ("card", record(["reports/cards"]))):
+            path = root / link_path(name)
+            path.parent.mkdir(parents=True, exist_ok=True)
+            path.write_bytes(sign_link(signing, name, materials={}, products=products, command=["planted"],
+                                       environment={"trust": signing.version.as_dict()}))
+    sign_layout(root, signing, reason="the planted pipeline's owner")
+
+
+def record_outputs(root: Path) -> None:
+    """What `dvc repro` leaves in dvc.lock after every stage ran: the md5 of each evidence file (and of
+    the cards folder) as the stage that wrote it recorded it. One stage per metrics file, as the
+    rm_train@…/rm_ensemble/policy_train stages each write one."""
+    lock = yaml.safe_load((root / "dvc.lock").read_text()) if (root / "dvc.lock").exists() else {"schema": "2.0", "stages": {}}
+    stages = lock.setdefault("stages", {})
+    planned = {name: [p for p in paths if (root / p).exists()] for name, paths in EVIDENCE_OUTS.items()}
+    for folder in ("metrics/rm", "metrics/policy"):
+        for file in sorted((root / folder).glob("*.json")) if (root / folder).is_dir() else []:
+            planned[f"write_{folder.split('/')[1]}@{file.stem}"] = [f"{folder}/{file.name}"]
+    for name, paths in planned.items():
+        if paths:
+            stages.setdefault(name, {"cmd": f"reappreg {name}"})["outs"] = [{"path": p, "md5": dvc_md5(root / p)}
+                                                                           for p in paths]
+    if "stats" in stages:
+        eval_json = {"path": "metrics/eval.json", "md5": dvc_md5(root / "metrics/eval.json")}
+        stages["stats"]["outs"] = [o for o in stages["stats"].get("outs", []) if o["path"] != "metrics/eval.json"] + [eval_json]
+    (root / "dvc.lock").write_text(yaml.safe_dump(lock, sort_keys=False))
+    plant_custody(root)
 
 
 def plant_stage_runs(root: Path) -> None:
@@ -254,3 +335,166 @@ def make_unique_policy(root: Path) -> None:
 
 def registered_version(root: Path, name: str, receipt: str = "reports/registry/registration.json") -> str:
     return next(r["version"] for r in json.loads((root / receipt).read_text())["registered"] if r["name"] == name)
+
+
+# --------------------------------------------------------------------------- a private registry per test
+# Shared by the registry test modules (imported there, so each module's fixtures are its own).
+
+_TEMPLATES: dict[tuple, Path] = {}
+
+
+@pytest.fixture(scope="module")
+def templates(tmp_path_factory):
+    """Builds each pipeline variant (and a migrated empty sqlite store) once per module."""
+    base = tmp_path_factory.mktemp("templates")
+
+    def get(**kwargs) -> Path:
+        key = tuple(sorted(kwargs.items()))
+        if key not in _TEMPLATES:
+            root = write_pipeline(base / f"variant{len(_TEMPLATES)}", **kwargs)
+            empty_db = base / "empty.db"
+            if not empty_db.exists():
+                connect(f"sqlite:///{empty_db}", attempts=1, backoff_s=0)  # runs MLflow's migrations once
+            (root / "registry").mkdir(exist_ok=True)
+            shutil.copy(empty_db, root / "registry/mlflow.db")
+            _TEMPLATES[key] = root
+        return _TEMPLATES[key]
+
+    return get
+
+
+def make_repo(tmp_path, monkeypatch, templates, **kwargs) -> Path:
+    """A private copy of a pipeline variant, cards built, with its own sqlite store; cwd is its root."""
+    root = tmp_path / "repo"
+    shutil.copytree(templates(**kwargs), root)
+    monkeypatch.chdir(root)
+    monkeypatch.setenv("MLFLOW_TRACKING_URI", f"sqlite:///{root / 'registry/mlflow.db'}")
+    monkeypatch.delenv("REAPPREG_SIGNING_KEY", raising=False)  # this clone's local key signs
+    plant_stage_runs(root)
+    return root
+
+
+@pytest.fixture
+def repo(tmp_path, monkeypatch, templates):
+    """A strong, healthy, trusted pipeline (cards built) on a private sqlite store."""
+    return make_repo(tmp_path, monkeypatch, templates)
+
+
+@pytest.fixture(scope="module")
+def postgres_registry(tmp_path_factory, postgres_server):
+    """One ``mlflow server`` on a PostgreSQL database for this module's attack tests (each starts it empty)."""
+    from conftest import _new_postgres_db
+
+    tmp = tmp_path_factory.mktemp("pg-registry")
+    proc, url = start_mlflow_server(tmp, backend=_new_postgres_db(postgres_server))
+    try:
+        yield url
+    finally:
+        stop_server(proc)
+
+
+def _empty_registry(url: str) -> None:
+    """Every registered model deleted (their versions, aliases, history tags and lock models with them)."""
+    from mlflow import MlflowClient
+
+    client = MlflowClient(tracking_uri=url, registry_uri=url)
+    while models := client.search_registered_models(max_results=1000):
+        for model in models:
+            client.delete_registered_model(model.name)
+
+
+@pytest.fixture(params=["sqlite", "postgres"])
+def store(request) -> str | None:
+    """Where an attack test's registry lives: this clone's sqlite file (None), or the URL of an
+    ``mlflow server`` backed by PostgreSQL, as a team runs it."""
+    if request.param == "sqlite":
+        return None
+    url = request.getfixturevalue("postgres_registry")
+    _empty_registry(url)
+    return url
+
+
+def on_store(root: Path, store: str | None, monkeypatch) -> Path:
+    if store is not None:
+        monkeypatch.setenv("MLFLOW_TRACKING_URI", store)
+        plant_stage_runs(root)   # the stage runs live in the store the stages tracked to
+    return root
+
+
+@pytest.fixture
+def store_repo(repo, store, monkeypatch) -> Path:
+    """``repo`` with its registry on each store in turn."""
+    return on_store(repo, store, monkeypatch)
+
+
+def client_for(root: Path):
+    from mlflow import MlflowClient
+
+    uri = os.environ["MLFLOW_TRACKING_URI"]
+    return MlflowClient(tracking_uri=uri, registry_uri=uri)
+
+
+def versions(client, name: str) -> list:
+    return sorted(client.search_model_versions(f"name='{name}'"), key=lambda v: int(v.version))
+
+
+def aliases(client, name: str) -> dict[str, str]:
+    return {alias: str(v) for alias, v in client.get_registered_model(name).aliases.items()}
+
+
+def ids(client, name: str) -> list[str]:
+    return [str(v.version) for v in versions(client, name)]
+
+
+def register_after_pipeline():
+    """`registry register` as the register stage runs it: after the stages that wrote the evidence
+    recorded it in dvc.lock (as `dvc repro` leaves it)."""
+    record_outputs(Path.cwd())
+    return run_cli(*stage_argv("register"))
+
+
+def register_ok() -> str:
+    code, out, exc = register_after_pipeline()
+    assert code == 0, (out, exc)
+    return out
+
+
+def trust_of(root: Path):
+    """The trust a command run in ``root`` uses (the team root if any, this clone's local one-key root)."""
+    from reappreg.registry.stage import RegistryFiles, load_trust_for
+    from reappreg.settings import load_params
+
+    files = RegistryFiles(models=root / "registry/models.yaml", keys=root / "registry/keys",
+                          local_keys=root / "work/registry/keys")
+    return load_trust_for(load_params(root / "params.yaml"), files)
+
+
+def session_of(root: Path, *, signing: bool = False, uri: str | None = None):
+    """The RegistrySession a command run in ``root`` opens (its trust, its memory of the heads)."""
+    from reappreg.registry.stage import RegistryFiles, open_session
+    from reappreg.settings import load_params
+
+    uri = uri or os.environ["MLFLOW_TRACKING_URI"]
+    files = RegistryFiles(models=root / "registry/models.yaml", keys=root / "registry/keys",
+                          local_keys=root / "work/registry/keys")
+    return open_session(load_params(root / "params.yaml"), files, connect(uri, attempts=3, backoff_s=0.5), uri,
+                        signing=signing)
+
+
+def two_good_policy_versions(root: Path) -> tuple[str, str]:
+    """v1 and v2 of a healthy policy, v2 promoted to champion over v1 (both signed and passing)."""
+    register_ok()
+    first = registered_version(root, POLICY)
+    assert run_cli("registry", "promote", POLICY, first, "--alias", "champion", "--reason", "first")[0] == 0
+    retrain_policy(root, "better-weights")
+    register_ok()
+    second = registered_version(root, POLICY)
+    assert second != first
+    assert run_cli("registry", "promote", POLICY, second, "--alias", "champion", "--reason", "better")[0] == 0
+    return first, second
+
+
+def run_verify() -> tuple[int, str]:
+    code, out, _ = run_cli("registry", "verify")
+    return code, out
+

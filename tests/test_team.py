@@ -169,21 +169,15 @@ def _register_rm_on_team_server(root: Path, env: dict, tmp_path: Path) -> None:
     trusts it), then the pipeline's own `register` command against the team server. Only the RM
     is registered: the policy would add minutes of upload and download and prove nothing more."""
     key = tmp_path / "maintainer-key" / "signing-key.pem"
-    from reappreg.registry.keys import key_id, load_public
+    from reappreg.trust.keys import key_id, load_public
 
     run_checked(["reappreg", "registry", "keygen", str(key)], root, env)
     public = key.with_name("signing-key.pub.pem")
-    (root / "registry/keys/maintainer.pub.pem").write_bytes(public.read_bytes())
-    keyid = key_id(load_public(public))
-    ring_path = root / "registry/keys/keyring.yaml"
-    ring = yaml.safe_load(ring_path.read_text()) or {}
-    ring["keys"] = [*(ring.get("keys") or []), {"file": "maintainer.pub.pem", "holder": "maintainer", "status": "active",
-                                                "keyid": keyid}]
-    ring_path.write_text(yaml.safe_dump(ring, sort_keys=False))
-    # The first team key signs the keyring it starts; every later change needs a key it already trusts.
-    signed = run_checked(["reappreg", "registry", "sign-keyring", "--reason", "team key"], root,
-                         {**env, "REAPPREG_SIGNING_KEY": str(key)})
-    assert "signed keyring entry 1" in signed, signed
+    # The team's first root: the maintainer's key holds every role (a real team names more keys and
+    # thresholds); committed, every clone pins it on first use.
+    made = run_checked(["reappreg", "registry", "keys", "init", "--root", str(public), "--online", str(public)], root,
+                       {**env, "REAPPREG_SIGNING_KEY": str(key)})
+    assert "team root v1 written" in made, made
     run_checked(["git", "add", "registry/keys"], root, env)
     run_checked(["git", "commit", "-qm", "team signing key"], root, env)
     models = yaml.safe_load((root / "registry/models.yaml").read_text())

@@ -4,8 +4,9 @@ Each concern's commands live in ``reappreg.commands.<concern>`` as a typer sub-a
 that module is imported only when its concern is named (``reappreg rm train`` imports
 ``reappreg.commands.rm`` and nothing of the other concerns); ``reappreg --help`` imports
 them all to list their one-line help. So a stage runs, and its DVC code deps list
-(``reappreg.dvcdeps``), only the code of its own concern. The commands modules import
-heavy libraries (torch, mlflow, GX) inside the commands, so help stays fast.
+(``reappreg.dvcdeps``), only the code of its own concern. A command parses its options
+and calls one stage function (``reappreg.<package>.stage``), imported inside the command
+with the heavy libraries behind it (torch, mlflow, GX), so help stays fast.
 
 Errors are handled here, once, for every command: a usage error (unknown command or
 option, missing or malformed value) prints its usage, one ``error:`` line and a hint,
@@ -191,10 +192,19 @@ def main(argv: list[str] | None = None) -> None:
     argv = sys.argv[1:] if argv is None else list(argv)
     root = command_tree()
     try:
+        # Under `dvc repro` every stage command is one custody step (reappreg.custody.links): what it
+        # consumes is checked against the signed links of the steps that produced it before it runs,
+        # and a link of what it consumed and produced is signed after it succeeded.
+        from reappreg.custody.links import begin_step
+
+        step = begin_step(argv)
         # Outside standalone mode click *returns* the code of a `typer.Exit(n)` instead of
         # exiting with it; pass it on so `raise typer.Exit(1)` really fails the command.
         code = root.main(args=argv, prog_name="reappreg", standalone_mode=False)
-        sys.exit(code if isinstance(code, int) else 0)
+        code = code if isinstance(code, int) else 0
+        if step is not None and code == 0:
+            step.finish()
+        sys.exit(code)
     except ReappregError as exc:
         typer.echo(f"error: {exc}", err=True)
         sys.exit(getattr(exc, "exit_code", USAGE_EXIT))  # an error class may name its own code

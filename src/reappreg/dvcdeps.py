@@ -27,8 +27,11 @@ with ``ast`` (nothing is imported), is:
   does not make the lazy ones deps.
 
 ``python -m reappreg.dvcdeps --write`` rewrites the ``src/reappreg/...`` entries of every
-stage's ``deps:`` in dvc.yaml (other deps and all formatting stay as they are);
-``python -m reappreg.dvcdeps --check`` exits 1 and lists the differences.
+stage's ``deps:`` in dvc.yaml (other deps and all formatting stay as they are), makes every
+stage list its signed in-toto link (``custody/links/<stage>.link``) as an out, and writes the
+in-toto layout's steps generated from dvc.yaml (``registry/custody/layout.json``,
+:mod:`reappreg.custody.plan`); ``python -m reappreg.dvcdeps --check`` exits 1 and lists the
+differences.
 """
 
 from __future__ import annotations
@@ -434,29 +437,107 @@ def rewrite_text(text: str, expected: dict[str, list[str]]) -> str:
     return "\n".join(out)
 
 
+def with_link_outs(text: str) -> str:
+    """dvc.yaml text in which every stage lists its signed in-toto link as an out
+    (``custody/links/<stage>.link``; a matrix stage's ``<stage>@${key}``), first in its outs."""
+    from reappreg.custody.plan import link_out
+
+    stages = _stage_blocks(text)
+    lines = text.split("\n")
+    for name, (start, end) in sorted(stages.items(), key=lambda kv: -kv[1][0]):
+        block = lines[start:end]
+        matrix = any(re.match(r"^    (matrix|foreach):", line) for line in block)
+        out = link_out(name, matrix)
+        if any(out in line for line in block):
+            continue
+        at = next((i for i, line in enumerate(block) if re.match(r"^    outs:\s*$", line)), None)
+        if at is None:
+            insert = next((i for i, line in enumerate(block) if re.match(r"^    (params|metrics|plots):", line)), len(block))
+            while insert > 1 and not block[insert - 1].strip():
+                insert -= 1
+            block[insert:insert] = ["    outs:", f"      - {out}"]
+        else:
+            block.insert(at + 1, f"      - {out}")
+        lines[start:end] = block
+    return "\n".join(lines)
+
+
+def _stage_blocks(text: str) -> dict[str, tuple[int, int]]:
+    """Stage name -> (first line, end line) of its block under ``stages:``."""
+    lines = text.split("\n")
+    blocks: dict[str, tuple[int, int]] = {}
+    in_stages, current, start = False, None, 0
+    for i, line in enumerate(lines):
+        if re.match(r"^\S", line):
+            if current is not None:
+                blocks[current] = (start, i)
+                current = None
+            in_stages = line.startswith("stages:")
+        elif in_stages and (m := re.match(r"^  ([A-Za-z0-9_-]+):\s*$", line)):
+            if current is not None:
+                blocks[current] = (start, i)
+            current, start = m.group(1), i
+    if current is not None:
+        blocks[current] = (start, len(lines))
+    return blocks
+
+
+def layout_text(repo: Path) -> str:
+    """The in-toto layout's steps as dvc.yaml defines them (reappreg.custody.plan)."""
+    from reappreg.custody.plan import plan_from_dvc, render
+
+    return render(plan_from_dvc(repo))
+
+
 def rewrite(repo: Path) -> bool:
-    """Replace each stage's src/reappreg deps in dvc.yaml with its closure; True if it changed."""
+    """Replace each stage's src/reappreg deps in dvc.yaml with its closure, add each stage's link out, and
+    write the layout's steps (registry/custody/layout.json); True if anything changed."""
+    from reappreg.custody.plan import TEMPLATE
+
     path = repo / "dvc.yaml"
     text = path.read_text(encoding="utf-8")
-    new = rewrite_text(text, expected_code_deps(repo))
-    if new == text:
-        return False
-    path.write_text(new, encoding="utf-8")
-    return True
+    new = with_link_outs(rewrite_text(text, expected_code_deps(repo)))
+    changed = new != text
+    if changed:
+        path.write_text(new, encoding="utf-8")
+    layout = layout_text(repo)
+    target = repo / TEMPLATE
+    if not target.is_file() or target.read_text(encoding="utf-8") != layout:
+        target.parent.mkdir(parents=True, exist_ok=True)
+        target.write_text(layout, encoding="utf-8")
+        changed = True
+    return changed
+
+
+def custody_differences(repo: Path) -> list[str]:
+    """Stages without their link out, and a layout.json that is not what dvc.yaml generates."""
+    from reappreg.custody.plan import TEMPLATE
+
+    text = (repo / "dvc.yaml").read_text(encoding="utf-8")
+    lines = []
+    if with_link_outs(text) != text:
+        lines.append("dvc.yaml: some stages do not list their signed link (custody/links/<stage>.link) as an out")
+    target = repo / TEMPLATE
+    if not target.is_file() or target.read_text(encoding="utf-8") != layout_text(repo):
+        lines.append(f"{TEMPLATE}: not the layout dvc.yaml generates")
+    return lines
 
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m reappreg.dvcdeps", description=__doc__.splitlines()[0])
     parser.add_argument("--repo", type=Path, default=Path("."), help="repository root (holds dvc.yaml and src/)")
     action = parser.add_mutually_exclusive_group(required=True)
-    action.add_argument("--write", action="store_true", help="rewrite the code deps in dvc.yaml")
-    action.add_argument("--check", action="store_true", help="exit 1 if dvc.yaml's code deps differ")
+    action.add_argument("--write", action="store_true",
+                        help="rewrite the code deps and link outs in dvc.yaml and the layout's steps")
+    action.add_argument("--check", action="store_true",
+                        help="exit 1 if dvc.yaml's code deps or link outs, or the layout's steps, differ")
     args = parser.parse_args(argv)
     try:
         if args.write:
-            print("dvc.yaml: code deps updated" if rewrite(args.repo) else "dvc.yaml: code deps already up to date")
+            print("dvc.yaml and registry/custody/layout.json updated" if rewrite(args.repo)
+                  else "dvc.yaml and registry/custody/layout.json already up to date")
             return 0
-        diff = differences(args.repo)
+        diff = differences(args.repo) + custody_differences(args.repo)
     except InputError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2

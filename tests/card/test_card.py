@@ -40,6 +40,7 @@ from card_fixtures import (
     TRAINING_RUN,
     write_pipeline,
 )
+from stage_commands import stage_argv
 
 REPO = Path(__file__).resolve().parents[2]
 def evidence_of(root: Path):
@@ -293,7 +294,7 @@ def test_cli_card_build_and_lint(pipeline, tmp_path, monkeypatch):
     monkeypatch.chdir(pipeline)
     monkeypatch.setenv("MLFLOW_TRACKING_URI", f"sqlite:///{tmp_path / 'mlflow.db'}")
     runner = CliRunner()
-    result = runner.invoke(app, ["card", "build", "--out-dir", str(tmp_path / "cards")])
+    result = runner.invoke(app, stage_argv("card", out_dir=tmp_path / "cards"))
     assert result.exit_code == 0, result.output
     built = sorted(p.name for p in (tmp_path / "cards").iterdir())
     assert built == ["reappraisal-policy-grpo.md", "reappraisal-policy-grpo.step-3.md", "reappraisal-rm-ensemble.md"]
@@ -317,7 +318,7 @@ def test_each_kept_checkpoint_gets_a_card_linking_to_its_own_results_row(pipelin
 
     monkeypatch.chdir(pipeline)
     monkeypatch.setenv("MLFLOW_TRACKING_URI", f"sqlite:///{tmp_path / 'mlflow.db'}")
-    result = CliRunner().invoke(app, ["card", "build", "--out-dir", str(tmp_path / "cards")])
+    result = CliRunner().invoke(app, stage_argv("card", out_dir=tmp_path / "cards"))
     assert result.exit_code == 0, result.output
     text = (tmp_path / "cards/reappraisal-policy-grpo.step-3.md").read_text()
     meta, body = parse_card(text)

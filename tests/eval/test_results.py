@@ -496,7 +496,8 @@ def test_each_row_says_how_its_verdicts_were_read(tmp_path):
 
 def _stage(out, params, up):
     """The results stage over the upstream ``up`` (sampled_upstream), writing under ``out``."""
-    from reappreg.eval.results import ResultsFiles, results_stage
+    from reappreg.eval.results import ResultsFiles
+    from reappreg.stats.stage import results_stage
 
     repo = Path(__file__).resolve().parents[2]
     root = Path(up["answers"]).parent

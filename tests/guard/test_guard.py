@@ -874,6 +874,13 @@ def test_run_and_audit_commands_end_to_end(stage, tmp_path, tracking_uri, tiny_l
     assert bad_audit.returncode == 2 and "did not pass" in bad_audit.stderr
 
 
+def test_the_training_source_format_the_stage_names_is_the_one_help_states():
+    from reappreg.commands.guard import TRAIN_SPEC_HELP
+    from reappreg.guard.stage import TRAIN_SPEC
+
+    assert TRAIN_SPEC == TRAIN_SPEC_HELP
+
+
 def test_guard_defaults_equal_params_yaml():
     import yaml
 

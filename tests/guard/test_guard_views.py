@@ -247,7 +247,7 @@ def test_sketch_check_needs_the_sketch_tokenizers(split_data, tmp_path, minilm):
     run_guard(heldout=SourceSpec(heldout, "answer_id", ("text",)),
               train=[SourceSpec.parse(f"{train_dir / 'reappraisals.jsonl'}:reappraisal_id:text")],
               settings=config(), tokenizers=[minilm], paths=GuardPaths(**paths))
-    from reappreg.commands.guard import _match_sketch_tokenizers
+    from reappreg.guard.stage import _match_sketch_tokenizers
 
     sketch = load_sketch(paths["sketch_path"])
     _match_sketch_tokenizers([minilm], sketch, paths["sketch_path"])
@@ -262,7 +262,7 @@ def test_sketch_check_needs_the_sketch_tokenizers(split_data, tmp_path, minilm):
 
 
 def test_guard_run_refuses_without_the_rm_encoder_tokenizer(tiny_lm):
-    from reappreg.commands.guard import _require_rm_tokenizer
+    from reappreg.guard.stage import _require_rm_tokenizer
 
     policy = TokenizerView(TokenizerSpec("policy", str(tiny_lm)))
     with pytest.raises(InputError, match="RM encoder's tokenizer"):
@@ -277,7 +277,7 @@ def test_guard_run_refuses_without_the_rm_encoder_tokenizer(tiny_lm):
 def test_guard_run_takes_the_rm_tokenizer_from_the_active_profile():
     """`guard run` adds the RM encoder's tokenizer from rm.encoder.path (whatever the profile),
     unless a view of that name is given; a given one must still be the RM's own."""
-    from reappreg.commands.guard import _with_rm_tokenizer
+    from reappreg.guard.stage import _with_rm_tokenizer
 
     assert _with_rm_tokenizer(["policy=models/policy/base"], "/models/qwen3-4b") == [
         "rm-encoder=/models/qwen3-4b", "policy=models/policy/base"]

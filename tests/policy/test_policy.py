@@ -36,6 +36,7 @@ from reappreg.settings.policy import (
 )
 
 from policy_fixtures import StandinEnsemble, certificate_for, write_training_inputs  # noqa: E402
+from stage_commands import stage_argv  # noqa: E402
 
 REPO = Path(__file__).resolve().parents[2]
 PROMPT_FILE = REPO / "pipelines/prompts/grpo_prompt.yaml"
@@ -212,7 +213,7 @@ def test_beta_not_positive_is_refused(beta, tmp_path):
     # ... and from the command line: a clear message, exit status 2, nothing trained.
     params = tmp_path / "params.yaml"
     params.write_text(yaml.safe_dump(_params_raw(train__beta=beta)))
-    result = subprocess.run([sys.executable, "-m", "reappreg", "policy", "train", "--params", str(params)],
+    result = subprocess.run([sys.executable, "-m", "reappreg", *stage_argv("policy_train", params=params)],
                             capture_output=True, text=True, cwd=tmp_path)
     assert result.returncode == 2, result.stderr
     assert "beta must be > 0" in result.stderr and "Traceback" not in result.stderr
@@ -238,7 +239,7 @@ def test_full_profile_base_model_missing_is_a_clear_error(tmp_path):
     raw["profile"] = "full"
     params = tmp_path / "params.yaml"
     params.write_text(yaml.safe_dump(raw))
-    result = subprocess.run([sys.executable, "-m", "reappreg", "policy", "base", "--params", str(params)],
+    result = subprocess.run([sys.executable, "-m", "reappreg", *stage_argv("policy_base", params=params)],
                             capture_output=True, text=True, cwd=tmp_path)
     assert result.returncode == 2
     assert "policy.base.local_path" in result.stderr and "Qwen3-4B-Thinking-2507" in result.stderr

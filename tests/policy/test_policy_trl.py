@@ -14,6 +14,7 @@ from reappreg.policy.train import GrpoSpec, grpo_config
 from reappreg.policy.trl_args import OWNED_BY_PROJECT, PROJECT_KEYS, check_trl_overrides, grpo_fields
 from reappreg.settings import parse_params
 from reappreg.settings.policy import PolicyTrainSettings
+from stage_commands import stage_argv
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -109,7 +110,7 @@ def test_the_train_command_checks_trl_before_it_needs_any_input(tmp_path):
     raw = _raw(use_vlm=True)
     params = tmp_path / "params.yaml"
     params.write_text(yaml.safe_dump(raw), encoding="utf-8")
-    result = CliRunner().invoke(app, ["policy", "train", "--params", str(params)])
+    result = CliRunner().invoke(app, stage_argv("policy_train", params=params))
     assert result.exit_code != 0
     assert "policy.train.trl.use_vlm: not a field" in str(result.exception) + result.output
 

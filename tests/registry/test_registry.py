@@ -24,7 +24,6 @@ from reappreg.registry import (
     STATUS_TAG,
     IntegrityError,
     RegistrationHooks,
-    RegistrySession,
     RegistryUnavailable,
     VersionContent,
     WebhookListener,
@@ -32,7 +31,6 @@ from reappreg.registry import (
     connect,
     folder_md5,
     load_declarations,
-    load_keyring,
     manifest_of,
     register_version,
     registration_key,
@@ -41,17 +39,36 @@ from reappreg.registry import (
     watch_poll,
     watch_webhook,
 )
-from reappreg.registry.keys import open_statement, sign_statement
+from reappreg.trust.keys import sign_statement
 from reappreg.registry.registration import attestation_paths
 from reappreg.settings.registry import RegistrySettings
 
 
-from registry_fixtures import (
+from reappreg.commands.registry import PENDING_EXIT
+from registry_fixtures import (  # noqa: F401 (fixtures: templates, repo, store, store_repo, postgres_registry)
+    aliases,
+    client_for,
+    ids,
+    trust_of,
+    make_repo,
+    on_store,
+    postgres_registry,
+    register_after_pipeline,
+    register_ok,
+    repo,
+    run_verify,
+    session_of,
+    store,
+    store_repo,
+    templates,
+    two_good_policy_versions,
+    versions,
     CLEAN_REVISION,
     POLICY,
     RM,
     bind_claims_to_lock,
     plant_stage_runs,
+    record_outputs,
     fail_guard,
     json_file,
     jsonl_file,
@@ -64,120 +81,9 @@ from registry_fixtures import (
     stop_server,
     write_pipeline,
 )
+from stage_commands import stage_argv
 
 REPO = Path(__file__).resolve().parents[2]
-_TEMPLATES: dict[tuple, Path] = {}
-
-
-@pytest.fixture(scope="module")
-def templates(tmp_path_factory):
-    """Builds each pipeline variant (and a migrated empty sqlite store) once per module."""
-    base = tmp_path_factory.mktemp("templates")
-
-    def get(**kwargs) -> Path:
-        key = tuple(sorted(kwargs.items()))
-        if key not in _TEMPLATES:
-            root = write_pipeline(base / f"variant{len(_TEMPLATES)}", **kwargs)
-            empty_db = base / "empty.db"
-            if not empty_db.exists():
-                connect(f"sqlite:///{empty_db}", attempts=1, backoff_s=0)  # runs MLflow's migrations once
-            (root / "registry").mkdir(exist_ok=True)
-            shutil.copy(empty_db, root / "registry/mlflow.db")
-            _TEMPLATES[key] = root
-        return _TEMPLATES[key]
-
-    return get
-
-
-def make_repo(tmp_path, monkeypatch, templates, **kwargs) -> Path:
-    """A private copy of a pipeline variant, cards built, with its own sqlite store; cwd is its root."""
-    root = tmp_path / "repo"
-    shutil.copytree(templates(**kwargs), root)
-    monkeypatch.chdir(root)
-    monkeypatch.setenv("MLFLOW_TRACKING_URI", f"sqlite:///{root / 'registry/mlflow.db'}")
-    monkeypatch.delenv("REAPPREG_SIGNING_KEY", raising=False)  # this clone's local key signs
-    plant_stage_runs(root)
-    return root
-
-
-@pytest.fixture
-def repo(tmp_path, monkeypatch, templates):
-    """A strong, healthy, trusted pipeline (cards built) on a private sqlite store."""
-    return make_repo(tmp_path, monkeypatch, templates)
-
-
-@pytest.fixture(scope="module")
-def postgres_registry(tmp_path_factory, postgres_server):
-    """One ``mlflow server`` on a PostgreSQL database for this module's attack tests (each starts it empty)."""
-    from conftest import _new_postgres_db
-
-    tmp = tmp_path_factory.mktemp("pg-registry")
-    proc, url = start_mlflow_server(tmp, backend=_new_postgres_db(postgres_server))
-    try:
-        yield url
-    finally:
-        stop_server(proc)
-
-
-def _empty_registry(url: str) -> None:
-    """Every registered model deleted (their versions, aliases, history tags and lock models with them)."""
-    from mlflow import MlflowClient
-
-    client = MlflowClient(tracking_uri=url, registry_uri=url)
-    while models := client.search_registered_models(max_results=1000):
-        for model in models:
-            client.delete_registered_model(model.name)
-
-
-@pytest.fixture(params=["sqlite", "postgres"])
-def store(request) -> str | None:
-    """Where an attack test's registry lives: this clone's sqlite file (None), or the URL of an
-    ``mlflow server`` backed by PostgreSQL, as a team runs it."""
-    if request.param == "sqlite":
-        return None
-    url = request.getfixturevalue("postgres_registry")
-    _empty_registry(url)
-    return url
-
-
-def on_store(root: Path, store: str | None, monkeypatch) -> Path:
-    if store is not None:
-        monkeypatch.setenv("MLFLOW_TRACKING_URI", store)
-        plant_stage_runs(root)   # the stage runs live in the store the stages tracked to
-    return root
-
-
-@pytest.fixture
-def store_repo(repo, store, monkeypatch) -> Path:
-    """``repo`` with its registry on each store in turn."""
-    return on_store(repo, store, monkeypatch)
-
-
-def client_for(root: Path):
-    from mlflow import MlflowClient
-
-    uri = os.environ["MLFLOW_TRACKING_URI"]
-    return MlflowClient(tracking_uri=uri, registry_uri=uri)
-
-
-def versions(client, name: str) -> list:
-    return sorted(client.search_model_versions(f"name='{name}'"), key=lambda v: int(v.version))
-
-
-def aliases(client, name: str) -> dict[str, str]:
-    return {alias: str(v) for alias, v in client.get_registered_model(name).aliases.items()}
-
-
-def ids(client, name: str) -> list[str]:
-    return [str(v.version) for v in versions(client, name)]
-
-
-def register_ok() -> str:
-    code, out, exc = run_cli("registry", "register")
-    assert code == 0, (out, exc)
-    return out
-
-
 # --------------------------------------------------------------------------- registration
 
 
@@ -222,10 +128,10 @@ def test_the_receipt_says_verify_fails_when_the_alias_state_was_tampered_with(re
     client.delete_registered_model_alias(POLICY, "candidate")  # an MLflow writer, no signing key
     register_ok()                                              # unchanged artifacts: nothing new registered
     state = json.loads((repo / "reports/registry/registration.json").read_text())["verify"]
-    assert state["verify_passes"] is False and state["violations"] == 1
+    assert state["verify_passes"] is False and state["pending"] == 1
     (missing,) = [a for a in state["aliases"] if not a["verified"]]
     assert (missing["name"], missing["alias"], missing["version"]) == (POLICY, "candidate", None)
-    assert "alias missing; signed history #1" in missing["detail"]
+    assert missing["pending"] and "PENDING request" in missing["detail"] and "will RESTORE v1" in missing["detail"]
 
 
 def test_reregistering_unchanged_artifacts_creates_no_version(repo):
@@ -245,7 +151,7 @@ def test_reregistering_unchanged_artifacts_creates_no_version(repo):
 
 def test_registration_refuses_training_inputs_that_do_not_match_the_certificate(repo):
     (repo / "data/guarded/prompts.jsonl").write_text('{"prompt": "edited after the guard ran"}\n')
-    code, _, exc = run_cli("registry", "register")
+    code, _, exc = register_after_pipeline()
     assert code == 1 and isinstance(exc, GateFailed)
     assert "data/guarded/prompts.jsonl has md5" in str(exc) and "refusing to register" in str(exc)
     assert client_for(repo).search_registered_models() == []
@@ -253,7 +159,7 @@ def test_registration_refuses_training_inputs_that_do_not_match_the_certificate(
 
 def test_registration_refuses_an_artifact_its_training_metrics_do_not_describe(repo):
     (repo / "models/policy/grpo/model.safetensors").write_text("weights copied in by hand")
-    code, _, exc = run_cli("registry", "register")
+    code, _, exc = register_after_pipeline()
     assert isinstance(exc, GateFailed) and "its training metrics describe" in str(exc)
     assert client_for(repo).search_registered_models() == []
 
@@ -301,7 +207,7 @@ def _other_judgments(root: Path) -> None:
         "lock-rewritten-to-agree", "claims-edited-lock-rewritten"])
 def test_registration_refuses_claims_the_pipeline_did_not_draw(repo, attack, expect):
     attack(repo)
-    code, out, exc = run_cli("registry", "register")
+    code, out, exc = run_cli(*stage_argv("register"))
     message = " ".join(str(exc).split())
     expect = expect.format(claims=dvc_md5(repo / "reports/claims.json"),
                            judgments=dvc_md5(repo / stats_paths()["judgments"]))
@@ -322,7 +228,7 @@ def test_a_pipeline_tracked_locally_registers_on_another_store_and_its_runs_are_
     params["tracking"]["uri"] = "sqlite:///no-stage-runs.db"
     (repo / "params.yaml").write_text(yaml.safe_dump(params))
     monkeypatch.setenv("MLFLOW_TRACKING_URI", f"sqlite:///{repo / 'empty.db'}")
-    code, _, exc = run_cli("registry", "register")
+    code, _, exc = register_after_pipeline()
     assert isinstance(exc, GateFailed) and "empty.db" in str(exc) and f"{repo / 'no-stage-runs.db'}" in str(exc)
     assert "no experiment 'reappraisal-registry'" in str(exc)
 
@@ -337,7 +243,7 @@ def test_the_receipt_says_how_the_claims_were_bound_to_the_lock(repo):
 def test_registration_refuses_a_failed_certificate(repo):
     fail_guard(repo)  # the guard found a held-out answer in the training text
     assert json.loads((repo / "data/guard/certificate.json").read_text())["result"] == "fail"
-    code, _, exc = run_cli("registry", "register")
+    code, _, exc = register_after_pipeline()
     assert isinstance(exc, GateFailed) and "did not pass" in str(exc)
     assert client_for(repo).search_registered_models() == []
 
@@ -346,7 +252,7 @@ def test_registration_refuses_a_card_built_from_a_dirty_tree_unless_allowed(repo
     card = repo / "reports/cards" / f"{POLICY}.md"
     clean = card.read_text()
     card.write_text(clean.replace("git_dirty: 'false', dirty_paths: []", "git_dirty: 'true', dirty_paths: [src/x.py]"))
-    code, _, exc = run_cli("registry", "register")
+    code, _, exc = register_after_pipeline()
     assert code != 0 and "uncommitted changes (src/x.py)" in str(exc) and "--allow-dirty" in str(exc)
     assert client_for(repo).search_registered_models() == []
     card.write_text(clean.replace("git_dirty: 'false', dirty_paths: [], dirty_allowed: false",
@@ -391,7 +297,7 @@ def test_a_winner_without_a_fresh_pool_confirmation_fails_its_gate(tmp_path, mon
 def test_two_concurrent_register_processes_create_exactly_one_version(repo):
     env = {**os.environ, "PYTHONPATH": str(REPO / "src")}
     procs = [
-        subprocess.Popen([sys.executable, "-m", "reappreg", "registry", "register", "--receipt", f"receipt_{i}.json"],
+        subprocess.Popen([sys.executable, "-m", "reappreg", *stage_argv("register", receipt=f"receipt_{i}.json")],
                          cwd=repo, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
         for i in range(2)
     ]
@@ -413,7 +319,7 @@ def test_server_down_fails_after_bounded_retries_and_registers_nothing(repo, mon
         s.bind(("127.0.0.1", 0))
         port = s.getsockname()[1]  # closed once the block ends: nothing listens there
     monkeypatch.setenv("MLFLOW_TRACKING_URI", f"http://127.0.0.1:{port}")
-    code, _, exc = run_cli("registry", "register")
+    code, _, exc = register_after_pipeline()
     assert isinstance(exc, RegistryUnavailable)  # bounded: the attempts are counted, not timed
     assert "did not answer after 3 attempt(s)" in str(exc) and "Nothing was registered" in str(exc)
     assert not (repo / "reports/registry/registration.json").exists()
@@ -440,11 +346,14 @@ def _library_registration(client, root: Path, name: str = POLICY, **hook_overrid
 
         content = VersionContent(artifact_dir=artifact, manifest=manifest_of(artifact), training_md5s=training,
                                  tags={"guard.result": "pass"}, card="---\nlicense: x\n---\n# card\n")
-        # these tests are about rollback and races; the squat check has its own test
-        hooks = RegistrationHooks(**{"log_artifacts": log, "attest": attest, "squat": lambda mv, key: None, **hook_overrides})
+        # these tests are about rollback and races: a planted version is never a signed registration
+        # (the squat check has its own test)
+        hooks = RegistrationHooks(**{"log_artifacts": log, "attest": attest, "squat": lambda mv, key: "planted: unsigned",
+                                     "signed": lambda mv: False, **hook_overrides})
         return register_version(client, name=name, model=decl.models[POLICY], content=content,
-                                key=signing_key(root / "work/registry/keys", create=True), hooks=hooks,
-                                settings=RegistrySettings(candidate_alias="candidate", stale_registration_s=3600))
+                                keys=[signing_key(root / "work/registry/keys", create=True)], hooks=hooks,
+                                settings=RegistrySettings(candidate_alias="candidate", stale_registration_s=3600),
+                                chain=session_of(root).chain)
 
 
 def test_a_failure_after_creating_the_version_rolls_it_back(repo):
@@ -509,7 +418,7 @@ def test_a_version_squatting_the_next_registration_key_is_refused_by_name(store_
     key = client.get_model_version(POLICY, "1").tags[KEY_TAG]
     client.delete_model_version(POLICY, "1")
     client.create_model_version(POLICY, source="s3://attacker-bucket/policy", tags={KEY_TAG: key, STATUS_TAG: "complete"})
-    code, out, exc = run_cli("registry", "register")
+    code, out, exc = register_after_pipeline()
     message = " ".join(f"{out} {exc}".split())
     assert code == 1, message
     assert f"{POLICY} version 2 carries registration key {key[:16]}" in message
@@ -526,7 +435,7 @@ def test_a_version_squatting_the_next_registration_key_is_refused_by_name(store_
     client.create_model_version(POLICY, source=honest.source, run_id=honest.run_id, tags=dict(honest.tags))
     client.log_text(honest.run_id, envelope.decode(), attestation_paths(POLICY, "4")[0])
     client.delete_model_version(POLICY, "3")
-    code, out, exc = run_cli("registry", "register")
+    code, out, exc = register_after_pipeline()
     message = " ".join(f"{out} {exc}".split())
     assert code == 1 and f"{POLICY} version 4 carries registration key" in message, message
     assert "signed statement describes another version: version='3' (this version: '4')" in message
@@ -536,16 +445,12 @@ def test_a_version_squatting_the_next_registration_key_is_refused_by_name(store_
 # --------------------------------------------------------------------------- signed evidence
 
 
-def keyring_of(root: Path):
-    return load_keyring(root / "registry/keys", root / "work/registry/keys")
-
-
 def envelope_of(client, name: str, version: str) -> tuple[bytes, dict]:
     import mlflow
 
     mv = client.get_model_version(name, version)
     text = mlflow.artifacts.load_text(f"runs:/{mv.run_id}/{attestation_paths(name, version)[0]}")
-    stmt, _ = open_statement(text.encode(), keyring_of(Path.cwd()))
+    stmt, _ = trust_of(Path.cwd()).open(text.encode(), role="registration")
     return text.encode(), stmt
 
 
@@ -636,7 +541,7 @@ def forge_untrusted_resignature(client, root):
     (forge_gate_tag, "TAMPERING: tag training.healthy=true but the signed statement says false"),
     (forge_artifact_and_manifest, "data/grpo/model.safetensors: sha256"),
     (forge_envelope_bytes, "provenance envelope rejected"),
-    (forge_untrusted_resignature, "which is not trusted here"),
+    (forge_untrusted_resignature, "not a valid 'registration' key there"),
 ])
 def test_each_forgery_is_caught_by_verify_and_refused_by_pull(tmp_path, monkeypatch, templates, forge, expect):
     """The unhealthy policy fails its gates; an MLflow admin without the key tries to make it pass and sets `champion`."""
@@ -646,8 +551,12 @@ def test_each_forgery_is_caught_by_verify_and_refused_by_pull(tmp_path, monkeypa
     forge(client, root)
     client.set_registered_model_alias(POLICY, "champion", "1")  # as the UI does
     code, out, _ = run_cli("registry", "verify")
+    flat = " ".join(out.split())
+    # v1 is `candidate` (signed state): the forgery is a violation there; `champion` is a request the
+    # watcher will restore, because the forged version fails.
     assert code == 1, out
-    assert "VIOLATION reappraisal-policy-grpo@champion -> v1: FAILS" in out and expect in out, out
+    assert "VIOLATION reappraisal-policy-grpo@candidate -> v1: FAILS" in flat and expect in flat, out
+    assert "PENDING reappraisal-policy-grpo@champion -> v1: PENDING request" in flat and "will RESTORE unset" in flat, out
     code, _, exc = run_cli("registry", "pull", f"{POLICY}@champion", "--to", str(tmp_path / "pulled"))
     assert code == 1 and isinstance(exc, IntegrityError), exc
     assert not (tmp_path / "pulled").exists() and not list(tmp_path.glob(".pulled.partial-*"))
@@ -684,7 +593,7 @@ def test_a_version_failing_a_gate_cannot_be_promoted_without_force(tmp_path, mon
                              "--force", "--actor", "alice")
     assert code == 0, (out, exc)
     assert "FORCED PROMOTION" in out
-    history = __import__("reappreg.registry", fromlist=["read_history"]).read_history(client, POLICY, keyring_of(root))
+    history = __import__("reappreg.registry", fromlist=["read_history"]).read_history(client, POLICY, session_of(root).chain)
     registration, entry = history.entries  # the registration's candidate entry, then the promotion
     assert registration.body["kind"] == "register" and registration.body["alias"] == "candidate"
     assert entry.body["forced"] is True and entry.body["by"] == "alice" and entry.body["to"] == "1" and history.problems == []
@@ -732,7 +641,7 @@ def test_promotion_is_signed_history_and_verify_lists_signed_gate_results(repo):
     assert "reappraisal-policy-grpo@champion -> v1: passes its signed gates [signed_evidence=pass, guard_pass=pass," in text
     assert ("judge_trusted=pass, min_n=pass, cluster_ci_low_above_bar=pass, healthy_training=pass, "
             "fresh_pool_promotable=pass]") in text
-    assert "promoted by bob" in text and "local key" in text
+    assert "promoted by bob" in text and "local one-key root" in text
     champion = text.split("@champion")[1].split("reappraisal-")[0]
     assert "promoted by bob" in champion and "signed history #2" in champion, champion  # after the registration's #1
     # Editing the signed history is caught.
@@ -832,7 +741,7 @@ def test_four_promoters_with_the_lock_deleted_under_them_fork_nothing(store_repo
             assert "alias moved under you" in out or "extended the signed history" in out or "claimed history entry" in out, out
     from reappreg.registry import read_history
 
-    history = read_history(client, POLICY, keyring_of(repo))
+    history = read_history(client, POLICY, session_of(repo).chain)
     assert history.problems == []
     moves = [e for e in history.entries if e.body.get("alias") == "production"]
     assert len(moves) == 1 and moves[0].body["from"] is None and moves[0].body["to"] == "1"
@@ -842,11 +751,12 @@ def test_four_promoters_with_the_lock_deleted_under_them_fork_nothing(store_repo
     assert [m.name for m in client.search_registered_models()] == sorted([POLICY, RM])  # no lock or claim left
 
 
-def test_watch_enforce_moves_a_ui_alias_back_to_the_last_passing_version(tmp_path, monkeypatch, templates):
+def test_watch_enforce_restores_ui_requests_that_fail_their_gates_and_says_why_on_the_version(tmp_path, monkeypatch,
+                                                                                                 templates):
     root = make_repo(tmp_path, monkeypatch, templates)
     register_ok()
     assert run_cli("registry", "promote", POLICY, "1", "--alias", "champion", "--reason", "good")[0] == 0
-    # A newer, unhealthy policy; someone sets champion on it in the UI.
+    # A newer, unhealthy policy; someone sets champion (and a new alias) on it in the UI.
     retrain_policy(root, "unhealthy-weights")
     metrics = json.loads((root / "metrics/policy/train.json").read_text())
     metrics["healthy"] = False
@@ -855,21 +765,27 @@ def test_watch_enforce_moves_a_ui_alias_back_to_the_last_passing_version(tmp_pat
     client = client_for(root)
     client.set_registered_model_alias(POLICY, "champion", "2")
     client.set_registered_model_alias(POLICY, "production", "2")
+    code, out = run_verify()
+    flat = " ".join(out.split())
+    assert code == PENDING_EXIT and "PENDING reappraisal-policy-grpo@champion -> v2" in flat, out
+    assert "the watcher will RESTORE v1: v2 fails its gates: healthy_training" in flat, out
     code, out, _ = run_cli("registry", "watch", "--max-polls", "1", "--enforce", "--actor", "watcher")
-    assert code == 1 and "ENFORCED moved reappraisal-policy-grpo@champion back from v2 to v1" in out, out
-    assert "ENFORCED removed reappraisal-policy-grpo@production (was v2)" in out
+    flat = " ".join(out.split())
+    assert code == 0, out  # both requests decided: nothing left for a key holder
+    assert "ENFORCED restored reappraisal-policy-grpo@champion to v1 (the UI request named v2)" in flat, out
+    assert "ENFORCED restored reappraisal-policy-grpo@production to no version (the UI request named v2)" in flat, out
     assert aliases(client, POLICY) == {"candidate": "2", "champion": "1"}
-    assert "moved reappraisal-policy-grpo@champion back" in client.get_registered_model(POLICY).tags["reappreg.enforced.champion"]
-    code, out, _ = run_cli("registry", "verify")
-    # candidate (ungated) on the unhealthy version is fine; champion is back on v1.
-    assert code == 0, out
+    # The reason is where the person who asked looks: on the model and on the version they chose.
+    for tags in (client.get_registered_model(POLICY).tags, client.get_model_version(POLICY, "2").tags):
+        assert "healthy_training" in tags["reappreg.request.champion"], tags
+    code, out = run_verify()
+    assert code == 0, out  # candidate (ungated) on the unhealthy version is fine; champion is back on v1
 
 
 def test_poll_watcher_reports_a_ui_alias_once(tmp_path, monkeypatch, templates):
     root = make_repo(tmp_path, monkeypatch, templates, healthy=False)
     register_ok()
     client = client_for(root)
-    decl = load_declarations(root / "registry/models.yaml")
     naps = []
 
     def sleep(seconds):
@@ -878,7 +794,8 @@ def test_poll_watcher_reports_a_ui_alias_once(tmp_path, monkeypatch, templates):
             client.set_registered_model_alias(POLICY, "production", "1")
 
     reported = []
-    check = lambda: audit(client, decl, keyring_of(root), tracking_uri=os.environ["MLFLOW_TRACKING_URI"]).findings  # noqa: E731
+    session = session_of(root)
+    check = lambda: audit(session).findings  # noqa: E731
     found = watch_poll(check, interval_s=5, max_polls=3, report=reported.append, sleep=sleep)
     assert naps == [5, 5]  # bounded: three polls, two waits
     assert [(f.alias, f.version) for f in reported] == [("production", "1")]
@@ -911,7 +828,7 @@ def test_pull_refuses_failing_gates_unless_allowed_and_records_it(tmp_path, monk
     client.set_registered_model_alias(POLICY, "production", "1")  # as in the UI: no signed entry
     for extra in ([], ["--allow-failing-gates"]):
         code, _, exc = run_cli("registry", "pull", f"{POLICY}@production", "--to", str(tmp_path / "p"), *extra)
-        assert isinstance(exc, IntegrityError) and "signed promotion history says no version" in str(exc)
+        assert isinstance(exc, IntegrityError) and "the signed alias state is no version: a PENDING request" in str(exc)
     client.delete_registered_model_alias(POLICY, "production")
     code, out, exc = run_cli("registry", "promote", POLICY, "1", "--alias", "production", "--reason", "for the test",
                              "--force", "--actor", "alice")
@@ -1036,20 +953,15 @@ def test_remote_server_register_pull_and_webhook_watch(tmp_path, monkeypatch, te
     assert dvc_md5(tmp_path / "pulled" / "data/grpo") == dvc_md5(root / "models/policy/grpo")
 
     # Webhook watcher: the server posts alias events to a loopback listener.
-    from reappreg.settings import load_params
-
-    decl = load_declarations(root / "registry/models.yaml")
-    reg = load_params(root / "params.yaml").registry
     ready = threading.Event()
     reported, result = [], {}
 
     def watch():
         # Without a key: this watch only reports, it never enforces.
-        session = RegistrySession(client=connect(url, attempts=3, backoff_s=0.5), decl=decl, keyring=keyring_of(root), key=None,
-                                  tracking_uri=url, lock_timeout_s=reg.promotion_lock_timeout_s,
-                                  lock_stale_s=reg.promotion_lock_stale_s)
+        session = session_of(root, uri=url)
         listener = WebhookListener(listen="127.0.0.1:0", public_url=None, duration=60, max_events=2)
-        result["findings"] = watch_webhook(session, listener, report=reported.append, on_ready=lambda _: ready.set())
+        result["findings"] = watch_webhook(session, listener, report=reported.append,
+                                           check=lambda: audit(session).findings, on_ready=lambda _: ready.set())
 
     thread = threading.Thread(target=watch)
     thread.start()
@@ -1058,13 +970,14 @@ def test_remote_server_register_pull_and_webhook_watch(tmp_path, monkeypatch, te
     client.set_registered_model_alias(POLICY, "production", version)               # unhealthy policy: fails
     thread.join(90)
     assert not thread.is_alive()
-    # Both UI edits differ from the signed alias state; the RM's passes its gates and is still flagged.
+    # Both UI edits differ from the signed alias state: pending requests, previewed from signed evidence.
     found = {(f.name, f.alias, f.version): f for f in result["findings"]}
     assert set(found) == {(POLICY, "production", version), (RM, "reviewed", registered_version(root, RM))}, [
         f.describe() for f in result["findings"]]
     reviewed = found[(RM, "reviewed", registered_version(root, RM))].describe()
-    assert "passes its signed gates" in reviewed and "NOT the signed alias state (no signed history entry" in reviewed
-    assert "FAILS" in found[(POLICY, "production", version)].describe()
+    assert "PENDING request" in reviewed and "the watcher will ACCEPT it" in reviewed, reviewed
+    production = found[(POLICY, "production", version)].describe()
+    assert "the watcher will RESTORE unset" in production and "fails its gates" in production, production
     assert sorted(reported, key=id) == sorted(result["findings"], key=id)
     assert list(client.list_webhooks()) == []  # the watcher removed its webhook
 
@@ -1084,7 +997,7 @@ def postgres_webhook_server(tmp_path, postgres_server):
 
 
 @pytest.mark.slow
-def test_watch_enforce_undoes_a_ui_alias_through_a_real_webhook_delivery(tmp_path, monkeypatch, templates, postgres_webhook_server):
+def test_watch_enforce_restores_a_failing_ui_request_through_a_real_webhook_delivery(tmp_path, monkeypatch, templates, postgres_webhook_server):
     url = postgres_webhook_server
     root = make_repo(tmp_path, monkeypatch, templates)
     monkeypatch.setenv("MLFLOW_TRACKING_URI", url)
@@ -1128,8 +1041,9 @@ def test_watch_enforce_undoes_a_ui_alias_through_a_real_webhook_delivery(tmp_pat
             watcher.kill()
     reader.join(10)
     out = "".join(lines)
-    assert watcher.returncode == 1 and f"ENFORCED moved {POLICY}@champion back from v{bad} to v{good}" in out, out
-    assert "healthy_training" in client.get_registered_model(POLICY).tags["reappreg.enforced.champion"]
+    flat = " ".join(out.split())
+    assert watcher.returncode == 0 and f"ENFORCED restored {POLICY}@champion to v{good} (the UI request named v{bad})" in flat, out
+    assert "healthy_training" in client.get_registered_model(POLICY).tags["reappreg.request.champion"]
     assert list(client.list_webhooks()) == []  # the watcher removed its webhook
 
 
@@ -1177,10 +1091,16 @@ def test_models_uri_loads_in_a_fresh_process_with_the_ensembles_rewards(tmp_path
 
         content = VersionContent(artifact_dir=ensemble, manifest=manifest_of(ensemble), training_md5s={"x": "0" * 32},
                                  tags={}, card="---\nlicense: x\n---\n# card\n")
-        reg = register_version(client, name=RM, model=decl.models[RM], content=content,
-                               key=signing_key(tmp_path / "keys", create=True),
-                               hooks=RegistrationHooks(log_artifacts=log, attest=attest, squat=lambda mv, key: None),
-                               settings=RegistrySettings(candidate_alias="candidate", stale_registration_s=3600))
+        from reappreg.registry.history import Chain, HeadMemory
+        from reappreg.trust import load_trust
+
+        key = signing_key(tmp_path / "keys", create=True)
+        reg = register_version(client, name=RM, model=decl.models[RM], content=content, keys=[key],
+                               hooks=RegistrationHooks(log_artifacts=log, attest=attest, squat=lambda mv, key: "new",
+                                                       signed=lambda mv: False),
+                               settings=RegistrySettings(candidate_alias="candidate", stale_registration_s=3600),
+                               chain=Chain(load_trust(tmp_path / "no-team-keys", tmp_path / "work", local_key=key),
+                                           HeadMemory(None, uri)))
     frame = pd.DataFrame({"scenario": ["Your friend did not reply to your message."] * 4,
                           "answer": ["Maybe she is busy; you could ask later.", "They might not have seen it yet.", "", "One. Two. Three."]})
     expected = load_ensemble(ensemble).score(frame["scenario"].tolist(), frame["answer"].tolist())
@@ -1226,70 +1146,6 @@ def test_policy_pyfunc_generates_in_a_fresh_process(tmp_path, tiny_lm):
     assert done.returncode == 0, done.stderr[-3000:]
     completions = json.loads(done.stdout.strip().splitlines()[-1])
     assert len(completions) == 2 and all(isinstance(c, str) for c in completions)
-
-
-def test_team_keys_rotate_and_revoke_and_an_untrusted_key_is_named(tmp_path, monkeypatch):
-    from reappreg.registry import SignatureInvalid
-
-    team = tmp_path / "keys"
-    team.mkdir()
-    code, out, exc = run_cli("registry", "keygen", str(tmp_path / "alice.pem"))
-    assert code == 0, (out, exc)
-    assert (tmp_path / "alice.pem").stat().st_mode & 0o777 == 0o600
-    shutil.copy(tmp_path / "alice.pub.pem", team / "alice.pub.pem")
-    monkeypatch.setenv("REAPPREG_SIGNING_KEY", str(tmp_path / "alice.pem"))
-    alice = signing_key(tmp_path / "local", create=False)
-    monkeypatch.delenv("REAPPREG_SIGNING_KEY")
-    envelope = sign_statement({"_type": "x", "n": 1}, alice)
-    from reappreg.registry.keyring_chain import CHAIN_FILE, sign_keyring
-
-    for status, ok in (("active", True), ("retired", True), ("revoked", False)):
-        # alice starts the keyring, then (signing as the active key she was) changes her own status
-        (team / CHAIN_FILE).unlink(missing_ok=True)
-        for step in dict.fromkeys(("active", status)):
-            (team / "keyring.yaml").write_text(yaml.safe_dump({"keys": [{"file": "alice.pub.pem", "holder": "alice",
-                                                                           "status": step, "keyid": alice.keyid}]}))
-            sign_keyring(team, alice, f"alice {step}")
-        ring = load_keyring(team, None)
-        if ok:
-            assert open_statement(envelope, ring)[1].describe().startswith(f"team key {alice.keyid[:16]} of alice ({status}")
-        else:
-            with pytest.raises(SignatureInvalid, match="revoked"):
-                open_statement(envelope, ring)
-    # A local key is trusted only where its public key is (this clone), and only when asked.
-    local = signing_key(tmp_path / "local", create=True)
-    local_envelope = sign_statement({"_type": "x"}, local)
-    assert open_statement(local_envelope, load_keyring(team, tmp_path / "local"))[1].origin == "local"
-    with pytest.raises(SignatureInvalid, match="not trusted here"):
-        open_statement(local_envelope, load_keyring(team, None))
-    (team / "keyring.yaml").write_text(yaml.safe_dump({"keys": [{"file": "alice.pub.pem", "holder": "a", "status": "active",
-                                                                   "keyid": "0" * 64}]}))
-    with pytest.raises(Exception, match="has key id"):
-        load_keyring(team, None)
-
-
-def test_a_version_signed_under_a_keyring_no_longer_in_the_chain_is_named(repo, tmp_path, monkeypatch):
-    """Each version's statement records the signed keyring it was registered under: re-rooting the keyring
-    afterwards (even with the same key) is refused by this clone, and named by `verify` on a fresh one."""
-    from reappreg.registry.keys import key_id, load_public
-
-    assert run_cli("registry", "keygen", str(tmp_path / "alice.pem"))[0] == 0
-    shutil.copy(tmp_path / "alice.pub.pem", repo / "registry/keys/alice.pub.pem")
-    ring = {"keys": [{"file": "alice.pub.pem", "holder": "alice", "status": "active",
-                      "keyid": key_id(load_public(tmp_path / "alice.pub.pem"))}]}
-    (repo / "registry/keys/keyring.yaml").write_text(yaml.safe_dump(ring))
-    monkeypatch.setenv("REAPPREG_SIGNING_KEY", str(tmp_path / "alice.pem"))
-    assert run_cli("registry", "sign-keyring", "--reason", "alice starts the team keyring")[0] == 0
-    register_ok()
-    assert _verify()[0] == 0
-    (repo / "registry/keys/keyring.chain.jsonl").unlink()
-    assert run_cli("registry", "sign-keyring", "--reason", "re-rooted")[0] == 0
-    code, out, exc = run_cli("registry", "verify")
-    assert code != 0 and "the keyring was rewritten from a new root" in str(exc), (out, exc)
-    (repo / "work/registry/keyring-seen.json").unlink()  # as a fresh clone sees it
-    code, out = _verify()
-    flat = " ".join(out.split())
-    assert code == 1 and "which today's registry/keys/keyring.chain.jsonl does not hold (1 entries)" in flat, out
 
 
 def test_an_envelope_copied_from_another_version_is_refused(repo, tmp_path):
@@ -1389,7 +1245,7 @@ def test_kept_checkpoints_are_versions_of_their_own_registered_in_step_order(rep
 def test_a_kept_checkpoint_whose_folder_the_metrics_do_not_describe_is_refused(repo):
     add_kept_checkpoint(repo)
     (repo / "models/policy/checkpoints/step_3/model.safetensors").write_text("swapped after training")
-    code, _, exc = run_cli("registry", "register")
+    code, _, exc = register_after_pipeline()
     assert isinstance(exc, GateFailed) and "step_3" in str(exc) and "step 3" in str(exc)
     assert client_for(repo).search_model_versions(f"name='{POLICY}'") == []
 
@@ -1397,81 +1253,71 @@ def test_a_kept_checkpoint_whose_folder_the_metrics_do_not_describe_is_refused(r
 def test_a_kept_checkpoint_without_its_card_is_refused(repo):
     add_kept_checkpoint(repo)
     (repo / "reports/cards" / f"{POLICY}.step-3.md").unlink()
-    code, _, exc = run_cli("registry", "register")
+    code, _, exc = register_after_pipeline()
     assert code != 0 and "step-3 checkpoint not found" in str(exc)
 
 
 # --------------------------------------------------------------------------- the signed alias state
 
 
-def _two_good_policy_versions(root: Path) -> tuple[str, str]:
-    """v1 and v2 of a healthy policy, v2 promoted to champion over v1 (both signed and passing)."""
-    register_ok()
-    first = registered_version(root, POLICY)
-    assert run_cli("registry", "promote", POLICY, first, "--alias", "champion", "--reason", "first")[0] == 0
-    retrain_policy(root, "better-weights")
-    register_ok()
-    second = registered_version(root, POLICY)
-    assert second != first
-    assert run_cli("registry", "promote", POLICY, second, "--alias", "champion", "--reason", "better")[0] == 0
-    return first, second
-
-
-def _verify() -> tuple[int, str]:
-    code, out, _ = run_cli("registry", "verify")
-    return code, out
-
-
 @pytest.mark.parametrize("attack", ["rollback", "move_candidate", "delete_alias", "extra_alias"])
-def test_an_alias_that_differs_from_the_signed_state_is_a_violation(store_repo, attack):
+def test_an_alias_that_differs_from_the_signed_state_is_a_pending_request_never_ok(store_repo, attack):
     repo = store_repo
-    first, second = _two_good_policy_versions(repo)
+    first, second = two_good_policy_versions(repo)
     client = client_for(repo)
-    assert _verify()[0] == 0
-    if attack == "rollback":  # an older, validly signed, passing version
+    assert run_verify()[0] == 0
+    if attack == "rollback":  # an older, validly signed, passing version: `champion` moves forward only
         client.set_registered_model_alias(POLICY, "champion", first)
-        expect = f"{POLICY}@champion -> v{first}: passes its signed gates"
-    elif attack == "move_candidate":
+        expect = (f"{POLICY}@champion -> v{first}: PENDING request", f"the watcher will RESTORE v{second}: v{first} is not "
+                  f"newer than v{second}")
+    elif attack == "move_candidate":  # set by registration only
         client.set_registered_model_alias(POLICY, "candidate", first)
-        expect = f"{POLICY}@candidate -> v{first}: passes its signed gates"
+        expect = (f"{POLICY}@candidate -> v{first}: PENDING request", "is set by the registry only")
     elif attack == "delete_alias":
         client.delete_registered_model_alias(POLICY, "champion")
-        expect = f"{POLICY}@champion -> no version: NOT the signed alias state (the signed history says v{second}"
-    else:
+        expect = (f"{POLICY}@champion -> no version: PENDING request", "removing an alias is not a request")
+    else:  # a new alias on a passing version: accepted by the watcher (ui_requests default: gated)
         client.set_registered_model_alias(POLICY, "staging", second)
-        expect = f"{POLICY}@staging -> v{second}: passes its signed gates"
-    code, out = _verify()
+        expect = (f"{POLICY}@staging -> v{second}: PENDING request", "the watcher will ACCEPT it")
+    code, out = run_verify()
     flat = " ".join(out.split())
-    assert code == 1 and expect in flat and "NOT the signed alias state" in flat, out
-    assert "VIOLATION" in out and "verified" not in flat.split("VIOLATION")[-1].split("\n")[0]
+    assert code == PENDING_EXIT and all(e in flat for e in expect), out
+    assert "PENDING" in out and "VIOLATION" not in out and "pending request(s)" in flat, out
+    # A watcher with a key decides it; then verify passes again.
+    code, out, _ = run_cli("registry", "watch", "--enforce", "--mode", "poll", "--max-polls", "1", "--actor", "w")
+    assert code == 0, out
+    assert run_verify()[0] == 0
+    want = {"rollback": second, "move_candidate": second, "delete_alias": second, "extra_alias": second}[attack]
+    alias = {"rollback": "champion", "move_candidate": "candidate", "delete_alias": "champion", "extra_alias": "staging"}[attack]
+    assert aliases(client, POLICY)[alias] == want
 
 
-def test_pull_at_an_alias_refuses_a_rollback_and_watch_restores_the_signed_state(store_repo, tmp_path):
+def test_pull_at_an_alias_refuses_a_pending_rollback_and_tags_never_steer_the_watcher(store_repo, tmp_path):
     repo = store_repo
-    first, second = _two_good_policy_versions(repo)
+    first, second = two_good_policy_versions(repo)
     client = client_for(repo)
     client.set_registered_model_alias(POLICY, "champion", first)
     code, _, exc = run_cli("registry", "pull", f"{POLICY}@champion", "--to", str(tmp_path / "p"))
-    assert isinstance(exc, IntegrityError) and f"signed promotion history says v{second}" in str(exc)
+    assert isinstance(exc, IntegrityError) and f"the signed alias state is v{second}: a PENDING request" in str(exc)
     assert not (tmp_path / "p").exists()
     # An attacker also edits the readable promotion tags to point at the old version: the
-    # enforcer restores the replayed chain's state, not one taken from tags.
+    # watcher restores the replayed chain's state, not one taken from tags.
     client.set_model_version_tag(POLICY, first, "promotion.champion.history", "reappreg.history.000002")
     code, out, _ = run_cli("registry", "watch", "--enforce", "--mode", "poll", "--max-polls", "1", "--actor", "w")
-    assert code == 1 and f"back from v{first} to v{second}" in " ".join(out.split()), out
+    assert code == 0 and f"restored {POLICY}@champion to v{second}" in " ".join(out.split()), out
     assert aliases(client, POLICY)["champion"] == second
-    assert _verify()[0] == 0  # the enforcement is itself a signed entry
+    assert run_verify()[0] == 0  # the restore is itself a signed entry
 
 
 def test_deleting_the_newest_history_entries_is_seen_as_truncation(store_repo):
     repo = store_repo
-    first, second = _two_good_policy_versions(repo)
+    first, second = two_good_policy_versions(repo)
     client = client_for(repo)
-    assert _verify()[0] == 0  # this clone now remembers the head
+    assert run_verify()[0] == 0  # this clone now remembers the head
     tags = sorted(k for k in client.get_registered_model(POLICY).tags if k.startswith("reappreg.history."))
     client.delete_registered_model_tag(POLICY, tags[-1])      # the promotion of v2 ...
     client.set_registered_model_alias(POLICY, "champion", first)  # ... and the alias made to agree with the rest
-    code, out = _verify()
+    code, out = run_verify()
     assert code == 1 and "fewer than the" in out and "truncation" in " ".join(out.split()), out
 
 
@@ -1486,9 +1332,9 @@ def test_decoys_past_one_page_do_not_hide_a_failing_alias(store_repo, monkeypatc
         client.create_registered_model(f"aaa-decoy-{i}")
     client.set_registered_model_alias(POLICY, "champion", registered_version(repo, POLICY))  # unsigned
     monkeypatch.setattr(audit_module, "PAGE_SIZE", 2)  # the real models are on page 4
-    code, out = _verify()
+    code, out = run_verify()
     flat = " ".join(out.split())
-    assert code == 1 and f"{POLICY}@champion" in flat and "undeclared aaa-decoy-4" in flat, out
+    assert code == PENDING_EXIT and f"PENDING {POLICY}@champion" in flat and "undeclared aaa-decoy-4" in flat, out
 
 
 def test_an_undeclared_look_alike_is_listed_and_never_counted_as_verified(store_repo):
@@ -1498,7 +1344,7 @@ def test_an_undeclared_look_alike_is_listed_and_never_counted_as_verified(store_
     client.create_registered_model(f"{POLICY}-v2")
     mv = client.create_model_version(f"{POLICY}-v2", source="s3://attacker-bucket/look-alike", tags={"gate.healthy_training": "pass"})
     client.set_registered_model_alias(f"{POLICY}-v2", "champion", str(mv.version))
-    code, out = _verify()
+    code, out = run_verify()
     flat = " ".join(out.split())
     assert code == 0, out
     assert f"undeclared {POLICY}-v2" in flat
@@ -1521,7 +1367,7 @@ def test_an_honest_bare_mlflow_load_does_not_break_verify_but_a_forged_marker_do
     loaded = Path(mlflow.artifacts.download_artifacts(f"models:/{POLICY}/1"))  # what pyfunc.load_model does first
     marker = stored(client, POLICY, "1", "registered_model_meta")
     assert loaded == marker.parent and marker.is_file(), "MLflow no longer writes its marker into a local store"
-    code, out = _verify()
+    code, out = run_verify()
     assert code == 0, out
     code, out, exc = run_cli("registry", "pull", f"{POLICY}@candidate", "--to", str(tmp_path / "pulled"))
     assert code == 0, (out, exc)
@@ -1529,7 +1375,7 @@ def test_an_honest_bare_mlflow_load_does_not_break_verify_but_a_forged_marker_do
     for forged in ({"model_name": POLICY, "model_version": "2"}, {"model_name": RM, "model_version": "1"},
                    {"model_name": POLICY, "model_version": "1", "loader_module": "evil"}):
         marker.write_text(yaml.safe_dump(forged))
-        code, out = _verify()
+        code, out = run_verify()
         flat = " ".join(out.split())
         assert code == 1 and "unexpected file registered_model_meta (registered_model_meta holds" in flat, out
 

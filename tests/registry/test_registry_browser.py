@@ -25,9 +25,11 @@ from registry_fixtures import (  # noqa: E402
     bind_claims_to_lock,
     make_unique_policy,
     plant_stage_runs,
+    record_outputs,
     registered_version,
     run_cli,
 )
+from stage_commands import stage_argv  # noqa: E402
 
 CHROMIUM = Path("/usr/bin/chromium")
 CHROMEDRIVER = Path("/usr/bin/chromedriver")
@@ -76,8 +78,8 @@ def test_model_version_page_shows_the_card_and_provenance_tags(tmp_path, monkeyp
     plant_stage_runs(root)
     driver = None
     try:
-        assert run_cli("card", "build")[0] == 0
-        code, out, exc = run_cli("registry", "register")
+        record_outputs(root)
+        code, out, exc = run_cli(*stage_argv("register"))
         assert code == 0, (out, exc)
         version = registered_version(root, POLICY)
         mv = MlflowClient(tracking_uri=url, registry_uri=url).get_model_version(POLICY, version)
@@ -118,3 +120,93 @@ def test_model_version_page_shows_the_card_and_provenance_tags(tmp_path, monkeyp
     finally:
         if driver is not None:
             driver.quit()
+
+
+def set_alias_in_the_ui(driver, url: str, version: str, alias: str, shot: Path) -> None:
+    """What a person does on the model-version page: the alias editor ("Add aliases" or "Edit
+    aliases"), type the alias, Enter, "Save aliases"."""
+    from selenium.webdriver.common.keys import Keys
+    from selenium.webdriver.support.ui import WebDriverWait
+
+    driver.get(f"{url}/#/models/{POLICY}/versions/{version}")
+    editor = WebDriverWait(driver, 90, poll_frequency=1).until(
+        lambda d: next(iter(d.find_elements("xpath", "//button[@title='Add aliases' or @title='Edit aliases']")), None))
+    editor.click()
+    box = WebDriverWait(driver, 30).until(lambda d: d.find_element("css selector", "[role='dialog'] input[role='combobox']"))
+    box.click()
+    box.send_keys(alias)
+    box.send_keys(Keys.ENTER)
+    save = WebDriverWait(driver, 30).until(
+        lambda d: next((b for b in d.find_elements("tag name", "button") if b.text.strip() == "Save aliases" and b.is_enabled()),
+                       None))
+    driver.save_screenshot(str(shot))
+    save.click()
+    WebDriverWait(driver, 30).until(lambda d: not d.find_elements("css selector", "[role='dialog'] input[role='combobox']"))
+
+
+def page_text_until(driver, url: str, version: str, wanted: str) -> str:
+    from selenium.webdriver.support.ui import WebDriverWait
+
+    driver.get(f"{url}/#/models/{POLICY}/versions/{version}")
+    WebDriverWait(driver, 90, poll_frequency=1).until(lambda d: wanted in d.find_element("tag name", "body").text)
+    return driver.find_element("tag name", "body").text
+
+
+def test_a_promotion_in_the_ui_alias_editor_is_accepted_and_a_rollback_is_restored_with_the_reason(tmp_path, monkeypatch):
+    """The design card's path: promote in the MLflow UI. A forward promotion to a passing version is
+    accepted by the watcher and `pull @champion` serves it; a rollback made the same way is restored,
+    and the reason is on the version page where the person looks."""
+    from mlflow import MlflowClient
+    from registry_fixtures import start_mlflow_server, stop_server
+    from registry_fixtures import write_pipeline as write_passing_pipeline  # a policy whose gates pass
+
+    (tmp_path / "server").mkdir()
+    proc, url = start_mlflow_server(tmp_path / "server")
+    root = write_passing_pipeline(tmp_path / "repo")
+    monkeypatch.chdir(root)
+    monkeypatch.setenv("MLFLOW_TRACKING_URI", url)
+    plant_stage_runs(root)
+    client = MlflowClient(tracking_uri=url, registry_uri=url)
+    driver = None
+    try:
+        record_outputs(root)
+        code, out, exc = run_cli(*stage_argv("register"))
+        assert code == 0, (out, exc)
+        first = registered_version(root, POLICY)
+        code, out, exc = run_cli("registry", "promote", POLICY, first, "--alias", "champion", "--reason", "first")
+        assert code == 0, (out, exc)
+        make_unique_policy(root)
+        record_outputs(root)
+        assert run_cli(*stage_argv("register"))[0] == 0
+        second = registered_version(root, POLICY)
+        assert second != first
+
+        driver = headless_chromium(tmp_path / "chromium-profile")
+        driver.set_page_load_timeout(60)
+        set_alias_in_the_ui(driver, url, second, "champion", tmp_path / "alias_editor.png")
+        keep(tmp_path / "alias_editor.png", "_alias_editor")
+        assert {a: str(v) for a, v in client.get_registered_model(POLICY).aliases.items()}["champion"] == second
+        code, out, _ = run_cli("registry", "verify")
+        assert code == 3 and "PENDING" in out, out  # a request until a watcher with a key decides it
+        code, out, exc = run_cli("registry", "watch", "--enforce", "--mode", "poll", "--max-polls", "1", "--actor", "watcher")
+        assert code == 0 and f"accepted the UI request {POLICY}@champion -> v{second}" in " ".join(out.split()), (out, exc)
+        assert run_cli("registry", "verify")[0] == 0
+        code, out, exc = run_cli("registry", "pull", f"{POLICY}@champion", "--to", str(tmp_path / "pulled"))
+        assert code == 0 and f"version {second}" in " ".join(out.split()), (out, exc)
+
+        # A rollback in the UI: restored, with the reason on the version page.
+        set_alias_in_the_ui(driver, url, first, "champion", tmp_path / "rollback_editor.png")
+        code, out, _ = run_cli("registry", "watch", "--enforce", "--mode", "poll", "--max-polls", "1", "--actor", "watcher")
+        assert code == 0 and f"restored {POLICY}@champion to v{second}" in " ".join(out.split()), out
+        text = page_text_until(driver, url, first, "reappreg.request.champion")
+        assert "a rollback needs" in text, text
+        shot = tmp_path / "restored_reason.png"
+        cell = driver.find_element("xpath", "//*[normalize-space(text())='reappreg.request.champion']")
+        driver.execute_script("arguments[0].scrollIntoView({block: 'center'});", cell)
+        driver.save_screenshot(str(shot))
+        keep(shot, "_request_restored")
+        assert {a: str(v) for a, v in client.get_registered_model(POLICY).aliases.items()}["champion"] == second
+    finally:
+        if driver is not None:
+            driver.quit()
+        stop_server(proc)

@@ -14,6 +14,7 @@ import pytest
 from reappreg.guard.certificate import detector_rows
 from reappreg.report import HEADLINE_MAX_KEYS, ReportSources, collect, headline, render_html, render_markdown
 from reappreg.report.blocks import Figure, Table
+from stage_commands import stage_argv
 
 CHROMIUM = Path("/usr/bin/chromium")
 CHROMEDRIVER = Path("/usr/bin/chromedriver")
@@ -303,7 +304,7 @@ def test_report_command_writes_the_page_and_logs_it_to_mlflow(tmp_path, monkeypa
     (tmp_path / "params.yaml").write_text("profile: cpu\n", encoding="utf-8")  # every section at its defaults
     monkeypatch.chdir(tmp_path)
     with pytest.raises(SystemExit) as info:
-        cli.main(["report"])
+        cli.main(stage_argv("report"))
     assert info.value.code == 0
     page = (tmp_path / "reports/report.html").read_text(encoding="utf-8")
     assert "Win-rates against held-out answers" in page
@@ -504,7 +505,7 @@ def test_the_report_refuses_to_write_a_page_that_carries_a_heldout_answer(tmp_pa
     (tmp_path / "params.yaml").write_text("profile: cpu\n", encoding="utf-8")
     monkeypatch.chdir(tmp_path)
     with pytest.raises(SystemExit) as info:
-        cli.main(["report"])
+        cli.main(stage_argv("report"))
     assert info.value.code == 2
     err = capsys.readouterr().err
     assert "reports/report.md would show held-out text: it overlaps g-v1-02" in err and "nothing was written" in err

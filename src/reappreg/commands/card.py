@@ -17,28 +17,27 @@ if TYPE_CHECKING:
 app = typer.Typer(no_args_is_help=True, help="Model cards generated from tracked metrics, with a claims linter.")
 
 PARAMS = typer.Option("params.yaml", "--params", help="Params file")
-MODELS = typer.Option("registry/models.yaml", "--models", help="Registry declarations")
-CERT = typer.Option("data/guard/certificate.json", "--certificate", help="Guard certificate")
+MODELS_HELP = "Registry declarations"
+MODELS = typer.Option("registry/models.yaml", "--models", help=MODELS_HELP)
+# --models where a DVC stage passes it (card build, registry register): no default to drift from dvc.yaml.
+MODELS_REQUIRED = typer.Option(..., "--models", help=MODELS_HELP)
 EVAL = typer.Option("metrics/eval.json", "--eval", help="Eval metrics (reappreg stats)")
 CALIB = typer.Option("metrics/judge_calibration.json", "--judge-calibration", help="Judge calibration")
 CLAIMS = typer.Option("reports/claims.json", "--claims", help="Claims (reappreg stats)")
-RM_METRICS = typer.Option("metrics/rm", "--rm-metrics", help="Folder of reward-model metrics JSON")
-POLICY_METRICS = typer.Option("metrics/policy", "--policy-metrics", help="Folder of policy metrics JSON")
-PROMPT = typer.Option("pipelines/prompts/grpo_prompt.yaml", "--prompt", help="GRPO prompt file")
-RESULTS = typer.Option("metrics/results.json", "--results", help="Results table (reappreg stats results)")
 
 
 # The evidence files, declared once for every command that reads them (card build, registry register):
-# parameter -> (EvidencePaths field, annotation, option), in the order --help lists them.
+# parameter -> (EvidencePaths field, annotation, option), in the order --help lists them. Both commands
+# are DVC stages whose cmd passes every one, so none has a default (`card lint`, typed by hand, keeps its own).
 EVIDENCE_OPTIONS = {
-    "certificate": ("certificate", Path, CERT),
-    "eval_metrics": ("eval_metrics", Path, EVAL),
-    "judge_calibration": ("calibration", Path, CALIB),
-    "claims": ("claims", Path, CLAIMS),
-    "rm_metrics": ("rm_metrics", Path, RM_METRICS),
-    "policy_metrics": ("policy_metrics", Path, POLICY_METRICS),
-    "prompt": ("prompt", Path, PROMPT),
-    "results": ("results", Path, RESULTS),
+    "certificate": ("certificate", Path, typer.Option(..., "--certificate", help="Guard certificate")),
+    "eval_metrics": ("eval_metrics", Path, typer.Option(..., "--eval", help=EVAL.help)),
+    "judge_calibration": ("calibration", Path, typer.Option(..., "--judge-calibration", help=CALIB.help)),
+    "claims": ("claims", Path, typer.Option(..., "--claims", help=CLAIMS.help)),
+    "rm_metrics": ("rm_metrics", Path, typer.Option(..., "--rm-metrics", help="Folder of reward-model metrics JSON")),
+    "policy_metrics": ("policy_metrics", Path, typer.Option(..., "--policy-metrics", help="Folder of policy metrics JSON")),
+    "prompt": ("prompt", Path, typer.Option(..., "--prompt", help="GRPO prompt file")),
+    "results": ("results", Path, typer.Option(..., "--results", help="Results table (reappreg stats results)")),
 }
 
 
@@ -57,10 +56,10 @@ def with_evidence(command):
 @with_evidence
 def build(
     params: Path = PARAMS,
-    models: Path = MODELS,
-    template: Path = typer.Option("registry/card_template.md", "--template", help="Card template (Jinja2)"),
+    models: Path = MODELS_REQUIRED,
+    template: Path = typer.Option(..., "--template", help="Card template (Jinja2)"),
     evidence_paths: EvidencePaths = None,
-    out_dir: Path = typer.Option("reports/cards", "--out-dir", help="Output folder: one <model>.md per declared model"),
+    out_dir: Path = typer.Option(..., "--out-dir", help="Output folder: one <model>.md per declared model"),
     allow_dirty: bool = typer.Option(False, "--allow-dirty",
                                      help="Record on the card that it was knowingly built from uncommitted changes"),
 ) -> None:

@@ -1,7 +1,9 @@
-"""`reappreg judge ...`: pairwise judging in both orders, and judge calibration (over reappreg.judge)."""
+"""`reappreg judge ...`: pairwise judging in both orders, and judge calibration (over reappreg.judge.stage)."""
 
 from __future__ import annotations
 
+import contextlib
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import typer
@@ -9,22 +11,14 @@ import typer
 app = typer.Typer(no_args_is_help=True, help="Judge policy answers against held-out answers; calibrate the judge.")
 
 
-def _logged_params(j, model_override: str | None) -> dict:
-    from reappreg.judge import redact_url
-
-    # The key itself is never in params (only the NAME of its environment variable);
-    # credentials embedded in the URL are dropped too.
-    logged = j.model_dump()
-    logged["base_url"] = redact_url(j.base_url)
-    if model_override:
-        logged["model"] = model_override
-    return logged
-
-
-def _progress(label: str):
+@contextlib.contextmanager
+def _progress(label: str, total: int) -> Iterator[Callable[[int], None]]:
+    """A rich progress bar of ``total`` units; yields the callback that advances it."""
     from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
-    return Progress(TextColumn(label), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn())
+    with Progress(TextColumn(label), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn()) as bar:
+        task = bar.add_task(label, total=total)
+        yield lambda n: bar.advance(task, n)
 
 
 @app.command("run")
@@ -41,45 +35,18 @@ def run(
     params: Path = typer.Option(Path("params.yaml"), help="Params file"),
 ) -> None:
     """Judge every selected generation against held-out answers, each contest in both A/B orders."""
-    import mlflow
-
-    from reappreg.io import read_json, read_jsonl, write_jsonl
-    from reappreg.judge import build_contests, build_judge, judge_contests, load_judge_prompt, summarise_judgments
+    from reappreg.judge.stage import JudgeFiles, judge
     from reappreg.settings import load_params
-    from reappreg.tracking import stage_run
 
-    p = load_params(params)
-    j = p.judge
-    prompt = load_judge_prompt(prompt_file)
-    inputs = {"generations": generations, "answers": answers, "prompt_file": prompt_file}
-    tags = {"judge.backend": j.backend, "judge.model": judge_model or j.model}
-    if opponent:
-        tags["judge.opponents_override"] = ",".join(opponent)
-    trusted = None
-    if calibration is not None:
-        inputs["calibration"] = calibration
-        trusted = bool(read_json(calibration)["trusted"])
-        tags["judge.trusted"] = str(trusted).lower()
-    with stage_run("judge", tracking=p.tracking, params=_logged_params(j, judge_model), inputs=inputs, tags=tags,
-                   outputs={"judgments": out}):
-        contests = build_contests(read_jsonl(generations), read_jsonl(answers), opponent or j.opponents,
-                                  j.answers_per_generation, generations_name=str(generations),
-                                  answers_name=str(answers))
-        judge = build_judge(j, model=judge_model)
-        with _progress("judge") as bar:
-            task = bar.add_task("judge", total=2 * len(contests))
-            rows = judge_contests(contests, judge, prompt, progress=lambda n: bar.advance(task, n))
-        write_jsonl(out, rows)
-        summary = summarise_judgments(rows)
-        mlflow.set_tag("judge.fingerprint", judge.fingerprint)
-        mlflow.log_metrics({**summary, "cache_hits": judge.hits, "cache_misses": judge.misses})
-        mlflow.log_artifact(str(out))
+    files = JudgeFiles(generations=generations, answers=answers, prompt_file=prompt_file, out=out, calibration=calibration)
+    judged = judge(load_params(params), files, judge_model=judge_model, opponents=opponent, progress=_progress)
+    summary = judged.summary
     methods = ", ".join(f"{k.split('.', 1)[1]} {v:.0%}" for k, v in summary.items()
                         if k.startswith("verdict_method_rate."))
     typer.echo(f"judge: {summary['n_contests']} contests x 2 orders ({methods}), "
                f"unparseable {summary['unparseable_rate']:.1%}, "
-               f"cache {judge.hits} hits / {judge.misses} new -> {out}")
-    if trusted is False:
+               f"cache {judged.cache_hits} hits / {judged.cache_misses} new -> {out}")
+    if judged.trusted is False:
         typer.secho("judge: WARNING the judge failed calibration (trusted: false); results are flagged downstream",
                     fg="yellow", err=True)
 
@@ -94,35 +61,11 @@ def calibrate_cmd(
     params: Path = typer.Option(Path("params.yaml"), help="Params file"),
 ) -> None:
     """Agreement with human preference pairs, position bias and order consistency; sets `trusted`."""
-    import mlflow
-
-    from reappreg.io import read_jsonl, write_json, write_jsonl
-    from reappreg.judge import build_judge, calibrate, human_preference_pairs, load_judge_prompt
+    from reappreg.judge.stage import CalibrationFiles, calibrate
     from reappreg.settings import load_params
-    from reappreg.tracking import stage_run
 
-    p = load_params(params)
-    j = p.judge
-    paths = {name: train / f"{name}.jsonl" for name in ("vignettes", "reappraisals", "ratings")}
-    prompt = load_judge_prompt(prompt_file)
-    with stage_run("judge_calibrate", tracking=p.tracking, params=_logged_params(j, judge_model),
-                   inputs={**paths, "prompt_file": prompt_file},
-                   tags={"judge.backend": j.backend, "judge.model": judge_model or j.model}):
-        pairs = human_preference_pairs(read_jsonl(paths["vignettes"]), read_jsonl(paths["reappraisals"]),
-                                       read_jsonl(paths["ratings"]), j)
-        judge = build_judge(j, model=judge_model)
-        with _progress("calibrate") as bar:
-            task = bar.add_task("calibrate", total=2 * len(pairs))
-            metrics, rows = calibrate(pairs, judge, prompt, j, progress=lambda n: bar.advance(task, n))
-        write_jsonl(rows_out, rows)
-        write_json(out, metrics)
-        mlflow.log_metrics({k: float(v) for k, v in metrics.items()
-                            if isinstance(v, (int, float)) and not isinstance(v, bool)})
-        mlflow.log_metric("trusted", float(metrics["trusted"]))
-        mlflow.set_tag("judge.trusted", str(metrics["trusted"]).lower())
-        mlflow.set_tag("judge.fingerprint", metrics["judge_fingerprint"])
-        mlflow.log_artifact(str(out))
-        mlflow.log_artifact(str(rows_out))
+    metrics = calibrate(load_params(params), CalibrationFiles(train=train, prompt_file=prompt_file, out=out, rows=rows_out),
+                        judge_model=judge_model, progress=_progress)
     low, high = metrics["agreement_low"], metrics["agreement_high"]
     typer.echo(f"calibrate: {metrics['n_pairs']} pairs (min {metrics['min_pairs']}), agreement "
                f"{metrics['agreement']:.3f} [{low:.3f}, {high:.3f}] (min {metrics['min_agreement']}), "

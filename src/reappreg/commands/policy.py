@@ -1,4 +1,4 @@
-"""CLI commands for the policy concern (thin wrappers over reappreg.policy).
+"""CLI commands for the policy concern (thin wrappers over reappreg.policy.stage).
 
     reappreg policy base     # materialise models/policy/base (safetensors + tokenizer)
     reappreg policy prompts  # render the GRPO prompts (before the guard checks them)
@@ -23,8 +23,8 @@ ParamsOpt = typer.Option(Path("params.yaml"), "--params", help="Params file")
 @app.command("base")
 def base(
     params: Path = ParamsOpt,
-    out: Path = typer.Option(Path("models/policy/base"), help="Model folder to write (safetensors + tokenizer)"),
-    report: Path = typer.Option(Path("metrics/policy/base.json"), help="JSON report with the folder's md5"),
+    out: Path = typer.Option(..., help="Model folder to write (safetensors + tokenizer)"),
+    report: Path = typer.Option(..., help="JSON report with the folder's md5"),
 ) -> None:
     """Materialise the base policy once as safetensors + tokenizer (GGUF package or local folder)."""
     from reappreg.policy.stage.base import base_stage
@@ -36,11 +36,10 @@ def base(
 @app.command("prompts")
 def prompts_cmd(
     params: Path = ParamsOpt,
-    vignettes: Path = typer.Option(Path("data/train/vignettes.jsonl"), help="Training vignettes (scenario text)"),
-    base_model: Path = typer.Option(Path("models/policy/base"), "--base", help="Policy folder whose chat template renders"),
-    out: Path = typer.Option(Path("data/prompts/grpo.jsonl"), help="Rendered prompts {prompt_id, vignette_id, prompt}"),
-    prompt_out: Path = typer.Option(Path("data/prompts/grpo_prompt.yaml"),
-                                    help="Copy of policy.prompt.file that generation, cards and the registry read"),
+    vignettes: Path = typer.Option(..., help="Training vignettes (scenario text)"),
+    base_model: Path = typer.Option(..., "--base", help="Policy folder whose chat template renders"),
+    out: Path = typer.Option(..., help="Rendered prompts {prompt_id, vignette_id, prompt}"),
+    prompt_out: Path = typer.Option(..., help="Copy of policy.prompt.file that generation, cards and the registry read"),
 ) -> None:
     """Render one GRPO prompt per vignette (prompt file: policy.prompt.file) with the policy's chat template
     (the guard checks them next)."""
@@ -53,16 +52,16 @@ def prompts_cmd(
 @app.command("train")
 def train(
     params: Path = ParamsOpt,
-    prompts: Path = typer.Option(Path("data/guarded/prompts.jsonl"), help="Guarded GRPO prompts"),
-    vignettes: Path = typer.Option(Path("data/guarded/vignettes.jsonl"), help="Guarded vignettes (scenario per prompt)"),
-    rm_ensemble: Path = typer.Option(Path("models/rm/ensemble"), help="RM ensemble folder (reappreg.rm.load_ensemble)"),
-    base_model: Path = typer.Option(Path("models/policy/base"), "--base", help="Base policy folder"),
-    certificate: Path = typer.Option(Path("data/guard/certificate.json"), help="Guard certificate the data passed"),
-    work_dir: Path = typer.Option(Path("work/policy_train"), help="Resumable checkpoints (not a DVC out)"),
-    out: Path = typer.Option(Path("models/policy/grpo"), help="Final checkpoint folder (DVC out)"),
-    checkpoints_out: Path = typer.Option(Path("models/policy/checkpoints"), "--checkpoints-out",
+    prompts: Path = typer.Option(..., help="Guarded GRPO prompts"),
+    vignettes: Path = typer.Option(..., help="Guarded vignettes (scenario per prompt)"),
+    rm_ensemble: Path = typer.Option(..., help="RM ensemble folder (reappreg.rm.load_ensemble)"),
+    base_model: Path = typer.Option(..., "--base", help="Base policy folder"),
+    certificate: Path = typer.Option(..., help="Guard certificate the data passed"),
+    work_dir: Path = typer.Option(..., help="Resumable checkpoints (not a DVC out)"),
+    out: Path = typer.Option(..., help="Final checkpoint folder (DVC out)"),
+    checkpoints_out: Path = typer.Option(..., "--checkpoints-out",
                                          help="Kept checkpoints step_<n>/ (policy.train.checkpoint_steps) + manifest.json"),
-    metrics: Path = typer.Option(Path("metrics/policy/train.json"), help="Training summary"),
+    metrics: Path = typer.Option(..., help="Training summary"),
 ) -> None:
     """GRPO with TRL against the RM ensemble; resumes from work-dir checkpoints of the same run.
     Every policy.train.checkpoint_steps checkpoint is kept as a model folder of its own."""

@@ -1,4 +1,5 @@
-"""`reappreg stats run`: contest-level win-rates with iid and cluster intervals, forest plot, claims."""
+"""`reappreg stats run|results`: contest-level win-rates with iid and cluster intervals, forest plot, claims;
+the results table (over reappreg.stats.stage)."""
 
 from __future__ import annotations
 
@@ -20,7 +21,7 @@ def run(
     plot: Path = typer.Option(..., help="Forest plot PNG to write"),
     plot_data: Path = typer.Option(..., help="Forest plot rows CSV to write (dvc plots)"),
     claims: Path = typer.Option(..., help="Machine-readable claims to write"),
-    models: Path = typer.Option(Path("registry/models.yaml"), help="Registry declarations (reference_bar:)"),
+    models: Path = typer.Option(..., help="Registry declarations (reference_bar:)"),
     params: Path = typer.Option(Path("params.yaml"), help="Params file"),
 ) -> None:
     """Compute every table and claim; an untrusted or position-biased judge is flagged, never dropped."""
@@ -67,12 +68,13 @@ def results_cmd(
     out_json: Path = typer.Option(..., "--json", help="Results table to write (metrics/results.json)"),
     markdown: Path = typer.Option(..., help="Results table in Markdown to write (reports/results.md)"),
     plot: Path = typer.Option(..., help="Forest plot PNG of every row to write"),
-    models: Path = typer.Option(Path("registry/models.yaml"), help="Registry declarations (reference_bar:)"),
+    models: Path = typer.Option(..., help="Registry declarations (reference_bar:)"),
     params: Path = typer.Option(Path("params.yaml"), help="Params file"),
 ) -> None:
     """The results table: one row per condition, each bound to its design, with both interval kinds."""
-    from reappreg.eval.results import ResultsFiles, results_stage
+    from reappreg.eval.results import ResultsFiles
     from reappreg.settings import load_params
+    from reappreg.stats.stage import results_stage
 
     files = ResultsFiles(policy_judgments=policy_judgments, policy_generations=policy_generations,
                          conditions_dir=conditions_dir, answers=answers, vignettes=vignettes, ood_dir=ood_dir)

@@ -1,4 +1,4 @@
-"""`reappreg validate run`: the great-expectations gate between ingest and split."""
+"""`reappreg validate run`: the great-expectations gate between ingest and split (over reappreg.data.stage)."""
 
 from __future__ import annotations
 
@@ -19,20 +19,9 @@ def run(
 
     A report from an earlier run is removed first, so a failed or interrupted run never
     leaves a passing report behind; the report records the md5 of every validated file."""
-    import mlflow
-
-    from reappreg.io import write_json
+    from reappreg.data.stage import validate
     from reappreg.settings import load_params
-    from reappreg.tracking import stage_run
-    from reappreg.data.validate import require_success, validate_folder
 
-    p = load_params(params)
-    report.unlink(missing_ok=True)
-    with stage_run("validate", tracking=p.tracking, params=p.validate_.model_dump(), inputs={"canonical": data}):
-        result = validate_folder(data, p.validate_, p.data)
-        mlflow.log_metrics({"n_expectations": result["n_expectations"], "n_failed": result["n_failed"]})
-        mlflow.log_dict(result, "validation_report.json")
-        require_success(result)
-        write_json(report, result)
+    result = validate(load_params(params), data=data, report=report)
     typer.echo(f"validate: {result['n_expectations']} expectations passed; {report} records the md5 of "
                f"{', '.join(result['inputs']['files'])}")

@@ -191,27 +191,6 @@ def condition_inputs(params: Params, files: ResultsFiles) -> tuple[list[Conditio
     return conditions, fresh
 
 
-def results_stage(params: Params, files: ResultsFiles, *, calibration: Path, models: Path, out_json: Path,
-                  markdown: Path, plot: Path) -> dict[str, Any]:
-    """The ``results`` stage: every condition bound to its design, the table written; returns it."""
-    from reappreg.eval.results_outputs import write_results
-    from reappreg.stats import load_calibration, load_reference_bar
-    from reappreg.stats.reference import check_decision_settings, decision_values
-
-    s = params.stats
-    reference = load_reference_bar(models)
-    check_decision_settings(reference, decision_values(s, params.judge), str(models))
-    conditions, fresh = condition_inputs(params, files)
-    results = build_results(ResultsInputs(
-        conditions=conditions, calibration=load_calibration(calibration), reference=reference, settings=s,
-        trust_policy=TrustPolicy.from_settings(s, params.judge), judge=params.judge,
-        selection_candidates=s.selection_candidates, fresh_pools=fresh,
-        declared_strengths={k: DeclaredStrength(v.win_rate, v.source) for k, v in s.opponent_strength.items()},
-        optimism_iterations=s.optimism_bootstrap_iterations))
-    write_results(results, json_path=out_json, markdown_path=markdown, plot_path=plot, settings=s)
-    return results
-
-
 def missing_rows(results: Mapping[str, Any], conditions: Sequence[str], opponent: str) -> list[str]:
     """Matrix completeness: the conditions (policy, every kept checkpoint, ...) without an evaluated row
     against ``opponent`` that carries both interval kinds (iid screening and worst-case cluster)."""
@@ -540,4 +519,4 @@ def build_results(inputs: ResultsInputs) -> dict[str, Any]:
 __all__ = ["KINDS", "RESULTS_SCHEMA_VERSION", "ConditionInput", "DeclaredStrength", "FreshPool", "ResultsInputs",
            "ResultsFiles", "best_of_k_optimism", "build_results", "check_fresh_pool", "condition_inputs", "generalisation_claim",
            "missing_rows", "opponent_strengths",
-           "promotion", "results_stage"]
+           "promotion"]

@@ -110,6 +110,13 @@ class Hit:
         """The training records this hit flags (one: a fragments hit is reported per member)."""
         return [self.record_id]
 
+    def score_text(self) -> str:
+        """The score as a reader weighs it: the longest shared run for a run hit, else the score
+        against its threshold (the guard's error messages and hit tables both show it)."""
+        if self.reason == "min_run":
+            return f"run {self.longest_run} {'letters' if self.detector == 'chars' else 'words'}"
+        return f"{self.score:.3f} >= {self.threshold}"
+
 
 @dataclass
 class GroupContext:

@@ -15,9 +15,12 @@ Trust (:mod:`.verification`, :mod:`.gates`): ``verify``, ``promote``, ``pull`` a
 check the envelope against a trusted key, re-hash the bytes, compare the tags with their
 signed copy (a difference is tampering) and read every gate from the signed evidence.
 
-Promotion (:mod:`.promotion`): compare-and-set on the alias under a lock the store makes
-atomic, with a signed, hash-chained history. Audit and watch (:mod:`.audit`, :mod:`.watch`),
-pulls (:mod:`.pull`), the verified Python loader (:mod:`.loader`), connections (:mod:`.connection`).
+Promotion (:mod:`.promotion`, :mod:`.history`): compare-and-set on the alias under a lock the
+store makes atomic, with a signed, hash-chained history that IS the alias state, and a memory of
+every chain's head shared by every command. UI promotion (:mod:`.requests`): an alias set in the
+MLflow UI is a request the watcher accepts (signed) when its gates and the alias's UI policy
+allow, or restores with the reason. Audit and watch (:mod:`.audit`, :mod:`.watch`), pulls
+(:mod:`.pull`), the verified Python loader (:mod:`.loader`), connections (:mod:`.connection`).
 What the ``reappreg registry`` commands run, given the settings (:mod:`.stage`; not imported here).
 """
 
@@ -25,9 +28,10 @@ from reappreg.registry.audit import AliasFinding, Audit, audit, check_alias
 from reappreg.registry.connection import RegistryUnavailable, bounded_http, connect, registration_lock
 from reappreg.registry.declarations import FrontMatter, Gate, ModelDecl, RegistryDecl, declared, load_declarations, parse_spec
 from reappreg.registry.gates import SIGNED_GATE, GateCheck, evaluate_gates, failed
-from reappreg.registry.keyring_chain import load_keyring
-from reappreg.registry.keys import Keyring, SignatureInvalid, SigningKey, signing_key
-from reappreg.registry.promotion import AliasMoved, Promotion, PromotionRequest, RegistrySession, promote, read_history
+from reappreg.trust.keys import SignatureInvalid, SigningKey, signing_key, signing_keys
+from reappreg.trust import Trust, TrustVersion, load_trust
+from reappreg.registry.history import AliasMoved, ChainBroken, HeadMemory, read_history
+from reappreg.registry.promotion import Promotion, PromotionRequest, RegistrySession, promote
 from reappreg.registry.provenance import AttestedVersion, Provenance, evidence_of, readable_tags, statement
 from reappreg.registry.pull import IntegrityError, Pulled, pull, resolve_version
 from reappreg.registry.registration import (
@@ -50,16 +54,16 @@ from reappreg.registry.registration import (
     require_passed,
 )
 from reappreg.registry.verification import VersionCheck, gates_for, get_version, verify_version
-from reappreg.registry.watch import WebhookListener, enforce, verify_signature, watch_poll, watch_webhook
+from reappreg.registry.watch import WebhookListener, verify_signature, watch_poll, watch_webhook
 
 __all__ = [
-    "AliasFinding", "AliasMoved", "AttestedVersion", "Audit", "CONTENT_TAG", "ENVELOPE_TAG", "FrontMatter", "Gate",
-    "GateCheck", "IntegrityError", "KEYID_TAG", "KEY_TAG", "Keyring", "MANIFEST_TAG", "ModelDecl", "Promotion",
+    "AliasFinding", "AliasMoved", "ChainBroken", "HeadMemory", "AttestedVersion", "Audit", "CONTENT_TAG", "ENVELOPE_TAG", "FrontMatter", "Gate",
+    "GateCheck", "IntegrityError", "KEYID_TAG", "KEY_TAG", "MANIFEST_TAG", "ModelDecl", "Promotion",
     "PromotionRequest", "Provenance", "Pulled", "Registration", "RegistrationHooks", "RegistryDecl", "RegistrySession",
-    "RegistryUnavailable", "SIGNED_GATE", "STATUS_TAG", "SignatureInvalid", "SigningKey", "VersionCheck", "VersionContent",
+    "RegistryUnavailable", "SIGNED_GATE", "STATUS_TAG", "SignatureInvalid", "SigningKey", "Trust", "TrustVersion", "VersionCheck", "VersionContent",
     "WebhookListener", "audit", "bounded_http", "check_alias", "check_certificate", "check_metrics_describe", "connect",
-    "declared", "enforce", "evaluate_gates", "evidence_of", "failed", "folder_md5", "for_ui", "gates_for", "get_version",
-    "load_declarations", "load_keyring", "manifest_of", "parse_spec", "promote", "pull", "read_history", "readable_tags",
-    "register_version", "registration_key", "registration_lock", "require_passed", "resolve_version", "signing_key",
+    "declared", "evaluate_gates", "evidence_of", "failed", "folder_md5", "for_ui", "gates_for", "get_version",
+    "load_declarations", "load_trust", "manifest_of", "parse_spec", "promote", "pull", "read_history", "readable_tags",
+    "register_version", "registration_key", "registration_lock", "require_passed", "resolve_version", "signing_key", "signing_keys",
     "statement", "verify_signature", "verify_version", "watch_poll", "watch_webhook",
 ]

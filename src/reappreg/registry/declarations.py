@@ -86,8 +86,18 @@ class ModelDecl(_Strict):
         return self
 
 
+# What an alias set in the MLflow UI (a promotion request) may do (README "Promote in the MLflow UI"):
+# ``never``: restored (the alias is set by the registry only, e.g. ``candidate`` by registration);
+# ``forward``: accepted only onto a version newer than the one the alias's signed state names, whose
+# gates pass (a rollback needs ``registry promote --reason``); ``gated``: accepted onto any version
+# whose gates pass. Removing an alias in the UI is always restored.
+UiPolicy = Literal["never", "forward", "gated"]
+
+
 class RegistryDecl(_Strict):
     ungated_aliases: list[str] = ["candidate"]
+    # alias -> what a UI request may do; ``default`` for every alias not listed.
+    ui_requests: dict[str, UiPolicy] = {"candidate": "never", "default": "gated"}
     models: dict[str, ModelDecl] = Field(min_length=1)
     # Hub names of models shipped inside Python packages (``pkg:...`` params values).
     known_models: dict[str, str] = {}
@@ -119,6 +129,11 @@ def load_declarations(path: str | os.PathLike) -> RegistryDecl:
 
 class NotDeclared(InputError):
     exit_code = 1
+
+
+def ui_policy(decl: RegistryDecl, alias: str) -> UiPolicy:
+    """What a UI request on ``alias`` may do (its own entry, else ``default``, else ``gated``)."""
+    return decl.ui_requests.get(alias, decl.ui_requests.get("default", "gated"))
 
 
 def declared(decl: RegistryDecl, name: str) -> ModelDecl:

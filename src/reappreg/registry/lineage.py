@@ -142,3 +142,49 @@ def check_tracked_lineage(client: Any, experiment: str, claims: Sequence[Mapping
                          "made them: a lock rewritten to match edited files, or outputs copied in from elsewhere")
     return (f"claims md5 {claims_md5} written by finished stats run {stats_runs[0].info.run_id} from the judgments and "
             f"generations finished judge and generate runs wrote ({where})")
+
+
+def _files_under(path: Path) -> list[Path]:
+    if path.is_file():
+        return [path]
+    if path.is_dir():
+        return sorted(p for p in path.rglob("*") if p.is_file())
+    return []
+
+
+def check_outputs_in_lock(paths: Mapping[str, Path], lock_path: Path) -> str:
+    """Raise GateFailed unless every file under ``paths`` (role -> file or folder, relative to the
+    repository root) is, byte for byte, what a stage wrote according to ``dvc.lock``: each file is an
+    output of a stage, or inside a folder that is one, and that output's md5 now equals the md5 the
+    lock recorded. A metric edited by hand, a card rewritten after the card stage, or a file dropped
+    into a metrics folder beside the stages' own is refused, naming the file and the stage.
+    Returns a one-line account of what was checked."""
+    from reappreg.hashing import dvc_md5
+
+    stages = _lock(lock_path)
+    outs = {str(o.get("path")): (name, o.get("md5")) for name, entry in stages.items() if isinstance(entry, dict)
+            for o in entry.get("outs") or []}
+    problems: list[str] = []
+    owners: dict[str, str] = {}
+    for role, path in sorted(paths.items()):
+        files = _files_under(Path(path))
+        if not files:
+            problems.append(f"{Path(path).as_posix()} ({role}) not found")
+        for file in files:
+            key = file.as_posix()
+            owner = next((out for out in ([key] + [p.as_posix() for p in file.parents]) if out in outs), None)
+            if owner is None:
+                problems.append(f"{key} ({role}) is not the output of any stage in {lock_path}: written beside the pipeline")
+                continue
+            owners[owner] = role
+    for owner in sorted(owners):
+        stage, recorded = outs[owner]
+        now = dvc_md5(owner)
+        if now != recorded:
+            problems.append(f"{owner} ({owners[owner]}) has md5 {now}, but the '{stage}' stage wrote {recorded} "
+                            f"({lock_path}): edited after the stage ran")
+    if problems:
+        shown = problems[:12] + ([f"... and {len(problems) - 12} more"] if len(problems) > 12 else [])
+        raise GateFailed("evidence not as the pipeline wrote it: " + "; ".join(shown))
+    return (f"{len(owners)} output(s) of {len({outs[o][0] for o in owners})} stage(s) equal what {lock_path} recorded: "
+            + ", ".join(sorted(owners)))

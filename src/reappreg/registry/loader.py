@@ -24,8 +24,7 @@ from pathlib import Path
 from typing import Any
 
 from reappreg.errors import InputError
-from reappreg.registry.declarations import RegistryDecl, parse_spec
-from reappreg.registry.keys import Keyring
+from reappreg.registry.declarations import parse_spec
 from reappreg.registry.pull import Pulled, pull
 
 
@@ -34,14 +33,45 @@ LOADER_MODULES = ("reappreg.rm.pyfunc", "reappreg.policy.pyfunc")
 PICKLE_SUFFIXES = (".pkl", ".pickle", ".cloudpickle", ".joblib")
 
 
+# MLmodel keys whose values MLflow joins onto the model folder (``os.path.join`` keeps an absolute
+# value as it is, and ``..`` climbs out): every one must stay inside the verified copy.
+PATH_KEYS = ("data", "model_path", "path", "artifact_path", "artifacts", "code", "python_model", "conda", "virtualenv",
+             "requirements", "config")
+
+
+def _paths_in(node, key: str = "") -> list[str]:
+    if isinstance(node, dict):
+        return [p for k, v in node.items() for p in _paths_in(v, str(k))]
+    if isinstance(node, list):
+        return [p for v in node for p in _paths_in(v, key)]
+    return [node] if isinstance(node, str) and key in PATH_KEYS else []
+
+
+def check_paths_inside(folder: Path, mlmodel: dict, what: str) -> None:
+    """Refuse a folder holding a symlink, or an MLmodel naming a path outside ``folder`` (absolute, a URI,
+    ``..``), naming the path: MLflow and the loaders must see only bytes that were verified."""
+    root = folder.resolve()
+    links = sorted(str(p.relative_to(folder)) for p in folder.rglob("*") if p.is_symlink())
+    if links:
+        raise InputError(f"{what}: the model folder holds symlinks {links[:5]} (the bytes behind them are not the "
+                         "verified ones); not loaded")
+    for value in _paths_in(mlmodel.get("flavors", {})):
+        escaped = value.startswith(("/", "\\")) or "://" in value or ":/" in value[:3] or \
+            not (root / value).resolve().is_relative_to(root)
+        if escaped:
+            raise InputError(f"{what}: MLmodel names the path {value!r}, outside the verified copy {folder}; not loaded")
+
+
 def check_data_only(folder: Path, what: str) -> None:
-    """Refuse an MLflow Model that would run code from the store when loaded."""
+    """Refuse an MLflow Model that would run code from the store, or read bytes outside the verified copy, when loaded."""
     import yaml
 
     mlmodel = folder / "MLmodel"
     if not mlmodel.is_file():
         raise InputError(f"{what}: no MLmodel file; not an MLflow Model")
-    flavor = (yaml.safe_load(mlmodel.read_text()) or {}).get("flavors", {}).get("python_function") or {}
+    spec = yaml.safe_load(mlmodel.read_text()) or {}
+    check_paths_inside(folder, spec, what)
+    flavor = spec.get("flavors", {}).get("python_function") or {}
     loader = flavor.get("loader_module")
     if loader not in LOADER_MODULES:
         raise InputError(f"{what}: MLmodel's python_function loader is {loader!r}, not one of reappreg's own "
@@ -53,15 +83,14 @@ def check_data_only(folder: Path, what: str) -> None:
         raise InputError(f"{what}: the model folder holds pickled objects {pickles[:5]}; a data-only model has none. Not loaded.")
 
 
-def load_verified(spec: str, *, client: Any, decl: RegistryDecl, keyring: Keyring, tracking_uri: str,
-                  dst: str | os.PathLike | None = None) -> tuple[Any, Pulled]:
+def load_verified(spec: str, *, session: Any, dst: str | os.PathLike | None = None) -> tuple[Any, Pulled]:
     """(MLflow pyfunc model, what was verified) for ``spec`` (``models:/NAME@ALIAS``, ``NAME/VERSION``, ...).
     ``dst``: a new or empty folder that keeps the verified copy (default: a new temporary folder the caller owns)."""
     import mlflow.pyfunc
 
     parse_spec(spec)  # a malformed spec fails before anything is downloaded
     target = Path(dst) if dst is not None else Path(tempfile.mkdtemp(prefix="reappreg-verified-")) / "model"
-    pulled = pull(client, decl, keyring, spec, target, tracking_uri=tracking_uri)
+    pulled = pull(session, spec, target)
     check_data_only(pulled.folder, f"{pulled.name} version {pulled.version}")
     return mlflow.pyfunc.load_model(str(pulled.folder)), pulled
 
@@ -69,22 +98,20 @@ def load_verified(spec: str, *, client: Any, decl: RegistryDecl, keyring: Keyrin
 def load_model(spec: str, *, repo: str | os.PathLike = ".", dst: str | os.PathLike | None = None) -> Any:
     """Verify, then load, a registered model as a clone of this repository sees it: its params.yaml
     (tracking URI, registry connection, whether this clone's local key is trusted), its
-    ``registry/models.yaml`` (declared models and gates) and its ``registry/keys`` keyring."""
-    from reappreg.registry.connection import bounded_http, connect
-    from reappreg.registry.declarations import load_declarations
-    from reappreg.registry.keyring_chain import load_keyring
+    ``registry/models.yaml`` (declared models and gates) and its ``registry/keys`` trust root."""
+    from reappreg.registry.connection import bounded_http
+    from reappreg.registry.stage import RegistryFiles, client_for, open_session
     from reappreg.settings import load_params
-    from reappreg.tracking import resolve_tracking_uri
 
-    root = Path(repo)
+    root = Path(repo).resolve()
     settings = load_params(root / "params.yaml")
-    keyring = load_keyring(root / "registry/keys", root / "work/registry/keys" if settings.registry.trust_local_key else None,
-                           remember=root / "work/registry")
-    uri = resolve_tracking_uri(settings.tracking.uri)
-    if uri.startswith("sqlite:///") and not uri.startswith("sqlite:////"):  # relative to the repo, not to the cwd
-        uri = f"sqlite:///{(root / uri.removeprefix('sqlite:///')).resolve()}"
+    tracking = settings.tracking
+    if tracking.uri.startswith("sqlite:///") and not tracking.uri.startswith("sqlite:////"):  # relative to the repo
+        tracking = tracking.model_copy(update={"uri": f"sqlite:///{(root / tracking.uri.removeprefix('sqlite:///')).resolve()}"})
+    settings = settings.model_copy(update={"tracking": tracking})
+    files = RegistryFiles(models=root / "registry/models.yaml", keys=root / "registry/keys",
+                          local_keys=root / "work/registry/keys")
     with bounded_http(settings.registry.http_retries, settings.registry.http_timeout_s):
-        client = connect(uri, attempts=settings.registry.connect_attempts, backoff_s=settings.registry.connect_backoff_s)
-        model, _ = load_verified(spec, client=client, decl=load_declarations(root / "registry/models.yaml"),
-                                 keyring=keyring, tracking_uri=uri, dst=dst)
+        client, uri = client_for(settings)
+        model, _ = load_verified(spec, session=open_session(settings, files, client, uri, signing=False), dst=dst)
     return model

@@ -31,6 +31,9 @@ BUILD_TYPE = "https://github.com/reappreg/reappreg/registry-register/v1"
 EVIDENCE_BYPRODUCT = "reappreg.evidence"
 TAGS_BYPRODUCT = "reappreg.tags"
 GATES_BYPRODUCT = "reappreg.gates_at_registration"
+# The card: its artifact path in the registration run, its sha256 and the sha256 of the version's
+# description (the card as the UI shows it). ``pull`` prints only this card.
+CARD_BYPRODUCT = "reappreg.card"
 
 
 def _flat(obj: Any, prefix: str) -> dict[str, Any]:
@@ -152,13 +155,15 @@ class AttestedVersion:
     source: str
     subjects: Mapping[str, str]
     tags: Mapping[str, str]
+    card: Mapping[str, str] | None = None
+    # The trust version (origin, root, targets) the statement is signed under (reappreg.trust).
+    trust: Mapping[str, object] | None = None
 
 
 @dataclass(frozen=True)
 class Provenance:
     """How a version was made and judged, as the statement records it: the ``registration``
-    parameters (registration key, artifact hash, params hash, commit, gate declarations, keyring
-    head), the ``materials`` (every input with its digest), the ``flat_evidence`` the gates read and
+    parameters (registration key, artifact hash, params hash, commit, gate declarations), the ``materials`` (every input with its digest), the ``flat_evidence`` the gates read and
     their ``gate_results``, the ``builder`` (who, with which packages) and when registration
     ``started``. One object because the registration plan has all of it for a folder before the
     version exists, and none of it depends on the version number."""
@@ -180,7 +185,8 @@ def statement(version: AttestedVersion, provenance: Provenance) -> dict[str, Any
         "buildDefinition": {
             "buildType": BUILD_TYPE,
             "externalParameters": {"model": version.name, "version": str(version.version), "mlflow_run_id": version.run_id,
-                                   "source": version.source, **provenance.registration},
+                                   "source": version.source, **provenance.registration,
+                                   **({"trust": dict(version.trust)} if version.trust else {})},
             "resolvedDependencies": provenance.materials,
         },
         "runDetails": {
@@ -188,7 +194,8 @@ def statement(version: AttestedVersion, provenance: Provenance) -> dict[str, Any
             "metadata": {"invocationId": version.run_id, "startedOn": provenance.started},
             "byproducts": [_byproduct(EVIDENCE_BYPRODUCT, dict(provenance.flat_evidence)),
                            _byproduct(GATES_BYPRODUCT, {"results": provenance.gate_results}),
-                           _byproduct(TAGS_BYPRODUCT, dict(version.tags))],
+                           _byproduct(TAGS_BYPRODUCT, dict(version.tags)),
+                           *([_byproduct(CARD_BYPRODUCT, dict(version.card))] if version.card else [])],
         },
     }
     built = {

@@ -21,8 +21,7 @@ from pathlib import Path
 from typing import Any
 
 from reappreg.errors import GateFailed, InputError, ReappregError
-from reappreg.registry.declarations import RegistryDecl, parse_spec
-from reappreg.registry.keys import Keyring
+from reappreg.registry.declarations import parse_spec
 from reappreg.registry.verification import VersionCheck, gates_for, get_version, is_gated, verify_version
 
 
@@ -49,33 +48,45 @@ def resolve_version(client: Any, spec: str) -> Any:
     return get_version(client, name, version=version, alias=alias)
 
 
-def pull(client: Any, decl: RegistryDecl, keyring: Keyring, spec: str, to: str | os.PathLike, *, tracking_uri: str,
-         allow_failing_gates: bool = False, actor: str = "unknown") -> Pulled:
-    """Download exactly the version ``spec`` names into ``to``, verified byte by byte against its signed statement."""
+def signed_alias_target(session: Any, name: str, alias: str, store_version: str) -> None:
+    """Refuse unless the store's ``alias`` is the signed alias state: a chain that does not verify (or
+    is shorter than this clone saw) is refused, and an alias set in the store but not yet decided by
+    the registry is a pending request, served by no pull."""
+    from reappreg.registry.history import read_history
+
+    history = read_history(session.client, name, session.chain)
+    if history.problems:
+        raise IntegrityError(f"{name}@{alias}: the signed promotion history does not check out "
+                             f"({'; '.join(history.problems)}); refused, nothing was downloaded")
+    session.memory.remember(history)
+    signed_to = history.signed_state().get(alias)
+    if signed_to != store_version:
+        said = f"v{signed_to}" if signed_to else "no version"
+        raise IntegrityError(
+            f"{name}@{alias} points at v{store_version} in the store, but the signed alias state is {said}: a PENDING "
+            "request (set in the MLflow UI or by a store writer) that no key holder has accepted yet. `reappreg registry "
+            f"watch --enforce` decides it; until then nothing is downloaded. Pull {name}/{store_version} by number to take "
+            "that version knowingly.")
+
+
+def pull(session: Any, spec: str, to: str | os.PathLike, *, allow_failing_gates: bool = False,
+         actor: str = "unknown") -> Pulled:
+    """Download exactly the version ``spec`` names into ``to``, verified byte by byte against its signed
+    statement (``session``: a ``RegistrySession``, which says whose signatures count and remembers
+    the chains' heads)."""
+    client, decl = session.client, session.decl
     name, _, alias = parse_spec(spec)
     mv = resolve_version(client, spec)
     if alias is not None:
-        # The alias is what the signed history says, not what the store's alias table says.
-        from reappreg.registry.promotion import read_history
-
-        history = read_history(client, name, keyring)
-        if history.problems:
-            raise IntegrityError(f"{name}@{alias}: the signed promotion history does not check out "
-                                 f"({'; '.join(history.problems)}); refused, nothing was downloaded")
-        signed_to = history.signed_state().get(alias)
-        if signed_to != str(mv.version):
-            said = f"v{signed_to}" if signed_to else "no version"
-            raise IntegrityError(f"{name}@{alias} points at v{mv.version}, but the signed promotion history says {said}: "
-                                 "the alias was moved without a signature (a rollback or a UI edit); refused, nothing "
-                                 f"was downloaded. Pull {name}/{mv.version} by number to take that version knowingly.")
+        signed_alias_target(session, name, alias, str(mv.version))
     target = Path(to)
     if target.exists() and any(target.iterdir()):
         raise InputError(f"{target}: already exists and is not empty; pull into a new folder")
     target.parent.mkdir(parents=True, exist_ok=True)
     partial = target.with_name(f".{target.name}.partial-{secrets.token_hex(4)}")
     try:
-        check = verify_version(mv, gates_for(decl, name, alias), keyring, tracking_uri=tracking_uri, download_to=partial / "model",
-                               gated=is_gated(decl, name, alias))
+        check = verify_version(mv, gates_for(decl, name, alias), session.trust, tracking_uri=session.tracking_uri,
+                               download_to=partial / "model", gated=is_gated(decl, name, alias))
         if check.evidence is None:
             raise IntegrityError(f"{mv.name} version {mv.version}: {check.unsigned_reason}. Refused; the partial download was deleted.")
         if not check.ok:
@@ -89,7 +100,9 @@ def pull(client: Any, decl: RegistryDecl, keyring: Keyring, spec: str, to: str |
         os.replace(partial / "model", target)
     finally:
         shutil.rmtree(partial, ignore_errors=True)
-    return Pulled(mv.name, str(mv.version), target, check.files, mv.description or "", check, not check.ok, dict(mv.tags))
+    # Only the signed card is printed (never the store's description, which any store writer can edit).
+    card = check.card if check.card is not None else "(this version was registered before cards were signed: no signed card)"
+    return Pulled(mv.name, str(mv.version), target, check.files, card, check, not check.ok, dict(mv.tags))
 
 
 def _record_failing_pull(client: Any, mv: Any, actor: str, check: VersionCheck) -> None:

@@ -13,9 +13,17 @@ Concurrency and failure. Registration runs under a file lock and re-checks the e
 versions' keys after taking it, so two runs on one host create exactly one version. A run
 on another host is caught after the fact: once its version exists, a registration looks at
 every version with the same key and the lowest number wins (the loser deletes its own).
-A version is created with ``reappreg.status=registering`` and marked ``complete`` only
-after it is signed and its alias set; anything else is rolled back when possible, and it
-fails every gate anyway (no envelope), and the next registration deletes it once stale.
+A version is created with ``reappreg.status=registering`` and marked ``complete`` once it is
+signed and its alias set; that tag is for people only. What registration decides on is the
+signature: an existing version with this key that is the signed registration of these bytes
+is "unchanged"; one with a valid signed statement of anything else is refused by name and
+never deleted; only an unsigned leftover older than ``stale_registration_s`` (by the store's
+clock) is deleted. Nothing signed is ever deleted, whatever its tags say.
+
+The card is signed too: the statement records the sha256 of the card artifact
+(``<name>/README.md`` in the registration run) and of the version's description (the card as
+the UI shows it), so ``pull`` prints only the signed card and a description rewritten in the
+store is tampering.
 """
 
 from __future__ import annotations
@@ -37,8 +45,9 @@ from reappreg.errors import GateFailed, InputError
 from reappreg.hashing import dir_entries
 from reappreg.registry.connection import RegistryUnavailable, short
 from reappreg.registry.declarations import ModelDecl
-from reappreg.registry.keys import SigningKey, sign_folder, sign_statement
-from reappreg.registry.layout import ENVELOPE_TAG, attestation_paths, subject_digests
+from reappreg.registry.history import Chain, ChainRace, append, retract_entry, settle
+from reappreg.trust.keys import SigningKey, sign_folder, sign_statement
+from reappreg.registry.layout import ENVELOPE_TAG, MAX_DESCRIPTION, attestation_paths, fit_description, for_ui, subject_digests
 from reappreg.registry.provenance import AttestedVersion
 
 if TYPE_CHECKING:
@@ -58,9 +67,6 @@ TRAINING_RUN_TAG = "reappreg.training_run_id"
 RESULTS_ROW_TAG = "reappreg.results_row"
 # MLflow's limit on a model-version tag value; the manifest must fit in one tag.
 MAX_TAG_VALUE = 100_000
-# MLflow's SQL schema stores a version description in VARCHAR(5000) (enforced by
-# PostgreSQL/MySQL, not by sqlite), so the card is cut at a section boundary to fit.
-MAX_DESCRIPTION = 5000
 
 
 def model_folder_path(name: str) -> str:
@@ -187,27 +193,6 @@ def registration_key(content_md5: str, training_md5s: Mapping[str, str]) -> str:
     return hashlib.md5(payload.encode("utf-8")).hexdigest()
 
 
-def for_ui(card: str) -> str:
-    """The card as the MLflow UI's description: its body without the YAML front matter.
-
-    (The front matter's facts are the version's tags already; shown as text it sat above
-    the card's title.) The whole card, front matter included, is the run artifact README.md.
-    """
-    from reappreg.card.meta import card_body
-
-    return card_body(card)
-
-
-def fit_description(card: str, full_card_at: str, limit: int = MAX_DESCRIPTION) -> str:
-    """The card, cut at the last section heading that fits when it exceeds ``limit``."""
-    if len(card) <= limit:
-        return card
-    note = f"\n\n_(Cut to the registry's {limit}-character description limit; the full card is the artifact `{full_card_at}`.)_\n"
-    head = card[: limit - len(note)]
-    cut = head.rfind("\n## ")
-    return (head[:cut] if cut > 0 else head) + note
-
-
 @dataclass
 class Registration:
     name: str
@@ -228,8 +213,9 @@ def _versions_with_key(client: Any, name: str, key: str) -> list[Any]:
     return sorted(found, key=lambda v: int(v.version))
 
 
-def _is_stale(version: Any, stale_after_s: float, now_ms: float) -> bool:
-    return version.tags.get(STATUS_TAG) != "complete" and now_ms - version.creation_timestamp > stale_after_s * 1000
+def _is_old(version: Any, stale_after_s: float, now_ms: float) -> bool:
+    """Older than the lease by the store's clock (the version's creation time, not a tag)."""
+    return now_ms - version.creation_timestamp > stale_after_s * 1000
 
 
 def _ensure_model(client: Any, name: str, description: str) -> None:
@@ -264,6 +250,8 @@ class VersionContent:
     training_md5s: Mapping[str, str]
     tags: Mapping[str, str]
     card: str
+    # Where the card is logged in the registration run (``<name>/README.md``): the statement names it.
+    card_artifact: str = ""
 
 
 def _now_ms() -> float:
@@ -279,27 +267,31 @@ class RegistrationHooks:
     ``log_artifacts(folder, artifact_path)`` uploads a folder into the registration run and
     returns its artifact URI. ``attest(attested)`` builds the statement from the
     :class:`AttestedVersion` once the version number is known.
-    ``squat(version, registration_key)`` says why an existing complete version with this key is
-    not the signed result of this registration (None when it is;
-    ``reappreg.registry.verification.registration_squat``). ``package`` makes the MLflow Model
+    ``squat(version, registration_key)`` says why an existing version with this key is not the
+    signed result of this registration (None when it is;
+    ``reappreg.registry.verification.registration_squat``); ``signed(version)`` whether it carries
+    any statement a trusted key signed for it (such a version is never deleted). ``package`` makes the MLflow Model
     folder; ``now_ms`` is the clock stale registrations are judged by."""
 
     log_artifacts: Callable[[Path, str], str]
     attest: Attest
     squat: Callable[[Any, str], str | None]
+    signed: Callable[[Any], bool]
     package: Callable[[str, Path, Path], Path] = package_model
     now_ms: Callable[[], float] = _now_ms
 
 
-def register_version(client: Any, *, name: str, model: ModelDecl, content: VersionContent, key: SigningKey,
-                     hooks: RegistrationHooks, settings: RegistrySettings) -> Registration:
+def register_version(client: Any, *, name: str, model: ModelDecl, content: VersionContent, keys: list[SigningKey],
+                     hooks: RegistrationHooks, settings: RegistrySettings, chain: Chain) -> Registration:
     """Register ``content.artifact_dir`` as a new, signed MLflow Model version of ``name`` unless its key already exists.
 
-    The statement ``hooks.attest`` builds is signed with ``key``. The new version gets the alias
-    ``settings.candidate_alias``; unfinished versions older than ``settings.stale_registration_s``
-    are deleted. An existing complete version with this key is "unchanged" only when
-    ``hooks.squat`` finds nothing wrong with it; otherwise registration refuses, naming it.
-    Call this while holding :func:`registration_lock`.
+    The statement ``hooks.attest`` builds names the trust version under which ``keys`` hold the
+    ``registration`` role, and is signed with them (the folder with the first). The new version gets the alias
+    ``settings.candidate_alias`` through an entry appended to the model's signed history
+    (``chain``: refused when that history does not verify). An existing version with this key
+    is "unchanged" only when ``hooks.squat`` finds it is the signed registration of these bytes;
+    one signed for anything else is refused by name; an unsigned one older than
+    ``settings.stale_registration_s`` is deleted. Call this while holding :func:`registration_lock`.
     """
     candidate_alias, stale_after_s = settings.candidate_alias, settings.stale_registration_s
     content_md5 = folder_md5(content.manifest)
@@ -309,23 +301,37 @@ def register_version(client: Any, *, name: str, model: ModelDecl, content: Versi
         raise InputError(f"{content.artifact_dir}: {len(content.manifest)} files give a manifest too long for one registry tag; "
                          "pack the folder")
 
+    key = keys[0]
+    trust_version = chain.trust.current_for([k.keyid for k in keys], "registration")  # before anything is written
     _ensure_model(client, name, model_description(model))
-    existing = _versions_with_key(client, name, reg_key)
-    for stale in [v for v in existing if _is_stale(v, stale_after_s, hooks.now_ms())]:
-        # A registration that died before completing (e.g. the server went away).
-        client.delete_model_version(name, stale.version)
-    complete = [v for v in existing if v.tags.get(STATUS_TAG) == "complete"]
-    if complete:
-        reason = hooks.squat(complete[0], reg_key)
-        if reason:
+    unsigned = []
+    for version in _versions_with_key(client, name, reg_key):
+        reason = hooks.squat(version, reg_key)
+        if reason is None:  # the signed registration of exactly these bytes
+            return Registration(name, str(version.version), False, content_md5, reg_key, "unchanged: same registration key",
+                                version.tags.get(KEYID_TAG, ""))
+        if hooks.signed(version):
             raise InputError(
-                f"{name} version {complete[0].version} carries registration key {reg_key[:16]}… and "
-                f"{STATUS_TAG}=complete, but it is not a signed registration of these bytes: {reason}. Registration "
-                "refuses to call it unchanged or to register beside it; delete that version (after finding out who "
-                "made it) and register again"
+                f"{name} version {version.version} carries registration key {reg_key[:16]}… and a statement a trusted key "
+                f"signed, but it is not a signed registration of these bytes: {reason}. Registration refuses to call it "
+                "unchanged, to delete it or to register beside it; find out who changed it (`reappreg registry verify`)"
             )
-        return Registration(name, str(complete[0].version), False, content_md5, reg_key, "unchanged: same registration key",
-                            complete[0].tags.get(KEYID_TAG, ""))
+        unsigned.append((version, reason))
+    for version, reason in unsigned:
+        if _is_old(version, stale_after_s, hooks.now_ms()):
+            # Unsigned and older than the lease: a registration that died before signing (or a squatter).
+            client.delete_model_version(name, version.version)
+            continue
+        # Unsigned and fresh: another host's registration still in flight, or a version pre-created with
+        # the next key (it is a tag, computable from public md5s). Neither is "unchanged"; registering
+        # beside it would let a squatter win the lowest-number race.
+        raise InputError(
+            f"{name} version {version.version} carries registration key {reg_key[:16]}… but it is not a signed "
+            f"registration of these bytes: {reason}. Another registration may still be in flight "
+            f"(re-run once it completes), or the version was planted: registration refuses to call it unchanged or to "
+            f"register beside it. An unsigned version is deleted once older than registry.stale_registration_s "
+            f"({stale_after_s:g} s by the store's clock), or delete it now after finding out who made it"
+        )
 
     with tempfile.TemporaryDirectory(prefix="reappreg-register-") as tmp:
         folder = hooks.package(model.kind, Path(content.artifact_dir), Path(tmp) / "model")
@@ -348,34 +354,37 @@ def register_version(client: Any, *, name: str, model: ModelDecl, content: Versi
     description = fit_description(for_ui(content.card), f"{name}/README.md of run {run_id}")
     mv = client.create_model_version(name, source=source, run_id=run_id, tags={**readable, STATUS_TAG: "registering"},
                                      description=description)
+    card = {"artifact": content.card_artifact, "sha256": hashlib.sha256(content.card.encode("utf-8")).hexdigest(),
+            "description_sha256": hashlib.sha256(description.encode("utf-8")).hexdigest()}
     version = str(mv.version)
     history_tag = None
     try:
         # Cross-host race: every registration that created a version with this key sees
         # the same set; the lowest number wins and the others delete themselves.
-        rivals = [v for v in _versions_with_key(client, name, reg_key) if not _is_stale(v, stale_after_s, hooks.now_ms())]
+        rivals = [v for v in _versions_with_key(client, name, reg_key) if not _is_old(v, stale_after_s, hooks.now_ms())]
         winner = min(rivals, key=lambda v: int(v.version)) if rivals else mv
         if int(winner.version) < int(version):
             client.delete_model_version(name, version)
             return Registration(name, str(winner.version), False, content_md5, reg_key,
                                 f"duplicate of concurrent version {winner.version}; removed {version}", key.keyid)
-        attested = AttestedVersion(name=name, version=version, run_id=run_id, source=source, subjects=subjects, tags=readable)
-        envelope = sign_statement(hooks.attest(attested), key)
+        attested = AttestedVersion(name=name, version=version, run_id=run_id, source=source, subjects=subjects, tags=readable,
+                                   card=card, trust=trust_version.as_dict())
+        envelope = sign_statement(hooks.attest(attested), keys)
         client.log_text(run_id, envelope.decode("utf-8"), attestation_paths(name, version)[0])
         client.set_model_version_tag(name, version, ENVELOPE_TAG, hashlib.sha256(envelope).hexdigest())
         # The alias state is the signed history (registry.audit): a registration's alias
         # move is an entry like any promotion's.
-        from reappreg.registry.promotion import ChainRace, append_entry, current_target
+        from reappreg.registry.promotion import current_target
 
         for attempt in range(5):
             # A promotion may take the next entry number first: read the alias again and take the one after.
             previous = current_target(client, name, candidate_alias)
             try:
-                history_tag = append_entry(client, name, {
+                history_tag = append(client, name, {
                     "kind": "register", "alias": candidate_alias, "from": previous, "to": version, "by": key.keyid[:16],
                     "at": dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds"),
                     "reason": f"registered with key {reg_key[:16]}", "forced": False, "gates": [], "tampering": [],
-                    "signed_by_registration": key.keyid}, key)
+                    "signed_by_registration": key.keyid}, keys, chain)
                 break
             except ChainRace:
                 if attempt == 4:
@@ -383,10 +392,9 @@ def register_version(client: Any, *, name: str, model: ModelDecl, content: Versi
                 time.sleep(0.2 * (attempt + 1))
         client.set_registered_model_alias(name, candidate_alias, version)
         client.set_model_version_tag(name, version, STATUS_TAG, "complete")
+        settle(client, name, chain)
     except BaseException as exc:
         if history_tag is not None:  # no signed record of an alias move that did not happen
-            from reappreg.registry.promotion import retract_entry
-
             retract_entry(client, name, history_tag)
         _rollback(client, name, version, exc)
         raise

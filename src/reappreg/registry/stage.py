@@ -9,11 +9,11 @@ multi-step sequence lives here.
   describe the artifact, a clean card), then each kept checkpoint and each model as a signed
   version under the host-wide registration lock, then the receipt.
 * :func:`promote_alias`, :func:`verify_aliases`, :func:`watch_aliases`, :func:`pull_version`:
-  connect (bounded HTTP), load the keyring and run the library operation.
+  connect (bounded HTTP), load the trust and run the library operation.
 
 Keys: versions and promotions are signed with ``$REAPPREG_SIGNING_KEY`` or this clone's local key
-under ``local_keys``; :func:`team_keyring` trusts the team keys under ``keys`` plus the local key
-when ``registry.trust_local_key``.
+under ``local_keys``; :func:`load_trust_for` trusts the team's TUF root under ``keys`` and, when
+``registry.trust_local_key``, this clone's local key as a one-key root of its own (made on first use).
 """
 
 from __future__ import annotations
@@ -83,10 +83,15 @@ def absolute_uri(uri: str) -> str:
     return uri
 
 
+def _repo_relative(path: Path) -> Path:
+    """``path`` as dvc.lock names it: relative to the repository root (the working directory)."""
+    return path.resolve().relative_to(Path.cwd().resolve()) if path.is_absolute() else path
+
+
 def tracked_lineage(settings: Params, client: Any, uri: str, claims: list, *, claims_md5: str) -> str:
-    """``lineage.check_tracked_lineage`` in the store the stages tracked to: this registry's
-    (``$MLFLOW_TRACKING_URI``, where a team tracks every stage), else ``tracking.uri`` of the
-    params (a pipeline run locally, registered on a team server afterwards)."""
+    """``lineage.check_tracked_lineage`` in the store the stages tracked to, as a view for people: which
+    finished runs wrote the claims, or why none was found. Never a gate: anyone who can write to the
+    tracking store can add a run (the signed links are the evidence, reappreg.custody)."""
     import mlflow
 
     from reappreg.errors import GateFailed
@@ -102,15 +107,35 @@ def tracked_lineage(settings: Params, client: Any, uri: str, claims: list, *, cl
             return check_tracked_lineage(store, settings.tracking.experiment, claims, claims_md5=claims_md5, where=where)
         except GateFailed as refused:
             refusals.append(str(refused))
-    raise GateFailed(" | ".join(refusals))
+    return "not found (a view only, not evidence): " + " | ".join(refusals)
 
 
-def team_keyring(settings: Params, keys: Path, local_keys: Path):
-    """The team keys under ``keys``, plus this clone's local key when ``registry.trust_local_key``."""
-    from reappreg.registry import load_keyring
+def load_trust_for(settings: Params, files: RegistryFiles, *, create_local: bool = False):
+    """The trust this clone uses (:func:`reappreg.trust.local.clone_trust`): the team's TUF root
+    under ``files.keys`` (pinned on first use) and, when ``registry.trust_local_key``, this clone's local
+    key as a one-key root (made when ``create_local``: a command that signs)."""
+    from reappreg.trust.local import clone_trust
 
-    # What this clone saw of the keyring chain lives beside its local key (gitignored).
-    return load_keyring(keys, local_keys if settings.registry.trust_local_key else None, remember=local_keys.parent)
+    return clone_trust(settings.registry, files.keys, files.local_keys, create_local=create_local)
+
+
+def open_session(settings: Params, files: RegistryFiles, client: Any, uri: str, *, signing: bool,
+                 announce: Callable[[str], None] | None = None):
+    """The registry session every command acts through: declarations, trust, this clone's memory of
+    the chains' heads at ``uri`` (beside its local key), and the signing key(s) when ``signing``."""
+    from reappreg.registry import load_declarations
+    from reappreg.registry.history import HeadMemory
+    from reappreg.trust.keys import signing_keys
+    from reappreg.registry.promotion import RegistrySession
+
+    reg = settings.registry
+    trust = load_trust_for(settings, files, create_local=signing)
+    for line in trust.describe():  # every command says which root it trusts (and when it pinned one)
+        (announce or (lambda _line: None))(line)
+    return RegistrySession(client=client, decl=load_declarations(files.models), trust=trust,
+                           keys=signing_keys(files.local_keys, create=True) if signing else None, tracking_uri=uri,
+                           lock_timeout_s=reg.promotion_lock_timeout_s, lock_stale_s=reg.promotion_lock_stale_s,
+                           memory=HeadMemory.load(files.local_keys.parent / HEADS_FILE, absolute_uri(uri)))
 
 
 def actor_name(actor: str | None) -> str:
@@ -191,6 +216,7 @@ def register_models(
     *,
     progress=None,  # noqa: ANN001 - a rich Progress (not started), shown while hashing
     on_registered: Callable[[str, Any], None] | None = None,
+    announce: Callable[[str], None] | None = None,
 ) -> None:
     """Register every declared model as a signed MLflow Model version (one per changed artifact; alias
     ``registry.candidate_alias``), each kept checkpoint first in step order in a nested run of its own;
@@ -216,12 +242,11 @@ def register_models(
         register_version,
         registration_key,
         registration_lock,
-        signing_key,
         statement,
     )
     from reappreg.registry.audit import alias_rows
     from reappreg.registry.declarations import gate_table
-    from reappreg.registry.lineage import check_claims_lineage
+    from reappreg.registry.lineage import check_claims_lineage, check_outputs_in_lock
     from reappreg.registry.provenance import Provenance, material, params_md5
     from reappreg.registry.registration import (
         RegistrationHooks,
@@ -229,7 +254,8 @@ def register_models(
         checkpoint_evidence,
         version_tags,
     )
-    from reappreg.registry.verification import registration_squat
+    from reappreg.trust.keys import signing_keys
+    from reappreg.registry.verification import has_signed_statement, registration_squat
     from reappreg.tracking import git_state, stage_run
 
     reg = settings.registry
@@ -240,12 +266,22 @@ def register_models(
     claims = files.evidence.claims
     claims_key = claims.resolve().relative_to(Path.cwd().resolve()) if claims.is_absolute() else claims
     lineage = check_claims_lineage(claims_key, evidence.claims, files.dvc_lock, claims_md5=dvc_md5(claims))
-    key = signing_key(files.registry.local_keys, create=True)
-    keyring = team_keyring(settings, files.registry.keys, files.registry.local_keys)
-    if reg.trust_local_key is False and key.keyid not in keyring.keys:
-        raise InputError(f"signing key {key.path} (id {key.keyid[:16]}) is not a team key in {files.registry.keys} and "
-                         "registry.trust_local_key is false: its versions would fail every gate; add its public key to the "
-                         "keyring or set $REAPPREG_SIGNING_KEY")
+    # Every other file registration signs as evidence (metrics, results, calibration, certificate, the
+    # cards) must be what its stage wrote too: the claims are not the only facts a gate reads.
+    outputs = check_outputs_in_lock({**{role: _repo_relative(p) for role, p in evidence.sources.items()},
+                                     "cards": _repo_relative(files.cards)}, files.dvc_lock)
+    keys = signing_keys(files.registry.local_keys, create=True)
+    key = keys[0]
+    trust = load_trust_for(settings, files.registry, create_local=True)
+    for line in trust.describe():
+        (announce or (lambda _line: None))(line)
+    signer_version = trust.current_for([k.keyid for k in keys], "registration")  # refuse an untrusted signer first
+    # Custody: in-toto's verification of the signed links from the raw inputs to every file registered as
+    # evidence (reappreg.custody). The tracked MLflow runs are a convenience view, never the evidence.
+    from reappreg.custody.layout import custody_links, verify_registration
+
+    custody = verify_registration(Path.cwd(), trust, signer_version.origin)
+    link_digests = custody_links(Path.cwd(), signer_version.origin)
     plans = []
     # Refuse before touching the registry: every model's training text must be certified.
     with progress if progress is not None else contextlib.nullcontext():
@@ -265,10 +301,13 @@ def register_models(
     inputs = {"models": files.registry.models, "cards": files.cards, **evidence.sources}
     with bounded_http(reg.http_retries, reg.http_timeout_s), registration_lock(files.registration_lock, reg.lock_timeout_s):
         client, tracking_uri = client_for(settings)
-        # ... and a lock made to agree with edited files is not enough: finished runs the stages
-        # tracked wrote them (checked before anything is registered).
+        # The tracked runs that wrote the claims: a view for people (the signed links above are the evidence).
         tracked = tracked_lineage(settings, client, tracking_uri, evidence.claims, claims_md5=dvc_md5(claims))
+        session = open_session(settings, files.registry, client, tracking_uri, signing=True)  # trust said above
         with stage_run("register", tracking=settings.tracking, params=reg.model_dump(), inputs=inputs):
+
+            for rel in sorted(link_digests):  # beside the statements that name them
+                mlflow.log_artifact(rel, artifact_path="custody")
 
             def log_folder(folder: Path, artifact_path: str) -> str:
                 mlflow.log_artifacts(str(folder), artifact_path=artifact_path)
@@ -306,26 +345,29 @@ def register_models(
                     materials += [material(p, m, role="input") for p, m in sorted(others.items())]
                     materials += [material(str(cert.path), cert.md5, role="guard_certificate", result=cert.result)]
                     materials += [material(p, m, role="evidence") for p, m in sorted(evidence_md5s.items()) if p != str(cert.path)]
+                    # The signed links the chain was verified with (verify/pull can fetch and re-check them).
+                    materials += [{"name": rel, "digest": {"sha256": digest}, "annotations": {"role": "custody_link"}}
+                                  for rel, digest in sorted(link_digests.items())]
 
                     provenance = Provenance(
                         registration={"registration_key": registration_key(content, training),
                                       "artifact": artifact, "artifact_dvc_md5": content,
                                       "params_md5": params_md5(settings.model_dump(by_alias=True)),
                                       "git_commit": git.get("git.commit", "none"), "git_dirty": git.get("git.dirty", "unknown"),
-                                      "gates": gate_table(list(model.gates)),
-                                      # the signed keyring this version was registered under (verify checks it is still in the chain)
-                                      "keyring_head": keyring.head},
+                                      "gates": gate_table(list(model.gates))},
                         materials=materials, flat_evidence=flat, gate_results=[c.as_dict() for c in checks],
                         builder=builder, started=started,
                     )
 
                     result = register_version(
-                        client, name=name, model=model, key=key, settings=reg,
+                        client, name=name, model=model, keys=keys, settings=reg,
                         content=VersionContent(artifact_dir=Path(artifact), manifest=manifest, training_md5s=training,
-                                               tags=tags, card=card),
+                                               tags=tags, card=card, card_artifact=f"{name}/README.md"),
                         hooks=RegistrationHooks(
                             log_artifacts=log_folder, attest=functools.partial(statement, provenance=provenance),
-                            squat=lambda mv, reg_key: registration_squat(mv, reg_key, keyring, tracking_uri=tracking_uri)),
+                            squat=lambda mv, reg_key: registration_squat(mv, reg_key, trust, tracking_uri=tracking_uri),
+                            signed=lambda mv: has_signed_statement(mv, trust, tracking_uri=tracking_uri)),
+                        chain=session.chain,
                     )
                     results.append(result.as_dict())
                     mlflow.set_tag(f"registered.{name}", f"v{result.version} ({'new' if result.created else 'unchanged'})")
@@ -334,9 +376,9 @@ def register_models(
                         on_registered(name, result)
             # What a reader of the receipt (and the report) needs next: where every alias points
             # now and whether `registry verify` passes, derived by the same audit it runs.
-            state = audit(client, decl, keyring, tracking_uri=tracking_uri)
+            state = audit(session)
             write_json(files.receipt, {"registered": results, "signing_keyid": key.keyid, "claims_lineage": lineage,
-                                 "claims_tracked": tracked,
+                                 "claims_tracked": tracked, "outputs_lineage": outputs, "custody": custody,
                                  "verify": alias_rows(state)})
 
 
@@ -346,46 +388,23 @@ def parse_expect(expect: str | None):
     return ... if expect is None else (None if expect.lower() == "none" else expect.removeprefix("v"))
 
 
-def promote_alias(settings: Params, files: RegistryFiles, request: PromotionRequest):
+def promote_alias(settings: Params, files: RegistryFiles, request: PromotionRequest, *,
+                  announce: Callable[[str], None] | None = None):
     """Point ``request.alias`` at ``request.name``/``request.version`` if its signed evidence passes the
     gates (compare-and-set, signed history entry); returns the ``Promotion``."""
-    from reappreg.registry import bounded_http, load_declarations, promote, signing_key
-    from reappreg.registry.promotion import RegistrySession
+    from reappreg.registry import bounded_http, promote
 
     reg = settings.registry
-    decl = load_declarations(files.models)
-    key = signing_key(files.local_keys, create=True)
-    keyring = team_keyring(settings, files.keys, files.local_keys)
     with bounded_http(reg.http_retries, reg.http_timeout_s):
         client, uri = client_for(settings)
-        session = RegistrySession(client=client, decl=decl, keyring=keyring, key=key, tracking_uri=uri,
-                                  lock_timeout_s=reg.promotion_lock_timeout_s, lock_stale_s=reg.promotion_lock_stale_s)
-        return promote(session, request)
-
-
-def _read_heads(path: Path, uri: str) -> dict:
-    """The signed-history heads this clone saw at ``uri`` on earlier verifies (its memory of length)."""
-    import json
-
-    if not path.exists():
-        return {}
-    return (json.loads(path.read_text(encoding="utf-8")) or {}).get(uri, {})
-
-
-def _write_heads(path: Path, uri: str, heads: dict) -> None:
-    import json
-
-    from reappreg.io import write_json
-
-    everything = json.loads(path.read_text(encoding="utf-8")) if path.exists() else {}
-    everything[uri] = heads
-    write_json(path, everything)
+        return promote(open_session(settings, files, client, uri, signing=True, announce=announce), request)
 
 
 @dataclass
 class Verified:
-    """What :func:`verify_aliases` found. ``passed``: something verified and nothing failed (then the
-    heads it saw were remembered in ``heads_file``); ``empty``: no alias of a declared model at all."""
+    """What :func:`verify_aliases` found. ``passed``: something verified and nothing failed or is pending
+    (the heads it saw are remembered in ``heads_file`` either way, when their chains verified);
+    ``empty``: no alias of a declared model at all."""
 
     audit: Any
     declared: int
@@ -394,29 +413,26 @@ class Verified:
 
     @property
     def empty(self) -> bool:
-        return not self.audit.verified and not self.audit.violations
+        return not self.audit.findings or all(not f.declared for f in self.audit.findings)
 
     @property
     def passed(self) -> bool:
-        return not self.empty and not self.audit.violations and not self.audit.history_problems
+        return not self.empty and not self.audit.problems and not self.audit.pending and bool(self.audit.verified)
 
 
-def verify_aliases(settings: Params, files: RegistryFiles) -> Verified:
-    """Verify every alias (signature, bytes, tags vs signed copy, gates from signed evidence, signed
-    history no shorter than this clone saw before); when it passes, remember the heads it saw."""
-    from reappreg.registry import audit, bounded_http, load_declarations
+def verify_aliases(settings: Params, files: RegistryFiles, *, announce: Callable[[str], None] | None = None) -> Verified:
+    """Verify every model and alias (signature, bytes, tags vs signed copy, gates from signed evidence,
+    alias against the signed history, history no shorter than this clone saw before); remember the
+    heads of the chains that verified."""
+    from reappreg.registry import audit, bounded_http
+    from reappreg.registry.audit import remember_heads
 
-    decl = load_declarations(files.models)
-    keyring = team_keyring(settings, files.keys, files.local_keys)
-    heads_file = files.local_keys.parent / HEADS_FILE
     with bounded_http(settings.registry.http_retries, settings.registry.http_timeout_s):
         client, uri = client_for(settings)
-        seen = _read_heads(heads_file, uri)
-        result = audit(client, decl, keyring, tracking_uri=uri, seen_heads=seen)
-    verified = Verified(result, len(decl.models), uri, heads_file)
-    if verified.passed:
-        _write_heads(heads_file, uri, {**seen, **result.heads})
-    return verified
+        session = open_session(settings, files, client, uri, signing=False, announce=announce)
+        result = audit(session)
+        remember_heads(session, result)
+    return Verified(result, len(session.decl.models), uri, files.local_keys.parent / HEADS_FILE)
 
 
 WATCH_MODES = ("auto", "webhook", "poll")
@@ -447,74 +463,108 @@ class WatchCallbacks:
     on_enforced: Callable[[str], None]
     on_webhook: Callable[[str], None]
     on_polling: Callable[[float, int], None]
+    on_problem: Callable[[str], None] = lambda problem: None
+    on_trust: Callable[[str], None] = lambda line: None
 
 
 def watch_aliases(settings: Params, files: RegistryFiles, options: WatchOptions, *, actor: str,
                   callbacks: WatchCallbacks) -> list:
-    """Watch every alias against its signed gates (webhook on an MLflow server, else polling); with
-    ``options.enforce`` undo each gated violation. Returns the findings (empty: nothing failed)."""
-    from reappreg.registry import (
-        audit,
-        bounded_http,
-        enforce,
-        load_declarations,
-        signing_key,
-        watch_poll,
-        watch_webhook,
-    )
-    from reappreg.registry.promotion import RegistrySession
+    """Watch every alias against its signed state and gates (webhook on an MLflow server, else polling);
+    with ``options.enforce`` decide each pending UI request (accept or restore, signed) and restore
+    tampered tags. Returns (the findings that still need a key holder, the history and model
+    problems seen); both empty: nothing left."""
+    from reappreg.registry import audit, bounded_http, watch_poll, watch_webhook
+    from reappreg.registry.requests import act
 
     reg = settings.registry
     mode = options.mode
-    decl = load_declarations(files.models)
-    keyring = team_keyring(settings, files.keys, files.local_keys)
-    key = signing_key(files.local_keys, create=True) if options.enforce else None
     if mode not in WATCH_MODES:
         raise InputError(f"--mode must be auto, webhook or poll, got {mode!r}")
     with bounded_http(reg.http_retries, reg.http_timeout_s):
         client, uri = client_for(settings)
-        session = RegistrySession(client=client, decl=decl, keyring=keyring, key=key, tracking_uri=uri,
-                                  lock_timeout_s=reg.promotion_lock_timeout_s, lock_stale_s=reg.promotion_lock_stale_s)
+        session = open_session(settings, files, client, uri, signing=options.enforce, announce=callbacks.on_trust)
+        left: list = []
 
         def report(finding) -> None:
             callbacks.on_violation(finding)
-            if options.enforce and not finding.ungated:
-                callbacks.on_enforced(enforce(session, finding, actor=actor))
+            if not options.enforce:
+                left.append(finding)
+                return
+            notes = act(session, finding, actor=actor)
+            for note in notes:
+                callbacks.on_enforced(note)
+            if finding.violation and any("Left in place" in n for n in notes) or not notes:
+                left.append(finding)
+
+        problems: list[str] = []
 
         def full_check():
-            return audit(client, decl, keyring, tracking_uri=uri).findings
+            result = audit(session)
+            for problem in result.history_problems + result.model_problems:
+                if problem not in problems:
+                    problems.append(problem)
+                    callbacks.on_problem(problem)
+            return result.findings
 
         served = uri.startswith(("http://", "https://"))
         if mode == "webhook" and not served:
             raise InputError(f"--mode webhook needs an `mlflow server` tracking URI; {uri} delivers no webhooks (use --mode poll)")
         if mode == "webhook" or (mode == "auto" and served):
-            return watch_webhook(session, options.webhook, report=report, on_ready=callbacks.on_webhook)
+            watch_webhook(session, options.webhook, report=report, check=full_check, on_ready=callbacks.on_webhook)
+            return left, problems
         every = min(max(options.interval if options.interval is not None else reg.watch_interval_s, 1.0), 3600.0)
         polls = options.max_polls if options.max_polls is not None else reg.watch_max_polls
         if polls < 1:
             raise InputError("--max-polls must be at least 1")
         callbacks.on_polling(every, polls)
-        return watch_poll(full_check, interval_s=every, max_polls=polls, report=report)
+        watch_poll(full_check, interval_s=every, max_polls=polls, report=report)
+        return left, problems
 
 
 def pull_version(settings: Params, files: RegistryFiles, *, spec: str, to: Path | None, allow_failing_gates: bool,
-                 actor: str):
+                 actor: str, announce: Callable[[str], None] | None = None):
     """Download the version ``spec`` names into ``to`` (default ``./<name>-v<version>``), verified
     against its signed statement; returns the ``Pulled``."""
-    from reappreg.registry import bounded_http, load_declarations, resolve_version
+    from reappreg.registry import bounded_http, resolve_version
     from reappreg.registry import pull as do_pull
 
-    decl = load_declarations(files.models)
-    keyring = team_keyring(settings, files.keys, files.local_keys)
     with bounded_http(settings.registry.http_retries, settings.registry.http_timeout_s):
         client, uri = client_for(settings)
+        session = open_session(settings, files, client, uri, signing=False, announce=announce)
         if to is None:
             mv = resolve_version(client, spec)
             to = Path(f"{mv.name}-v{mv.version}")
-        return do_pull(client, decl, keyring, spec, to, tracking_uri=uri, allow_failing_gates=allow_failing_gates,
-                       actor=actor)
+        return do_pull(session, spec, to, allow_failing_gates=allow_failing_gates, actor=actor)
 
 
-__all__ = ["HEADS_FILE", "WATCH_MODES", "RegistrationFiles", "RegistryFiles", "Verified", "WatchCallbacks", "WatchOptions", "actor_name",
+def seal_histories(settings: Params, files: RegistryFiles, *, actor: str,
+                   announce: Callable[[str], None] | None = None) -> list[str]:
+    """After a key change: append a signed "seal" entry, under the current trust version, to the history of
+    every declared model in this store, so that no later entry can name an older version (versions never
+    go back along a chain) and a retired key cannot date an entry into the gap. Returns one line per model."""
+    import datetime as dt
+
+    from reappreg.registry import bounded_http
+    from reappreg.registry.history import append, settle
+
+    reg = settings.registry
+    notes = []
+    with bounded_http(reg.http_retries, reg.http_timeout_s):
+        client, uri = client_for(settings)
+        session = open_session(settings, files, client, uri, signing=True, announce=announce)
+        existing = {m.name for m in client.search_registered_models(max_results=1000)}
+        for name in sorted(set(session.decl.models) & existing):
+            version = session.trust.current_for([k.keyid for k in session.keys], "enforcement")
+            tag = append(client, name, {"kind": "seal", "alias": None, "from": None, "to": None, "by": actor,
+                                        "at": dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds"),
+                                        "reason": f"keys changed: entries from here on are signed under {version} or later",
+                                        "forced": False, "gates": [], "tampering": [], "signed_by_registration": None},
+                         session.keys, session.chain)
+            settle(client, name, session.chain)
+            notes.append(f"sealed {name} at {tag} under {version}")
+    return notes or [f"no declared model in {uri}: nothing to seal"]
+
+
+__all__ = ["HEADS_FILE", "WATCH_MODES", "RegistrationFiles", "RegistryFiles", "Verified", "WatchCallbacks", "WatchOptions", "actor_name", "open_session",
            "checkpoint_plans", "client_for", "parse_expect", "plan_model", "promote_alias", "pull_version", "refuse_dirty_card",
-           "register_models", "team_keyring", "verify_aliases", "watch_aliases"]
+           "register_models", "load_trust_for", "seal_histories", "verify_aliases", "watch_aliases"]

@@ -4,14 +4,16 @@
 share. In order:
 
 1. fetch ``<name>/attestations/v<version>.provenance.dsse.json`` from the version's run
-   and open it with a trusted key (team keyring or this clone's local key);
+   and open it: a threshold of ``registration`` keys under the trust version it names
+   (:mod:`reappreg.trust`: the team root, or this clone's local one-key root);
 2. the statement must name this model, this version number, this run and this source
    (an envelope copied from another version is refused);
 3. download the version's files, hash every byte (sha256) and compare the set and each
    digest with the statement's subjects; then model-signing verifies the folder against
    its own bundle with a trusted key;
 4. every readable tag the statement recorded must still hold its signed value (an edited
-   or deleted tag is reported as tampering), and the envelope's sha256 tag must match;
+   or deleted tag is reported as tampering), and the envelope's sha256 tag must match; the
+   card artifact and the version's description must be the signed card (their sha256);
 5. only then do the gates read the signed evidence. A version without a valid envelope,
    or whose bytes differ, fails every gate.
 
@@ -35,9 +37,17 @@ from typing import Any
 from reappreg.errors import InputError
 from reappreg.registry.declarations import Gate, RegistryDecl
 from reappreg.registry.gates import GateCheck, check_gate, evaluate_gates, failed
-from reappreg.registry.keys import Keyring, SignatureInvalid, TrustedKey, open_statement, verify_folder
-from reappreg.registry.provenance import EVIDENCE_BYPRODUCT, PREDICATE_TYPE, STATEMENT_TYPE, TAGS_BYPRODUCT, byproduct
-from reappreg.registry.layout import ENVELOPE_TAG, attestation_paths, subject_digests
+from reappreg.trust.keys import SignatureInvalid, verify_folder
+from reappreg.trust import Signer, Trust, trust_version_of
+from reappreg.registry.provenance import (
+    CARD_BYPRODUCT,
+    EVIDENCE_BYPRODUCT,
+    PREDICATE_TYPE,
+    STATEMENT_TYPE,
+    TAGS_BYPRODUCT,
+    byproduct,
+)
+from reappreg.registry.layout import ENVELOPE_TAG, attestation_paths, fit_description, for_ui, subject_digests
 from reappreg.registry.slsa import check_statement
 
 
@@ -51,7 +61,7 @@ class NotFound(InputError):
 class VersionCheck:
     name: str
     version: str
-    signer: TrustedKey | None
+    signer: Signer | None
     unsigned_reason: str | None            # why there is no valid signed evidence (None: there is)
     byte_problems: list[str] = field(default_factory=list)
     tampering: list[str] = field(default_factory=list)
@@ -59,6 +69,12 @@ class VersionCheck:
     evidence: dict[str, Any] | None = None
     statement: dict[str, Any] | None = None
     files: int = 0
+    # Readable tags that differ from (or were deleted from) their signed copy: key -> signed value.
+    tag_changes: dict[str, str] = field(default_factory=dict)
+    # The signed card (its artifact matched the signed sha256); None when it could not be verified.
+    card: str | None = None
+    # The signed description, when the store's differs and the signed card lets it be rebuilt.
+    description_restore: str | None = None
 
     @property
     def failed_gates(self) -> list[GateCheck]:
@@ -68,10 +84,11 @@ class VersionCheck:
     def ok(self) -> bool:
         return not self.failed_gates and not self.tampering
 
+    def problem_list(self) -> list[str]:
+        return [f"{c.gate} ({c.detail})" for c in self.failed_gates] + [f"TAMPERING: {t}" for t in self.tampering]
+
     def problems(self) -> str:
-        parts = [f"{c.gate} ({c.detail})" for c in self.failed_gates]
-        parts += [f"TAMPERING: {t}" for t in self.tampering]
-        return "; ".join(parts)
+        return "; ".join(self.problem_list())
 
 
 def _quiet() -> None:
@@ -124,15 +141,24 @@ def drop_mlflow_load_marker(local: Path, mv: Any) -> str | None:
     return None
 
 
-def _keyring_problems(stmt: dict[str, Any], keyring: Keyring) -> list[str]:
-    """A version registered under a signed keyring must find that keyring in today's chain: a chain rewritten
-    since (a new root, entries removed) is named here, not trusted silently."""
-    params = stmt.get("predicate", {}).get("buildDefinition", {}).get("externalParameters", {})
-    head = params.get("keyring_head")
-    if head is None or head in keyring.chain:
+def _superseded(stmt: dict[str, Any], mv: Any, trust: Trust) -> list[str]:
+    """A statement signed under a trust version that a newer one had replaced before the store created
+    the version (the store's clock: a writer of the store's API cannot set it): the signing key's
+    authority had ended, whatever date the statement writes."""
+    import datetime as dt
+
+    version = trust_version_of(stmt)
+    origin = trust.origins.get(version.origin) if version is not None else None
+    created = getattr(mv, "creation_timestamp", None)
+    if origin is None or not isinstance(created, (int, float)):
         return []
-    return [f"signed under keyring chain entry {str(head)[:16]}…, which today's registry/keys/keyring.chain.jsonl does not "
-            f"hold ({len(keyring.chain)} entries): the keyring was rewritten or cut back since"]
+    replaced = origin.published(version.targets + 1)
+    when = dt.datetime.fromtimestamp(created / 1000, tz=dt.timezone.utc)
+    if replaced is not None and when > replaced + trust.skew:
+        return [f"signed under {version}, but the store created this version on {when.isoformat(timespec='seconds')}, "
+                f"after targets v{version.targets + 1} replaced that version ({replaced.isoformat()}): a key's authority "
+                "ends with the version that drops it"]
+    return []
 
 
 def _statement_mismatch(stmt: dict[str, Any], mv: Any) -> str | None:
@@ -151,7 +177,7 @@ def _statement_mismatch(stmt: dict[str, Any], mv: Any) -> str | None:
 def verify_version(
     mv: Any,
     gates: list[Gate],
-    keyring: Keyring,
+    trust: Trust,
     *,
     tracking_uri: str,
     download_to: Path | None = None,
@@ -172,14 +198,16 @@ def verify_version(
             data = envelope_file.read_bytes()
             recorded = mv.tags.get(ENVELOPE_TAG)
             if recorded != hashlib.sha256(data).hexdigest():
-                check.tampering.append(f"tag {ENVELOPE_TAG}={recorded} but the stored envelope has sha256 {hashlib.sha256(data).hexdigest()}")
+                check.tampering.append(f"envelope digest tag {ENVELOPE_TAG}={recorded} but the stored envelope has sha256 "
+                                       f"{hashlib.sha256(data).hexdigest()}")
             try:
-                stmt, check.signer = open_statement(data, keyring)
+                stmt, signers = trust.open(data, role="registration")
+                check.signer = signers[0]
                 mismatch = _statement_mismatch(stmt, mv)
                 if mismatch:
                     check.unsigned_reason, stmt = mismatch, None
                 else:
-                    check.tampering += _keyring_problems(stmt, keyring)
+                    check.tampering += _superseded(stmt, mv, trust)
             except SignatureInvalid as exc:
                 check.unsigned_reason = f"provenance envelope rejected: {exc}"
         files_dir = tmp_path / "files"
@@ -204,7 +232,7 @@ def verify_version(
                 check.byte_problems.append(f"model-signing bundle {bundle_rel} not found")
             elif not check.byte_problems:
                 try:
-                    verify_folder(local, bundle, keyring)
+                    verify_folder(local, bundle, trust, trust_version_of(stmt))
                 except SignatureInvalid as exc:
                     check.byte_problems.append(str(exc))
         if stmt is not None:
@@ -213,8 +241,12 @@ def verify_version(
                 now = mv.tags.get(key)
                 if now is None:
                     check.tampering.append(f"tag {key} was deleted (signed value {_clip(value)})")
+                    check.tag_changes[key] = str(value)
                 elif now != value:
                     check.tampering.append(f"tag {key}={_clip(now)} but the signed statement says {_clip(value)}")
+                    check.tag_changes[key] = str(value)
+            _check_card(check, stmt, mv, tmp_path, tracking_uri)
+            _check_custody_links(check, stmt, mv, tmp_path, tracking_uri, trust)
             check.statement = stmt
             if not check.byte_problems:
                 check.evidence = byproduct(stmt, EVIDENCE_BYPRODUCT)
@@ -231,13 +263,84 @@ def verify_version(
     return check
 
 
-def registration_squat(mv: Any, registration_key_: str, keyring: Keyring, *, tracking_uri: str) -> str | None:
+def _check_card(check: VersionCheck, stmt: dict[str, Any], mv: Any, tmp: Path, tracking_uri: str) -> None:
+    """The card artifact and the version's description against the signed card digests."""
+    signed = byproduct(stmt, CARD_BYPRODUCT)
+    if not signed:
+        return  # registered before cards were signed: there is no signed card to print or compare
+    artifact = str(signed.get("artifact", ""))
+    card_file = _download(mv.run_id, artifact, tmp / "card", tracking_uri) if artifact and mv.run_id else None
+    if card_file is None or not card_file.is_file():
+        check.tampering.append(f"card artifact {artifact!r} not found in the version's run")
+    else:
+        text = card_file.read_text(encoding="utf-8")
+        if hashlib.sha256(text.encode("utf-8")).hexdigest() != signed.get("sha256"):
+            check.tampering.append(f"card artifact {artifact} is not the signed card (sha256 differs)")
+        else:
+            check.card = text
+    description = mv.description or ""
+    if hashlib.sha256(description.encode("utf-8")).hexdigest() != signed.get("description_sha256"):
+        check.tampering.append("the version's description (the card the MLflow UI shows) is not the signed card")
+        if check.card is not None:
+            rebuilt = fit_description(for_ui(check.card), f"{artifact} of run {mv.run_id}")
+            if hashlib.sha256(rebuilt.encode("utf-8")).hexdigest() == signed.get("description_sha256"):
+                check.description_restore = rebuilt
+
+
+def _check_custody_links(check: VersionCheck, stmt: dict[str, Any], mv: Any, tmp: Path, tracking_uri: str,
+                         trust: Trust) -> None:
+    """The in-toto links the registration verified, re-checked now: each stored beside the statement
+    (``custody/`` in the version's run) with the sha256 the statement names, and still signed by a key
+    of its role under the trust version it names."""
+    import json as _json
+
+    from reappreg.custody.links import CustodyError, verify_link
+
+    named = [m for m in stmt.get("predicate", {}).get("buildDefinition", {}).get("resolvedDependencies", [])
+             if (m.get("annotations") or {}).get("role") == "custody_link"]
+    for item in named:
+        rel = str(item.get("name", ""))
+        stored = _download(mv.run_id, f"custody/{Path(rel).name}", tmp / "custody", tracking_uri) if mv.run_id else None
+        if stored is None or not stored.is_file():
+            check.tampering.append(f"custody link {rel} the statement names is not in the version's run")
+            continue
+        data = stored.read_bytes()
+        if hashlib.sha256(data).hexdigest() != item.get("digest", {}).get("sha256"):
+            check.tampering.append(f"custody link {rel} in the store is not the one the statement names (sha256 differs)")
+            continue
+        try:
+            from in_toto.models.metadata import Metadata
+
+            envelope = Metadata.from_dict(_json.loads(data))
+            payload = _json.loads(envelope.payload)
+            verify_link(trust, envelope, payload, str(payload.get("name")))
+        except (CustodyError, ValueError, KeyError) as exc:
+            check.tampering.append(f"custody link {rel}: {exc}")
+
+
+def has_signed_statement(mv: Any, trust: Trust, *, tracking_uri: str) -> bool:
+    """Whether ``mv`` carries a provenance envelope a trusted key signed for exactly this version (its
+    files are not looked at): such a version is never deleted by registration."""
+    if not mv.run_id:
+        return False
+    with tempfile.TemporaryDirectory(prefix="reappreg-signed-") as tmp:
+        envelope_file = _download(mv.run_id, attestation_paths(mv.name, str(mv.version))[0], Path(tmp), tracking_uri)
+        if envelope_file is None or not envelope_file.is_file():
+            return False
+        try:
+            stmt, _ = trust.open(envelope_file.read_bytes(), role="registration")
+        except SignatureInvalid:
+            return False
+    return _statement_mismatch(stmt, mv) is None
+
+
+def registration_squat(mv: Any, registration_key_: str, trust: Trust, *, tracking_uri: str) -> str | None:
     """Why an existing version that carries ``registration_key_`` is NOT the signed result of
     that registration, or None when it is: a trusted key signed its statement, the statement
     names this version and this registration key, its files match the signed digests and no
     signed tag was changed. Anyone with MLflow write access can create a version with the
     key's tag and ``status=complete``; only this check lets ``register`` call it unchanged."""
-    check = verify_version(mv, [], keyring, tracking_uri=tracking_uri)
+    check = verify_version(mv, [], trust, tracking_uri=tracking_uri)
     problems = []
     if check.unsigned_reason:
         problems.append(check.unsigned_reason)

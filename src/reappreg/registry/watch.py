@@ -11,11 +11,11 @@ new webhook may miss events in its first minute; the watcher runs one full check
 subscribing to cover that gap. A sqlite store has no server to send webhooks, so
 :func:`watch_poll` re-runs the audit at a bounded interval, a bounded number of times.
 
-Enforcement (``--enforce``): an alias that differs from the signed alias state (the replayed
-promotion history) is restored to it; one pointing at a version that fails its gates (or
-whose evidence was tampered with) is moved back to the newest version the signed history
-put there that still passes, or removed when there is none; the reason goes into the signed
-history and into the tag ``reappreg.enforced.<alias>`` on the model and on the version.
+Acting (``--enforce``): each pending request (an alias that differs from the signed alias
+state: set or removed in the MLflow UI) is accepted or restored from signed evidence only
+(:mod:`.requests`), with a signed entry and the reason tagged on the model and the version; a
+signed alias whose version shows tampered tags gets them back from its signed statement. The
+watcher never moves a signed alias on the strength of unsigned state.
 """
 
 from __future__ import annotations
@@ -31,13 +31,9 @@ from dataclasses import dataclass
 from typing import Any
 
 from reappreg.errors import InputError
-from reappreg.registry.audit import AliasFinding, audit, check_alias
-from reappreg.registry.promotion import (
-    RegistrySession,
-    read_history,
-    record_enforcement,
-)
-from reappreg.registry.verification import gates_for, is_gated, verify_version
+from reappreg.registry.audit import AliasFinding, check_alias
+from reappreg.registry.history import read_history
+from reappreg.registry.promotion import RegistrySession, current_target
 
 
 @dataclass(frozen=True)
@@ -59,6 +55,11 @@ class WebhookListener:
         return host, int(port)
 
 
+def needs_attention(finding: AliasFinding) -> bool:
+    """A pending request or a violation: what a watch reports (and, with --enforce, acts on)."""
+    return finding.pending or finding.violation
+
+
 def watch_poll(
     check: Callable[[], list[AliasFinding]],
     *,
@@ -67,54 +68,23 @@ def watch_poll(
     report: Callable[[AliasFinding], None],
     sleep: Callable[[float], None] = time.sleep,
 ) -> list[AliasFinding]:
-    """Re-run ``check`` ``max_polls`` times, ``interval_s`` apart; report each violation once."""
-    seen: dict[tuple[str, str, str], AliasFinding] = {}
+    """Re-run ``check`` ``max_polls`` times, ``interval_s`` apart; report each pending request or violation
+    when it appears (again after it was gone: a request made anew after a restore is reported anew)."""
+    reported: list[AliasFinding] = []
+    before: set[tuple[str, str, str]] = set()
     for poll in range(max_polls):
+        now: set[tuple[str, str, str]] = set()
         for finding in check():
             key = (finding.name, finding.alias, finding.version)
-            if finding.violation and key not in seen:
-                seen[key] = finding
-                report(finding)
+            if needs_attention(finding):
+                now.add(key)
+                if key not in before:
+                    reported.append(finding)
+                    report(finding)
+        before = now
         if poll + 1 < max_polls:
             sleep(interval_s)
-    return list(seen.values())
-
-
-def enforce(session: RegistrySession, finding: AliasFinding, *, actor: str) -> str:
-    """Restore ``finding``'s alias to the signed state, or, when the signed target itself fails its
-    gates now, to the newest signed target that passes (else remove it). Never to a state taken
-    from the current tags: an attacker who edits tags must not steer the enforcer."""
-    client, decl, keyring = session.client, session.decl, session.keyring
-    history = read_history(client, finding.name, keyring)
-    gates = gates_for(decl, finding.name, finding.alias)
-    from_version = finding.version or None
-    tried: set[str] = {finding.version} if finding.signed else set()
-    candidates = [finding.signed_to] if not finding.signed and finding.signed_to else []
-    candidates += [str(e.body.get("to")) for e in reversed(history.for_alias(finding.alias)) if e.body.get("to")]
-    target = None
-    for candidate in candidates:
-        if candidate in tried:
-            continue
-        tried.add(candidate)
-        try:
-            mv = client.get_model_version(finding.name, candidate)
-        except Exception:  # deleted since: not a place to go back to
-            continue
-        if verify_version(mv, gates, keyring, tracking_uri=session.tracking_uri,
-                          gated=is_gated(decl, finding.name, finding.alias)).ok:
-            target = candidate
-            break
-    if not finding.signed:
-        why = (f"{'v' + finding.version if finding.version else 'no version'} is not the signed alias state "
-               f"({'v' + finding.signed_to if finding.signed_to else 'unset or removed'})")
-        if finding.check is not None and not finding.check.ok:
-            why += f", and it fails its gates: {finding.check.problems()}"
-        if target == from_version:
-            return f"{finding.name}@{finding.alias}: already at v{target}"
-    else:
-        why = f"v{finding.version} fails its gates: {finding.check.problems()}"
-    return record_enforcement(session, finding.name, alias=finding.alias, from_version=from_version, to_version=target,
-                              actor=actor, why=why)
+    return reported
 
 
 def verify_signature(secret: str, headers: Mapping[str, str], body: bytes) -> bool:
@@ -135,11 +105,12 @@ def watch_webhook(
     listener: WebhookListener,
     *,
     report: Callable[[AliasFinding], None],
+    check: Callable[[], list[AliasFinding]],
     on_ready: Callable[[str], None] | None = None,
 ) -> list[AliasFinding]:
-    """Subscribe to ``model_version_alias.created`` on an ``mlflow server`` and check each new alias.
+    """Subscribe to ``model_version_alias.created`` and ``.deleted`` on an ``mlflow server`` and check each alias event.
 
-    Audits every alias once after subscribing, then checks each new alias as it is set. Stops
+    Runs ``check`` (the full audit) once after subscribing, then checks each new alias as it is set. Stops
     after ``listener.duration`` seconds or ``listener.max_events`` alias events, then deletes its
     webhook. ``report`` is called once per violating (model, alias, version); ``on_ready`` with
     the URL the server posts to, once the listener runs.
@@ -148,7 +119,7 @@ def watch_webhook(
     import threading
     from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
-    client, decl, keyring, tracking_uri = session.client, session.decl, session.keyring, session.tracking_uri
+    client = session.client
     host, port = listener.address()
     secret = secrets.token_hex(16)
     events: queue.Queue = queue.Queue()
@@ -172,22 +143,21 @@ def watch_webhook(
     thread = threading.Thread(target=server.serve_forever, daemon=True)
     thread.start()
     hook = client.create_webhook(name=f"reappreg-watch-{secrets.token_hex(4)}", url=url,
-                                 events=["model_version_alias.created"], secret=secret,
+                                 events=["model_version_alias.created", "model_version_alias.deleted"], secret=secret,
                                  description="reappreg registry watch: checks every new alias against its signed gates")
     findings: list[AliasFinding] = []
-    seen: set[tuple[str, str, str]] = set()
 
     def found(finding: AliasFinding) -> None:
-        key = (finding.name, finding.alias, finding.version)
-        if finding.violation and key not in seen:
-            seen.add(key)
+        # Each alias event is checked as the store stands now: a request already decided (by an
+        # earlier event or the first full check) is the signed state again and is not reported.
+        if needs_attention(finding):
             findings.append(finding)
             report(finding)
 
     try:
         # Aliases set before the webhook existed (or while the server's webhook cache was
         # stale) are caught by one full check once the subscription is in place.
-        for finding in audit(client, decl, keyring, tracking_uri=tracking_uri).findings:
+        for finding in check():
             found(finding)
         if on_ready:
             on_ready(url)
@@ -201,11 +171,16 @@ def watch_webhook(
                 event = events.get(timeout=min(remaining, 1.0))
             except queue.Empty:
                 continue
-            if (event.get("entity"), event.get("action")) != ("model_version_alias", "created"):
+            if event.get("entity") != "model_version_alias" or event.get("action") not in ("created", "deleted"):
                 continue
             data = event.get("data", {})
             handled += 1
-            found(check_alias(client, decl, keyring, data["name"], data["alias"], str(data["version"]), tracking_uri=tracking_uri))
+            # The alias as the store holds it now (the event may be stale by the time it is read).
+            history = read_history(client, data["name"], session.chain)
+            now = current_target(client, data["name"], data["alias"])
+            if now is None and data["alias"] not in history.signed_state():
+                continue  # removed, and never signed: nothing to decide
+            found(check_alias(session, data["name"], data["alias"], now, history=history))
     finally:
         client.delete_webhook(hook.webhook_id)
         server.shutdown()

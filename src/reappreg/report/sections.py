@@ -520,6 +520,7 @@ def registry_section(r: _Reader) -> Section:
             verdict = {True: "passes", False: "FAILS"}.get(state.get("verify_passes"), "not recorded")
             section.blocks.append(f"`reappreg registry verify` right after registration: **{verdict}** "
                                   f"({fmt(state.get('verified'))} alias(es) verified, {fmt(state.get('violations'))} violation(s), "
+                                  f"{fmt(state.get('pending'))} pending UI request(s), "
                                   f"{len(state.get('history_problems') or [])} history problem(s)); checked: {state.get('checked')}. "
                                   "Run it again for the registry's state now.")
             rows = [[a.get("name"), a.get("alias"), a.get("version"), a.get("verified"), a.get("detail")]

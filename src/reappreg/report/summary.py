@@ -246,7 +246,8 @@ def registry_line(r: Any, anchor: str) -> SummaryLine:
     passes = state.get("verify_passes")
     line.sentences.append(f"`registry verify` at registration: {'passes' if passes else 'FAILS'} "
                           f"({line.f(src, receipt, 'verify', 'verified')} verified, "
-                          f"{line.f(src, receipt, 'verify', 'violations')} violation(s)).")
+                          f"{line.f(src, receipt, 'verify', 'violations')} violation(s), "
+                          f"{line.f(src, receipt, 'verify', 'pending')} pending request(s)).")
     return line.done("verify passes" if passes else "verify FAILS", bool(passes))
 
 

@@ -30,9 +30,13 @@ class RegistrySettings(Section):
     watch_interval_s: float = Field(60, ge=1, le=3600)
     watch_max_polls: int = Field(60, ge=1, le=10000)
     # Trust this clone's own signing key (generated on first registration into a gitignored
-    # folder) besides the team keys under registry/keys/. It proves only that someone with
-    # this clone's key file signed; turn it off where only team-signed versions count.
+    # folder) as a one-key TUF root of its own, besides the team's TUF root under registry/keys/.
+    # It proves only that someone with this clone's key file signed; turn it off where only
+    # team-signed versions count.
     trust_local_key: bool = True
+    # How far a signed time (a history entry's `at`) may lie beyond this clock before it is
+    # refused as dated in the future.
+    clock_skew_s: float = Field(300, ge=0, le=86400)
     # Promotion compare-and-set: how long to wait for the alias lock, and the age at which
     # a lock is the remains of a killed promotion and is broken.
     promotion_lock_timeout_s: float = Field(120, gt=0)

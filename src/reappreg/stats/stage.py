@@ -1,9 +1,12 @@
-"""The ``stats`` stage: bound judgments in, claims and their evidence out, tracked in MLflow.
+"""The ``stats`` and ``results`` stages: bound judgments in, claims, their evidence and the results table out.
 
-One function the command calls: it binds the judgments to the design re-derived from the
-upstream files (``stats.design``), draws every interval and claim (``stats.analysis``),
-stamps each claim with its inputs, looks and decision settings (``stats.looks``), writes the
-outputs and logs them to the stage's MLflow run.
+One function per command (``reappreg stats run|results``). :func:`stats_stage` binds the
+judgments to the design re-derived from the upstream files (``stats.design``), draws every
+interval and claim (``stats.analysis``), stamps each claim with its inputs, looks and decision
+settings (``stats.looks``), writes the outputs and logs them to the stage's MLflow run.
+:func:`results_stage` binds every condition's judgments to its own design and writes the results
+table (``eval.results``: one row per condition, both interval kinds) under the same pinned
+reference bar and decision settings.
 """
 
 from __future__ import annotations
@@ -12,9 +15,12 @@ from collections.abc import Callable
 from contextlib import AbstractContextManager, nullcontext
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from reappreg.settings import Params
+
+if TYPE_CHECKING:
+    from reappreg.eval.results import ResultsFiles
 
 
 @dataclass(frozen=True)
@@ -77,4 +83,26 @@ def stats_stage(params: Params, files: StatsFiles, *,
     return report
 
 
-__all__ = ["StatsFiles", "stats_stage"]
+def results_stage(params: Params, files: ResultsFiles, *, calibration: Path, models: Path, out_json: Path,
+                  markdown: Path, plot: Path) -> dict[str, Any]:
+    """The ``results`` stage: every condition bound to its design, the table written; returns it."""
+    from reappreg.eval.results import DeclaredStrength, ResultsInputs, build_results, condition_inputs
+    from reappreg.eval.results_outputs import write_results
+    from reappreg.stats import TrustPolicy, load_calibration, load_reference_bar
+    from reappreg.stats.reference import check_decision_settings, decision_values
+
+    s = params.stats
+    reference = load_reference_bar(models)
+    check_decision_settings(reference, decision_values(s, params.judge), str(models))
+    conditions, fresh = condition_inputs(params, files)
+    results = build_results(ResultsInputs(
+        conditions=conditions, calibration=load_calibration(calibration), reference=reference, settings=s,
+        trust_policy=TrustPolicy.from_settings(s, params.judge), judge=params.judge,
+        selection_candidates=s.selection_candidates, fresh_pools=fresh,
+        declared_strengths={k: DeclaredStrength(v.win_rate, v.source) for k, v in s.opponent_strength.items()},
+        optimism_iterations=s.optimism_bootstrap_iterations))
+    write_results(results, json_path=out_json, markdown_path=markdown, plot_path=plot, settings=s)
+    return results
+
+
+__all__ = ["StatsFiles", "results_stage", "stats_stage"]

@@ -1,24 +1,16 @@
-"""Signing keys and the trusted keyring; DSSE envelopes (securesystemslib) and model-folder signatures (model-signing).
+"""Signing keys, DSSE envelopes (securesystemslib) and model-folder signatures (model-signing).
 
 Key ids. A key's id is the sha256 of its public key in PEM (SubjectPublicKeyInfo) form,
 the same hint OpenSSF's model-signing writes into its bundles, so one id names a key in
-both kinds of signature.
+both kinds of signature, and in the TUF metadata that says which key may sign what
+(:mod:`reappreg.trust`).
 
-Trust. Two sources of public keys:
-
-* team keys, committed under ``registry/keys/`` and listed in ``registry/keys/keyring.yaml``
-  with their holder and status (``active``, ``retired``: still verifies what it signed, or
-  ``revoked``: verifies nothing). The list is trusted only as the last entry of the signed
-  keyring chain (:mod:`.keyring_chain`): every change is signed by a key the keyring already
-  trusted. Rotation = add the new key as active, mark the old one retired (or revoked if it
-  leaked), ``reappreg registry sign-keyring`` with a current key, commit.
-* this clone's local key, generated on first use into a gitignored folder (default
-  ``work/registry/keys/``) and trusted by this clone only (``registry.trust_local_key``).
-  It proves that a version was registered by someone holding this clone's key file; it
-  proves nothing to anyone else, who does not have its public key.
-
-The private key is ``$REAPPREG_SIGNING_KEY`` (a PEM file; ``$REAPPREG_SIGNING_KEY_PASSWORD``
-if it is encrypted) when set, else the local key. It never enters git, MLflow or DVC.
+The private key(s) a command signs with are ``$REAPPREG_SIGNING_KEY`` -- one PEM file, or
+several separated by ``:`` when a role needs more than one signature -- (each with
+``$REAPPREG_SIGNING_KEY_PASSWORD`` if encrypted) when set, else this clone's local key,
+generated on first use into a gitignored folder (default ``work/registry/keys/``). No private
+key ever enters git, MLflow or DVC. Which of them may sign what is never decided here: the
+trust metadata decides (:meth:`reappreg.trust.Trust.verify_envelope`).
 """
 
 from __future__ import annotations
@@ -29,10 +21,7 @@ import json
 import os
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Literal
-
-import yaml
-from pydantic import BaseModel, ConfigDict, ValidationError
+from typing import Any
 
 from reappreg.errors import InputError, ReappregError
 
@@ -40,7 +29,6 @@ SIGNING_KEY_ENV = "REAPPREG_SIGNING_KEY"
 SIGNING_KEY_PASSWORD_ENV = "REAPPREG_SIGNING_KEY_PASSWORD"
 LOCAL_KEY_FILE = "local-signing-key.pem"
 LOCAL_PUBLIC_FILE = "local-signing-key.pub.pem"
-KEYRING_FILE = "keyring.yaml"
 INTOTO_PAYLOAD_TYPE = "application/vnd.in-toto+json"
 
 
@@ -69,76 +57,6 @@ def load_public(path: Path) -> Any:
     if not isinstance(key, ec.EllipticCurvePublicKey) or key.curve.name not in ("secp256r1", "secp384r1"):
         raise InputError(f"{path}: only EC P-256/P-384 keys are supported (model-signing's curves)")
     return key
-
-
-@dataclass(frozen=True)
-class TrustedKey:
-    keyid: str
-    public_key: Any
-    origin: Literal["team", "local"]
-    holder: str
-    status: str
-    path: Path
-
-    def describe(self) -> str:
-        if self.origin == "local":
-            return f"local key {self.keyid[:16]} (trusted on this clone only)"
-        return f"team key {self.keyid[:16]} of {self.holder} ({self.status}, {self.path.name})"
-
-
-class _KeyEntry(BaseModel):
-    model_config = ConfigDict(extra="forbid")
-    file: str
-    holder: str
-    status: Literal["active", "retired", "revoked"]
-    keyid: str | None = None
-
-
-class _Keyring(BaseModel):
-    model_config = ConfigDict(extra="forbid")
-    keys: list[_KeyEntry] = []
-
-
-@dataclass
-class Keyring:
-    keys: dict[str, TrustedKey]
-    revoked: dict[str, TrustedKey]
-    chain: tuple[str, ...] = ()   # sha256 of each signed keyring chain entry, oldest first (empty: no team keys)
-
-    @property
-    def head(self) -> str | None:
-        return self.chain[-1] if self.chain else None
-
-    def lookup(self, keyid: str) -> TrustedKey:
-        if keyid in self.revoked:
-            raise SignatureInvalid(f"signed by {self.revoked[keyid].describe()}, which is revoked")
-        if keyid not in self.keys:
-            raise SignatureInvalid(f"signed by key {keyid[:16] or '(none)'}, which is not trusted here "
-                                   f"(trusted: {', '.join(k[:16] for k in self.keys) or 'none'})")
-        return self.keys[keyid]
-
-
-def listed_keys(team_dir: str | os.PathLike) -> dict[str, TrustedKey]:
-    """Every key ``team_dir/keyring.yaml`` lists (revoked ones too), its file read and its id checked."""
-    team_dir = Path(team_dir)
-    ring_path = team_dir / KEYRING_FILE
-    if not ring_path.exists():
-        return {}
-    try:
-        ring = _Keyring.model_validate(yaml.safe_load(ring_path.read_text(encoding="utf-8")) or {})
-    except (yaml.YAMLError, ValidationError) as exc:
-        raise InputError(f"{ring_path}: invalid keyring: {exc}") from exc
-    listed: dict[str, TrustedKey] = {}
-    for entry in ring.keys:
-        path = team_dir / entry.file
-        if not path.exists():
-            raise InputError(f"{ring_path}: key file {entry.file} not found in {team_dir}")
-        public = load_public(path)
-        kid = key_id(public)
-        if entry.keyid is not None and entry.keyid != kid:
-            raise InputError(f"{ring_path}: {entry.file} has key id {kid}, the keyring says {entry.keyid}")
-        listed[kid] = TrustedKey(kid, public, "team", entry.holder, entry.status, path)
-    return listed
 
 
 @dataclass(frozen=True)
@@ -193,16 +111,34 @@ def generate_key(path: str | os.PathLike, *, exist_ok: bool = False, timeout_s: 
     return public
 
 
+def signing_keys(local_dir: str | os.PathLike, *, create: bool) -> list[SigningKey]:
+    """Every key of ``$REAPPREG_SIGNING_KEY`` (``:``-separated) if set, else this clone's local key."""
+    named = os.environ.get(SIGNING_KEY_ENV)
+    if not named:
+        return [signing_key(local_dir, create=create)]
+    return [_load_private(Path(part), named=True, create=False) for part in named.split(os.pathsep) if part]
+
+
+def local_key(local_dir: str | os.PathLike) -> SigningKey | None:
+    """This clone's local key, when it exists (never created here)."""
+    path = Path(local_dir) / LOCAL_KEY_FILE
+    return _load_private(path, named=False, create=False) if path.is_file() else None
+
+
 def signing_key(local_dir: str | os.PathLike, *, create: bool) -> SigningKey:
-    """``$REAPPREG_SIGNING_KEY`` if set, else this clone's local key (generated when ``create``)."""
+    """The first key of ``$REAPPREG_SIGNING_KEY`` if set, else this clone's local key (generated when ``create``)."""
+    named = os.environ.get(SIGNING_KEY_ENV)
+    path = Path(named.split(os.pathsep)[0]) if named else Path(local_dir) / LOCAL_KEY_FILE
+    return _load_private(path, named=bool(named), create=create)
+
+
+def _load_private(path: Path, *, named: bool, create: bool) -> SigningKey:
     from cryptography.hazmat.primitives import serialization
     from cryptography.hazmat.primitives.asymmetric import ec
 
-    named = os.environ.get(SIGNING_KEY_ENV)
-    path = Path(named) if named else Path(local_dir) / LOCAL_KEY_FILE
     if not path.exists():
         if named:
-            raise InputError(f"${SIGNING_KEY_ENV}={named}: private key file not found")
+            raise InputError(f"${SIGNING_KEY_ENV}: private key file {path} not found")
         if not create:
             raise InputError(f"no signing key: set ${SIGNING_KEY_ENV} to a PEM private key, or register once on this clone "
                              f"to create the local key {path}")
@@ -220,49 +156,22 @@ def signing_key(local_dir: str | os.PathLike, *, create: bool) -> SigningKey:
 # --------------------------------------------------------------------------- DSSE envelopes (statements)
 
 
-def sign_statement(statement: dict[str, Any], key: SigningKey) -> bytes:
-    """A DSSE envelope (securesystemslib) over the canonical JSON of an in-toto statement."""
-    from securesystemslib.dsse import Envelope
+def crypto_signer(key: SigningKey) -> Any:
     from securesystemslib.signer import CryptoSigner, SSlibKey
 
-    payload = json.dumps(statement, sort_keys=True, separators=(",", ":")).encode("utf-8")
-    signer = CryptoSigner(key.private_key, SSlibKey.from_crypto(key.public_key, keyid=key.keyid))
-    envelope = Envelope(payload=payload, payload_type=INTOTO_PAYLOAD_TYPE, signatures={})
-    envelope.sign(signer)
-    return json.dumps(envelope.to_dict(), sort_keys=True, indent=1).encode("utf-8")
+    return CryptoSigner(key.private_key, SSlibKey.from_crypto(key.public_key, keyid=key.keyid))
 
 
-def open_statement(data: bytes, keyring: Keyring) -> tuple[dict[str, Any], TrustedKey]:
-    """The statement inside a DSSE envelope, once its signature verifies against a trusted key."""
+def sign_statement(statement: dict[str, Any], keys: SigningKey | list[SigningKey]) -> bytes:
+    """A DSSE envelope (securesystemslib) over the canonical JSON of an in-toto statement, one
+    signature per key (a role whose threshold is 2 needs two)."""
     from securesystemslib.dsse import Envelope
-    from securesystemslib.exceptions import VerificationError
-    from securesystemslib.signer import SSlibKey
 
-    try:
-        envelope = Envelope.from_dict(json.loads(data))
-    except (ValueError, KeyError, TypeError) as exc:
-        raise SignatureInvalid(f"not a DSSE envelope ({type(exc).__name__}: {exc})") from exc
-    if envelope.payload_type != INTOTO_PAYLOAD_TYPE:
-        raise SignatureInvalid(f"envelope payload type {envelope.payload_type!r}, expected {INTOTO_PAYLOAD_TYPE}")
-    if not envelope.signatures:
-        raise SignatureInvalid("envelope carries no signature")
-    problems = []
-    for kid in envelope.signatures:
-        try:
-            trusted = keyring.lookup(kid)
-        except SignatureInvalid as exc:
-            problems.append(str(exc))
-            continue
-        try:
-            envelope.verify([SSlibKey.from_crypto(trusted.public_key, keyid=kid)], 1)
-        except VerificationError as exc:
-            problems.append(f"signature by {trusted.describe()} does not verify ({exc})")
-            continue
-        try:
-            return json.loads(envelope.payload), trusted
-        except ValueError as exc:
-            raise SignatureInvalid(f"signed payload is not JSON ({exc})") from exc
-    raise SignatureInvalid("; ".join(problems))
+    payload = json.dumps(statement, sort_keys=True, separators=(",", ":")).encode("utf-8")
+    envelope = Envelope(payload=payload, payload_type=INTOTO_PAYLOAD_TYPE, signatures={})
+    for key in keys if isinstance(keys, list) else [keys]:
+        envelope.sign(crypto_signer(key))
+    return json.dumps(envelope.to_dict(), sort_keys=True, indent=1).encode("utf-8")
 
 
 # --------------------------------------------------------------------------- model folders (model-signing)
@@ -287,23 +196,26 @@ def bundle_keyid(signature: Path) -> str:
         return ""
 
 
-def verify_folder(folder: Path, signature: Path, keyring: Keyring) -> TrustedKey:
-    """model-signing's verification of ``folder`` against ``signature`` with the key the bundle names."""
+def verify_folder(folder: Path, signature: Path, trust: Any, version: Any) -> str:
+    """model-signing's verification of ``folder`` against ``signature``, with the key the bundle names,
+    which must be a ``registration`` key under ``version`` (the trust version of the version's signed
+    statement). Returns the key id."""
     import tempfile
 
     from model_signing import hashing, verifying
 
-    trusted = keyring.lookup(bundle_keyid(signature))
+    keyid = bundle_keyid(signature)
+    public_key = trust.role_key(version, "registration", keyid)
     with tempfile.TemporaryDirectory() as tmp:
         public = Path(tmp) / "key.pub.pem"
-        public.write_bytes(public_pem(trusted.public_key))
+        public.write_bytes(public_pem(public_key))
         config = verifying.Config().use_elliptic_key_verifier(public_key=public)
         config.set_hashing_config(hashing.Config().set_ignored_paths(paths=[], ignore_git_paths=False))
         try:
             config.verify(folder, signature)
         except Exception as exc:  # model-signing raises ValueError/InvalidSignature/protobuf errors alike
             raise SignatureInvalid(f"model-signing: {type(exc).__name__}: {exc}") from exc
-    return trusted
+    return keyid
 
 
 def b64(data: bytes) -> str:

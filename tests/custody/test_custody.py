@@ -1,0 +1,150 @@
+"""Custody by signed links, tried by an attacker with write access to the repository files and the
+tracking store but no key: every rewrite that kept the files and dvc.lock consistent is refused at
+`register` by in-toto's verification of the signed links, naming the step and the file; the honest
+re-run (the pipeline signs new links) registers."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+import yaml
+
+from reappreg.custody.links import CustodyError
+from reappreg.errors import GateFailed
+from stage_commands import stage_argv
+from registry_fixtures import (  # noqa: F401 (fixtures)
+    POLICY,
+    client_for,
+    plant_stage_runs,
+    register_after_pipeline,
+    register_ok,
+    repo,
+    run_cli,
+    templates,
+)
+
+
+def rewrite_lock_only(root: Path) -> None:
+    """What the attacker can do without a key: make dvc.lock agree with the edited files (not the links)."""
+    import registry_fixtures
+
+    lock = yaml.safe_load((root / "dvc.lock").read_text())
+    from reappreg.hashing import dvc_md5
+
+    for stage in lock["stages"].values():
+        for out in stage.get("outs") or []:
+            if (root / out["path"]).exists():
+                out["md5"] = dvc_md5(root / out["path"])
+        for dep in stage.get("deps") or []:
+            if (root / dep["path"]).exists():
+                dep["md5"] = dvc_md5(root / dep["path"])
+    (root / "dvc.lock").write_text(yaml.safe_dump(lock, sort_keys=False))
+    claims = json.loads((root / "reports/claims.json").read_text())
+    for claim in claims:
+        claim["inputs"] = {role: dvc_md5(root / rel) for role, rel in registry_fixtures.stats_paths().items()}
+    (root / "reports/claims.json").write_text(json.dumps(claims))
+    lock = yaml.safe_load((root / "dvc.lock").read_text())
+    for out in lock["stages"]["stats"]["outs"]:
+        out["md5"] = dvc_md5(root / out["path"])
+    (root / "dvc.lock").write_text(yaml.safe_dump(lock, sort_keys=False))
+
+
+def refused(root: Path) -> str:
+    code, out, exc = run_cli(*stage_argv("register"))
+    assert code != 0 and isinstance(exc, (CustodyError, GateFailed)), (out, exc)
+    return " ".join(str(exc).split())
+
+
+def test_the_control_registers_with_its_chain_verified(repo):
+    out = register_ok()
+    receipt = json.loads((repo / "reports/registry/registration.json").read_text())
+    assert receipt["custody"].startswith("in-toto verified"), receipt["custody"]
+    assert "every link signed by a 'pipeline' key" in receipt["custody"]
+
+
+@pytest.mark.parametrize("attack", ["judgments_and_claims", "verdicts_flipped", "eval_metrics", "results_table",
+                                    "calibration_counts"])
+def test_consistent_rewrites_of_upstream_files_are_refused_at_register(repo, attack):
+    register_ok()
+    import registry_fixtures
+
+    paths = registry_fixtures.stats_paths()
+    if attack in ("judgments_and_claims", "verdicts_flipped"):
+        path = repo / paths["judgments"]
+        rows = [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
+        rows.append({"planted": "a rewritten judgment", "verdict": "A", "probability": 0.99})
+        path.write_text("".join(json.dumps(r) + "\n" for r in rows))
+        target = paths["judgments"]
+    elif attack == "eval_metrics":
+        data = json.loads((repo / "metrics/eval.json").read_text())
+        data["policy/gpt-4-0314/cluster_low"] = 0.99
+        (repo / "metrics/eval.json").write_text(json.dumps(data))
+        target = "metrics/eval.json"
+    elif attack == "results_table":
+        data = json.loads((repo / "metrics/results.json").read_text())
+        data["selection"]["reason"] = "rewritten"
+        (repo / "metrics/results.json").write_text(json.dumps(data))
+        target = "metrics/results.json"
+    else:
+        data = json.loads((repo / "metrics/judge_calibration.json").read_text())
+        data["n_pairs"], data["agreement"] = 240, 1.0
+        (repo / "metrics/judge_calibration.json").write_text(json.dumps(data))
+        target = "metrics/judge_calibration.json"
+    rewrite_lock_only(repo)
+    plant_stage_runs(repo)  # and forged finished tracked runs that "wrote" them: a view, not evidence
+    message = refused(repo)
+    assert f"{target}" in message and "is not what step 'upstream' produced" in message, message
+
+
+def test_a_lowered_bar_in_registry_models_yaml_is_refused_without_a_key(repo):
+    register_ok()
+    decl = yaml.safe_load((repo / "registry/models.yaml").read_text())
+    decl["reference_bar"]["bar"] = 0.5
+    (repo / "registry/models.yaml").write_text(yaml.safe_dump(decl, sort_keys=False))
+    message = refused(repo)
+    assert "registry/models.yaml is not what step 'declarations' produced" in message, message
+
+
+def test_a_link_signed_by_a_key_the_layout_does_not_name_is_refused(repo, tmp_path):
+    register_ok()
+    from reappreg.custody.links import Signing, sign_link
+    from reappreg.custody.plan import link_path
+    from reappreg.trust.keys import generate_key, _load_private
+
+    generate_key(tmp_path / "mallory.pem")
+    mallory = _load_private(tmp_path / "mallory.pem", named=True, create=False)
+    envelope = json.loads((repo / link_path("upstream")).read_text())
+    payload = json.loads(__import__("base64").b64decode(envelope["payload"]))
+    data = sign_link(Signing(None, [mallory], None), "upstream", materials={}, products=payload["products"],
+                     command=["planted"], environment=payload["environment"])
+    (repo / link_path("upstream")).write_bytes(data)
+    message = refused(repo)
+    assert "the link of step 'upstream' (custody/links/upstream.link) is signed by" in message, message
+    assert "a key the layout does not name for that step" in message, message
+
+
+def test_a_step_without_its_link_is_refused(repo):
+    register_ok()
+    from reappreg.custody.plan import link_path
+
+    (repo / link_path("card")).unlink()
+    message = refused(repo)
+    assert "Step 'card' requires '1' link metadata file(s), found '0'" in message, message
+
+
+def test_verify_re_checks_the_links_a_registration_named(repo):
+    register_ok()
+    client = client_for(repo)
+    mv = client.get_model_version(POLICY, "1")
+    import mlflow
+
+    stored = Path(mlflow.artifacts.download_artifacts(run_id=mv.run_id, artifact_path="custody/upstream.link",
+                                                      tracking_uri=str(__import__("os").environ["MLFLOW_TRACKING_URI"])))
+    # The local store's own copy (the run's artifact folder) rewritten after registration.
+    run_dir = Path(client.get_run(mv.run_id).info.artifact_uri.removeprefix("file://"))
+    (run_dir / "custody" / "upstream.link").write_text(stored.read_text().replace('"sig"', '"sig" ', 1))
+    code, out, _ = run_cli("registry", "verify")
+    assert code == 1 and "custody link custody/links/upstream.link in the store is not the one the statement names" in \
+        " ".join(out.split()), out

@@ -1,0 +1,119 @@
+"""Custody on the real pipeline run (marked slow; shares the one `dvc repro` of the CPU profile).
+
+Every stage signed an in-toto link under `dvc repro`, and `register` verified the chain. Then, as an
+attacker with write access to the repository files and the tracking store but no key: upstream
+files rewritten consistently (dvc.lock made to agree, finished tracked runs forged to "write"
+them, the check pointed at the attacker's own store), evidence edited after its stage, the bar
+lowered in registry/models.yaml -- each refused with the step and the file named; the control
+(the same files restored) registers.
+"""
+
+from __future__ import annotations
+
+import json
+import shlex
+import shutil
+import subprocess
+from pathlib import Path
+
+import pytest
+import yaml
+
+from pipeline_copy import run_checked
+from reappreg.hashing import dvc_md5
+
+pytestmark = pytest.mark.slow
+
+
+@pytest.fixture(scope="module")
+def repo_copy(pipeline_repo) -> tuple[Path, dict]:
+    return pipeline_repo
+
+
+def _register(root: Path, env: dict) -> subprocess.CompletedProcess:
+    cmd = shlex.split(yaml.safe_load((root / "dvc.yaml").read_text())["stages"]["register"]["cmd"])
+    return subprocess.run(cmd, cwd=root, env=env, capture_output=True, text=True)
+
+
+def _agree_lock(root: Path) -> None:
+    """dvc.lock made to agree with the files as they are now (what an attacker without a key can do)."""
+    lock = yaml.safe_load((root / "dvc.lock").read_text())
+    for stage in lock["stages"].values():
+        for entry in [*(stage.get("outs") or []), *(stage.get("deps") or [])]:
+            if "md5" in entry and (root / entry["path"]).exists():
+                entry["md5"] = dvc_md5(root / entry["path"])
+    (root / "dvc.lock").write_text(yaml.safe_dump(lock, sort_keys=False))
+
+
+def test_every_stage_signed_a_link_and_register_verified_the_chain(repo_copy):
+    root, ctx = repo_copy
+    from reappreg.custody.links import load_link, verify_link
+    from reappreg.custody.plan import link_path, load_template
+    from reappreg.trust.local import clone_trust
+    from reappreg.settings import load_params
+
+    trust = clone_trust(load_params(root / "params.yaml").registry, root / "registry/keys", root / "work/registry/keys")
+    stages = run_checked(["dvc", "stage", "list", "--name-only"], root, ctx["env"]).split()
+    for stage in stages:
+        assert (root / link_path(stage)).is_file(), f"stage {stage} signed no link"
+        envelope, payload = load_link(root, stage)
+        verify_link(trust, envelope, payload, stage)
+        assert payload["environment"]["trust"]["origin"] == "local" and payload["products"], stage
+    assert set(load_template(root).steps) == {"declarations", *stages}
+    receipt = json.loads((root / "reports/registry/registration.json").read_text())
+    assert receipt["custody"].startswith("in-toto verified") and "register's own inputs" in receipt["custody"]
+
+
+def _restore(root: Path, saved: dict[str, bytes]) -> None:
+    for rel, data in saved.items():
+        (root / rel).write_bytes(data)
+
+
+@pytest.mark.parametrize("attack", ["generations_and_judgments", "verdicts_and_probabilities", "eval_after_stats",
+                                    "results_after_their_stage", "lowered_bar", "foreign_store"])
+def test_rewrites_without_a_key_are_refused_at_register_and_the_control_registers(repo_copy, attack, tmp_path):
+    root, ctx = repo_copy
+    env = dict(ctx["env"])
+    files = ["data/eval/generations.jsonl", "data/eval/judgments.jsonl", "metrics/eval.json", "metrics/results.json",
+             "registry/models.yaml", "reports/claims.json", "dvc.lock"]
+    saved = {rel: (root / rel).read_bytes() for rel in files}
+    try:
+        if attack in ("generations_and_judgments", "verdicts_and_probabilities", "foreign_store"):
+            path = root / "data/eval/judgments.jsonl"
+            rows = [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
+            for row in rows:  # every verdict flipped with its probabilities
+                row["p_a"], row["p_b"] = row.get("p_b"), row.get("p_a")
+            path.write_text("".join(json.dumps(r) + "\n" for r in rows))
+            if attack == "generations_and_judgments":
+                gen = root / "data/eval/generations.jsonl"
+                gen.write_text(gen.read_text().replace(" you ", " You "))
+            expect = ("data/eval/judgments.jsonl", "is not what step 'judge' produced")
+            if attack == "foreign_store":
+                env["MLFLOW_TRACKING_URI"] = f"sqlite:///{tmp_path / 'attacker.db'}"
+        elif attack == "eval_after_stats":
+            data = json.loads((root / "metrics/eval.json").read_text())
+            data = {k: (0.99 if k.endswith("/cluster_low") else v) for k, v in data.items()}
+            (root / "metrics/eval.json").write_text(json.dumps(data))
+            expect = ("metrics/eval.json", "is not what step 'stats' produced")
+        elif attack == "results_after_their_stage":
+            data = json.loads((root / "metrics/results.json").read_text())
+            data["selection"]["promotable"] = True
+            (root / "metrics/results.json").write_text(json.dumps(data))
+            expect = ("metrics/results.json", "is not what step 'results' produced")
+        else:
+            decl = yaml.safe_load((root / "registry/models.yaml").read_text())
+            decl["reference_bar"]["bar"] = 0.1
+            (root / "registry/models.yaml").write_text(yaml.safe_dump(decl, sort_keys=False))
+            expect = ("registry/models.yaml", "is not what step 'declarations' produced")
+            # The stats stage itself refuses it before drawing any claim.
+            stats = subprocess.run(["dvc", "repro", "stats", "--single-item", "--force"], cwd=root, env=env,
+                                   capture_output=True, text=True)
+            assert stats.returncode != 0 and expect[1] in stats.stdout + stats.stderr, stats.stdout[-3000:]
+        _agree_lock(root)
+        done = _register(root, env)
+        message = " ".join((done.stdout + done.stderr).split())
+        assert done.returncode != 0 and expect[0] in message and expect[1] in message, message[-3000:]
+    finally:
+        _restore(root, saved)
+    done = _register(root, ctx["env"])  # the control: the files as the pipeline signed them
+    assert done.returncode == 0, (done.stdout + done.stderr)[-3000:]
