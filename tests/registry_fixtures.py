@@ -8,6 +8,7 @@ import json
 import os
 import shlex
 import shutil
+import tempfile
 import socket
 import subprocess
 import sys
@@ -351,7 +352,8 @@ def templates(tmp_path_factory):
     def get(**kwargs) -> Path:
         key = tuple(sorted(kwargs.items()))
         if key not in _TEMPLATES:
-            root = write_pipeline(base / f"variant{len(_TEMPLATES)}", **kwargs)
+            # A fresh folder per attempt: a variant that failed half-built must fail again with its own error.
+            root = write_pipeline(Path(tempfile.mkdtemp(prefix="variant", dir=base)), **kwargs)
             empty_db = base / "empty.db"
             if not empty_db.exists():
                 connect(f"sqlite:///{empty_db}", attempts=1, backoff_s=0)  # runs MLflow's migrations once

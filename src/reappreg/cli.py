@@ -192,10 +192,10 @@ def main(argv: list[str] | None = None) -> None:
     argv = sys.argv[1:] if argv is None else list(argv)
     root = command_tree()
     try:
-        # Under `dvc repro` every stage command is one custody step (reappreg.custody.links): what it
+        # Under `dvc repro` every stage command is one custody step (reappreg.custody.step): what it
         # consumes is checked against the signed links of the steps that produced it before it runs,
         # and a link of what it consumed and produced is signed after it succeeded.
-        from reappreg.custody.links import begin_step
+        from reappreg.custody.step import begin_step
 
         step = begin_step(argv)
         # Outside standalone mode click *returns* the code of a `typer.Exit(n)` instead of

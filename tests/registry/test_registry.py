@@ -1049,7 +1049,8 @@ def test_watch_enforce_restores_a_failing_ui_request_through_a_real_webhook_deli
 
 @pytest.mark.slow
 def test_models_uri_loads_in_a_fresh_process_with_the_ensembles_rewards(tmp_path, monkeypatch):
-    """A real (tiny) ensemble registered through the library; ``models:/NAME@candidate`` scores like the folder."""
+    """A real (tiny) ensemble registered through the library scores like the folder in a fresh process; a bare
+    ``models:/NAME@candidate`` outside a clone is refused (test_registry_trust loads one inside a clone)."""
     import pandas as pd
 
     sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
@@ -1111,7 +1112,14 @@ def test_models_uri_loads_in_a_fresh_process_with_the_ensembles_rewards(tmp_path
               "print(json.dumps([float(x) for x in model.predict(pd.read_json(sys.argv[2], orient='records'))]))\n")
     env = {**os.environ, "MLFLOW_TRACKING_URI": uri, "HF_HUB_OFFLINE": "1"}
     env.pop("PYTHONPATH", None)
-    done = subprocess.run([sys.executable, "-c", script, f"models:/{RM}@candidate", str(frame_path)], capture_output=True,
+    env.pop("REAPPREG_REPO", None)
+    # Outside a clone there is no trust to verify a registry version with: a bare models:/ load gets nothing.
+    outside = subprocess.run([sys.executable, "-c", script, f"models:/{RM}@candidate", str(frame_path)], capture_output=True,
+                             text=True, env=env, cwd=tmp_path, timeout=600)
+    assert outside.returncode != 0 and "runs outside a clone" in outside.stderr, outside.stderr[-3000:]
+    # The logged MLflow Model itself (the bytes the version's source names) scores like the folder with only mlflow.
+    source = client.get_model_version(RM, str(reg.version)).source
+    done = subprocess.run([sys.executable, "-c", script, source, str(frame_path)], capture_output=True,
                           text=True, env=env, cwd=tmp_path, timeout=600)
     assert done.returncode == 0, done.stderr[-3000:]
     rewards = json.loads(done.stdout.strip().splitlines()[-1])

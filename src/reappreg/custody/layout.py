@@ -27,14 +27,12 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from reappreg.custody.links import CustodyError, Signing, _in, record, sign_link, verify_link
+from reappreg.custody.links import CustodyError, Signing, _in, check_consumed, load_link, record, sign_link, verify_link
 from reappreg.custody.plan import (
     DECLARATIONS,
     DECLARATIONS_FILE,
     DECLARATIONS_LINK,
     LAYOUT_FILE,
-    LOCAL_DIR,
-    TEAM_DIR,
     Template,
     custody_dir,
     link_path,
@@ -171,7 +169,6 @@ def verify_chain(root: Path, trust: Any, origin: str, *, up_to: str = "register"
                                "produced, or produced something it should not)") from None
         except (intoto_errors.SignatureVerificationError, intoto_errors.LayoutExpiredError) as exc:
             raise CustodyError(f"the layout {layout_path}: {type(exc).__name__}: {exc}") from None
-    from reappreg.custody.links import load_link
 
     for name in steps_now:  # and each link under the trust version it names (a retired key's link fails here)
         envelope, payload = load_link(root, name, origin)
@@ -188,7 +185,6 @@ def verify_registration(root: Path, trust: Any, origin: str) -> str:
     """What ``register`` checks before it signs anything: the chain to it (:func:`verify_chain`), and that
     every file it reads now is, by sha256, a product of the step that must have produced it (its own
     consumption, checked here too, so a register run by hand is held to it as well)."""
-    from reappreg.custody.links import check_consumed
 
     account = verify_chain(root, trust, origin, up_to="register")
     template = load_template(root)

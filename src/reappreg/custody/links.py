@@ -1,7 +1,8 @@
 """Every stage run signs an in-toto link, and checks the links of what it consumes before it runs.
 
-:func:`begin_step` and :meth:`StepRun.finish` wrap a stage command that ``dvc repro`` runs (DVC sets
-``DVC_STAGE``; the CLI calls them, so every stage does this by construction):
+:func:`reappreg.custody.step.begin_step` and :meth:`~reappreg.custody.step.StepRun.finish` wrap a stage
+command that ``dvc repro`` runs (DVC sets ``DVC_STAGE``; the CLI calls them, so every stage does this by
+construction); this module holds what they are made of:
 
 1. **verify on consume**: every material the layout says another step produced must carry a
    valid link from that step -- signed by a ``pipeline`` key under the trust version the link
@@ -30,7 +31,7 @@ from fnmatch import fnmatch
 from pathlib import Path
 from typing import Any
 
-from reappreg.custody.plan import DECLARATIONS, DECLARATIONS_LINK, StepPlan, Template, custody_dir, link_path, load_template
+from reappreg.custody.plan import DECLARATIONS, DECLARATIONS_LINK, StepPlan, Template, custody_dir, link_path
 from reappreg.errors import ReappregError
 
 STAGE_ENV = "DVC_STAGE"
@@ -167,60 +168,6 @@ def sign_link(signing: Signing, name: str, *, materials: dict, products: dict, c
     return json.dumps(envelope.to_dict(), sort_keys=True, indent=1).encode("utf-8")
 
 
-@dataclass
-class StepRun:
-    """One stage run under ``dvc repro``: begun (consumption verified, materials hashed), then finished
-    (products hashed, link signed and written) only when the command succeeded."""
-
-    root: Path
-    step: StepPlan
-    signing: Signing
-    materials: dict[str, dict[str, str]]
-    argv: list[str]
-    begin_s: float = 0.0  # seconds spent before the command: trust, consumption check, materials
-
-    def finish(self) -> Path:
-        import time
-
-        from reappreg.io import write_bytes
-
-        started = time.perf_counter()
-        with _in(self.root):
-            products = record(self.step.products)
-        environment = _environment(self.root, self.step, self.signing.version)
-        # What custody cost this step (benchmarks/custody_bench.py adds them up against the stages' time).
-        byproducts = {"custody_seconds": round(self.begin_s + time.perf_counter() - started, 3)}
-        data = sign_link(self.signing, self.step.name, materials=self.materials, products=products,
-                         command=["reappreg", *self.argv], environment=environment, byproducts=byproducts)
-        path = self.root / link_path(self.step.name)
-        write_bytes(path, data)
-        _log_to_run(path)
-        return path
-
-
-def begin_step(argv: list[str]) -> StepRun | None:
-    """Before a stage command: verify what it consumes and hash its materials (see the module docstring).
-    None outside ``dvc repro``."""
-    import time
-
-    stage = os.environ.get(STAGE_ENV)
-    if not stage:
-        return None
-    started = time.perf_counter()
-    root = Path(os.environ.get(ROOT_ENV) or ".").resolve()
-    template = load_template(root)
-    step = template.step(stage)
-    signing = pipeline_signing(root)
-    if signing.version.origin == "local":
-        from reappreg.custody.layout import ensure_local_layout
-
-        ensure_local_layout(root, signing)
-    with _in(root):
-        materials = record(step.materials)
-    check_consumed(root, template, step, materials, signing.trust, signing.version.origin)
-    return StepRun(root, step, signing, materials, list(argv), time.perf_counter() - started)
-
-
 @contextlib.contextmanager
 def _in(folder: Path) -> Iterator[None]:
     """Paths are recorded relative to the repository root (as dvc.yaml names them)."""
@@ -241,5 +188,5 @@ def _log_to_run(path: Path) -> None:
         mlflow.MlflowClient().log_artifact(run.info.run_id, str(path), "custody")
 
 
-__all__ = ["CustodyError", "Signing", "StepRun", "begin_step", "check_consumed", "load_link", "pipeline_signing", "record",
+__all__ = ["CustodyError", "Signing", "check_consumed", "load_link", "pipeline_signing", "record",
            "sign_link", "verify_link"]
