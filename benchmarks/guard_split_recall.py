@@ -19,7 +19,8 @@ split with none is not counted).
 False positives, in the same file: the honest records are the sample's 600 human
 reappraisals and texts built from measured stock phrasing (``guard_support.honest``: phrases
 in 3+ answers to 2+ scenarios, and phrases in 3+ Sharma reframes), several per author, so
-they share both stock phrases and groups. A flagged honest record is a false positive.
+they share both stock phrases and groups. A flagged honest record is a false positive; the
+rate is given over every honest record and over the stock-phrase texts alone.
 
     python benchmarks/guard_split_recall.py                  # 8 splits per class
     python benchmarks/guard_split_recall.py --per-class 3    # quicker
@@ -94,7 +95,8 @@ def main(argv: list[str] | None = None) -> int:
             import pandas as pd
 
             phrases += stock_phrases(pd.read_csv(SHARMA).reframe.tolist(), min_docs=3)
-        honest = list(human) + stock_texts(rng, phrases, human, args.honest_stock)
+        stock = stock_texts(rng, phrases, human, args.honest_stock)
+        honest = list(human) + stock
         texts, authors = place(rng, honest, splits, args.span)
         honest_authors = [f"h{rng.randrange(len(honest) // 4)}" for _ in texts]
         rows = [{"id": f"r{i}", "text": t, "author_id": a or honest_authors[i]} for i, (t, a) in enumerate(zip(texts, authors))]
@@ -107,6 +109,8 @@ def main(argv: list[str] | None = None) -> int:
             caught[h.record_id].update({h.answer_id, *h.closest})
         in_split = {f"r{row}" for s in splits for row in s.records}
         false_pos = {h.record_id for h in hits} - in_split
+        stock_set = set(stock)
+        stock_rows = {f"r{i}" for i, t in enumerate(texts) if f"r{i}" not in in_split and t in stock_set}
         per_class: dict[tuple, list[int]] = defaultdict(lambda: [0, 0, 0, 0])  # caught/in scope, caught/all
         for s in splits:
             answer = answers[s.answer]["id"]
@@ -123,6 +127,7 @@ def main(argv: list[str] | None = None) -> int:
                 cell[2] += ok
                 cell[3] += 1
         grand[name] = {"classes": per_class, "fp": len(false_pos), "honest": len(texts) - len(in_split),
+                       "fp_stock": len(false_pos & stock_rows), "stock": len(stock_rows),
                        "seconds": time.perf_counter() - started, "records": len(texts), "answers": len(answers)}
 
     print(f"bounds: fragments.min_piece={min_piece} letters, fragments.adjacent={settings.fragments.adjacent} records, "
@@ -136,7 +141,8 @@ def main(argv: list[str] | None = None) -> int:
             scope = f"{caught_in / total_in:.2f} ({total_in})" if total_in else "-"
             print(f"{key[0]:<12}{str(key[1]):>7}{str(key[2]):>7}{scope:>21}{f'{caught_all / total:.2f} ({total})':>17}")
         print(f"false positives: {result['fp']} of {result['honest']} honest records "
-              f"({result['fp'] / max(result['honest'], 1):.4f})")
+              f"({result['fp'] / max(result['honest'], 1):.4f}); among the honest texts built from stock phrases: "
+              f"{result['fp_stock']} of {result['stock']} ({result['fp_stock'] / max(result['stock'], 1):.4f})")
     return 0
 
 
