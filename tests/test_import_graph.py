@@ -24,9 +24,14 @@ def _modules() -> dict[str, Path]:
 
 def import_graph() -> dict[str, set[str]]:
     """module -> the package's modules it imports (a name imported from a package counts as
-    that submodule when there is one, else as the package). A package's own ``__init__``
+    that submodule when there is one, or as the module a lazy package resolves it from
+    (``reappreg.dvcdeps.lazy_exports``), else as the package). A package's own ``__init__``
     re-exporting its submodules is not an arrow from them."""
+    from reappreg.dvcdeps import SourceTree, lazy_exports
+
     modules = _modules()
+    tree = SourceTree(SRC)
+    lazy = {m: lazy_exports(tree, m) for m in modules}
 
     def owner(name: str) -> str:
         while name and name not in modules:
@@ -40,8 +45,8 @@ def import_graph() -> dict[str, set[str]]:
             if isinstance(node, ast.Import):
                 targets = [owner(a.name) for a in node.names if a.name.startswith(PACKAGE)]
             elif isinstance(node, ast.ImportFrom) and node.level == 0 and (node.module or "").startswith(PACKAGE):
-                targets = [f"{node.module}.{a.name}" if f"{node.module}.{a.name}" in modules else owner(node.module)
-                           for a in node.names]
+                targets = [f"{node.module}.{a.name}" if f"{node.module}.{a.name}" in modules
+                           else lazy.get(node.module, {}).get(a.name) or owner(node.module) for a in node.names]
             graph[module] |= {t for t in targets if t and t != module and t != PACKAGE and not module.startswith(t + ".")}
     return graph
 

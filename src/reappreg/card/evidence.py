@@ -79,7 +79,7 @@ CERTIFICATE_SUMMARY = (
 
 def read_certificate(path: str | os.PathLike) -> Certificate:
     """The guard certificate, normalised (schema ``reappreg.guard.certificate/v2``, see ``reappreg.guard.certificate``)."""
-    from reappreg.guard.certificate import CERTIFICATE_SCHEMA
+    from reappreg.guard.certified import CERTIFICATE_SCHEMA
 
     path = Path(path)
     raw = read_versioned(path, CERTIFICATE_SCHEMA, what="a guard certificate")
