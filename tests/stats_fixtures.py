@@ -6,7 +6,7 @@ import numpy as np
 
 from reappreg.settings.stats import StatsSettings
 from reappreg.stats import ReferenceBar, TrustPolicy
-from reappreg.stats.reference import DecisionFloors
+from reappreg.evidence.reference import DecisionFloors
 
 JUDGE, FINGERPRINT = "fake-judge", "sha256:judge-files"
 REFERENCE = ReferenceBar(bar=0.608, opponent="gpt-4-0314", judge=JUDGE, source="reference model card",

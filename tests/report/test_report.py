@@ -427,7 +427,7 @@ def _trust_policy():
 
 def test_every_number_in_the_summary_is_read_from_the_file_it_names(tmp_path):
     """Each fact is re-read from its file (or params), and the summary shows no number that is not a fact."""
-    from reappreg.card.build import fmt
+    from reappreg.evidence.formatting import fmt
     from reappreg.report.blocks import walk
     from reappreg.settings import Params
     from reappreg.settings.card import CardHealthSettings

@@ -10,8 +10,10 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from reappreg.card.build import calibration_rows, flatten, fmt, metric_label, training_health
+from reappreg.card.build import calibration_rows, metric_label, training_health
 from reappreg.errors import InputError
+from reappreg.evidence.flat import flatten
+from reappreg.evidence.formatting import fmt
 from reappreg.io import read_json, read_jsonl
 from reappreg.report.blocks import (Details, Section, Table, count, curves_figure, dot_figure, empty_reason,
                                     forest_figure, is_number, num)

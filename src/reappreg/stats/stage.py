@@ -5,7 +5,7 @@ judgments to the design re-derived from the upstream files (``stats.design``), d
 interval and claim (``stats.analysis``), stamps each claim with its inputs, looks and decision
 settings (``stats.looks``), writes the outputs and logs them to the stage's MLflow run.
 :func:`results_stage` binds every condition's judgments to its own design and writes the results
-table (``eval.results``: one row per condition, both interval kinds) under the same pinned
+table (``stats.results``: one row per condition, both interval kinds) under the same pinned
 reference bar and decision settings.
 """
 
@@ -20,7 +20,7 @@ from typing import TYPE_CHECKING, Any
 from reappreg.settings import Params
 
 if TYPE_CHECKING:
-    from reappreg.eval.results import ResultsFiles
+    from reappreg.stats.results import ResultsFiles
 
 
 @dataclass(frozen=True)
@@ -53,7 +53,7 @@ def stats_stage(params: Params, files: StatsFiles, *,
     from reappreg.stats import TrustPolicy, analyze, load_calibration, load_reference_bar, mlflow_metrics, write_outputs
     from reappreg.stats.design import load_bound_judgments
     from reappreg.stats.looks import GENERATIONS_TAG, earlier_looks, stamp_claims
-    from reappreg.stats.reference import check_decision_settings, decision_values
+    from reappreg.evidence.reference import check_decision_settings, decision_values
     from reappreg.tracking import stage_run
 
     p, f = params, files
@@ -86,10 +86,10 @@ def stats_stage(params: Params, files: StatsFiles, *,
 def results_stage(params: Params, files: ResultsFiles, *, calibration: Path, models: Path, out_json: Path,
                   markdown: Path, plot: Path) -> dict[str, Any]:
     """The ``results`` stage: every condition bound to its design, the table written; returns it."""
-    from reappreg.eval.results import DeclaredStrength, ResultsInputs, build_results, condition_inputs
-    from reappreg.eval.results_outputs import write_results
+    from reappreg.stats.results import DeclaredStrength, ResultsInputs, build_results, condition_inputs
+    from reappreg.stats.results_outputs import write_results
     from reappreg.stats import TrustPolicy, load_calibration, load_reference_bar
-    from reappreg.stats.reference import check_decision_settings, decision_values
+    from reappreg.evidence.reference import check_decision_settings, decision_values
 
     s = params.stats
     reference = load_reference_bar(models)

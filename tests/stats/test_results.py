@@ -1,4 +1,4 @@
-"""The results table (reappreg.eval.results): rows, both interval kinds, winner's curse, opponent strength."""
+"""The results table (reappreg.stats.results): rows, both interval kinds, winner's curse, opponent strength."""
 
 from __future__ import annotations
 
@@ -13,7 +13,7 @@ import pytest
 from reappreg.errors import InputError
 from reappreg.settings.judge import JudgeSettings
 from reappreg.io import write_json, write_jsonl
-from reappreg.eval.results import (
+from reappreg.stats.results import (
     ConditionInput,
     DeclaredStrength,
     FreshPool,
@@ -22,7 +22,7 @@ from reappreg.eval.results import (
     build_results,
     missing_rows,
 )
-from reappreg.eval.results_outputs import render_markdown, write_results
+from reappreg.stats.results_outputs import render_markdown, write_results
 from reappreg.stats import contest_table, validate_judgments
 from stats_fixtures import (
     FAST,
@@ -496,7 +496,7 @@ def test_each_row_says_how_its_verdicts_were_read(tmp_path):
 
 def _stage(out, params, up):
     """The results stage over the upstream ``up`` (sampled_upstream), writing under ``out``."""
-    from reappreg.eval.results import ResultsFiles
+    from reappreg.stats.results import ResultsFiles
     from reappreg.stats.stage import results_stage
 
     repo = Path(__file__).resolve().parents[2]

@@ -50,7 +50,7 @@ length-controlled win-rate) and closes each of those holes:
      "complete": bool, "not_run": [condition names]}
 
 A card links to its row by ``rows[*].row_id`` and to the promotion evidence by
-``selection.promotable``. ``reappreg.eval.results_outputs`` writes the files.
+``selection.promotable``. ``reappreg.stats.results_outputs`` writes the files.
 """
 
 from __future__ import annotations
@@ -66,6 +66,7 @@ import pandas as pd
 from reappreg.errors import InputError
 from reappreg.io import read_jsonl
 from reappreg.settings import Params
+from reappreg.settings.conditions import CHECKPOINT_PREFIX, checkpoint_condition, fresh_condition, ood_condition
 from reappreg.settings.judge import JudgeSettings
 from reappreg.settings.stats import StatsSettings
 from reappreg.stats import (
@@ -151,7 +152,6 @@ def condition_inputs(params: Params, files: ResultsFiles) -> tuple[list[Conditio
     condition (``stats.*``). Sampled conditions carry the generate settings (a fresh pool its
     own seed); a reference file was not sampled; an off-distribution set has its own vignettes,
     answers and opponent."""
-    from reappreg.eval.conditions import CHECKPOINT_PREFIX, checkpoint_condition
     from reappreg.eval.plan import fresh_pool_prefix
 
     s, generate, root = params.stats, params.generate, Path(files.conditions_dir)
@@ -181,13 +181,13 @@ def condition_inputs(params: Params, files: ResultsFiles) -> tuple[list[Conditio
                                                        files.vignettes))
                    for ref in s.reference_conditions]
     for o in s.ood_sets:
-        folder, data = root / f"ood-{o.name}", Path(files.ood_dir) / o.name
-        conditions.append(ConditionInput(f"ood-{o.name}", "ood", folder / "judgments.jsonl", ood=True, design=DesignSources(
+        folder, data = root / ood_condition(o.name), Path(files.ood_dir) / o.name
+        conditions.append(ConditionInput(ood_condition(o.name), "ood", folder / "judgments.jsonl", ood=True, design=DesignSources(
             folder / "generations.jsonl", data / "answers.jsonl", data / "vignettes.jsonl", opponents=(o.opponent,),
             generate=generate)))
     # fresh pools: <conditions_dir>/fresh-<candidate>/ (stages generate_fresh / judge_fresh), their own seed
-    fresh = {f.condition: FreshPool(root / f"fresh-{f.condition}" / "judgments.jsonl",
-                                    sampled(root / f"fresh-{f.condition}", seed=f.seed)) for f in s.fresh_pools}
+    fresh = {f.condition: FreshPool(root / fresh_condition(f.condition) / "judgments.jsonl",
+                                    sampled(root / fresh_condition(f.condition), seed=f.seed)) for f in s.fresh_pools}
     return conditions, fresh
 
 
@@ -459,7 +459,7 @@ def build_results(inputs: ResultsInputs) -> dict[str, Any]:
     fresh_frames = {}
     for name, pool in inputs.fresh_pools.items():
         if Path(pool.judgments).exists():
-            fresh_frames[name], _ = _bound(f"fresh-{name}", pool.judgments, pool.design, inputs.judge)
+            fresh_frames[name], _ = _bound(fresh_condition(name), pool.judgments, pool.design, inputs.judge)
     judge, blocked = _judge_state([*frames.values(), *fresh_frames.values()], inputs.calibration,
                                   inputs.trust_policy, settings)
     rows, summaries, contests_of = [], {}, {}
