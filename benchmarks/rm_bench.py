@@ -77,7 +77,7 @@ def main() -> None:
     args = parser.parse_args()
 
     from reappreg.data.canonical import write_canonical
-    from reappreg.guard.certificate import CERTIFICATE_SCHEMA
+    from reappreg.guard.certified import CERTIFICATE_SCHEMA
     from reappreg.hashing import dvc_md5
     from reappreg.io import write_json
     from reappreg.rm.ensemble import build_ensemble, evaluate_ensemble

@@ -163,7 +163,7 @@ def pin_test_judge(models_yaml: Path, fingerprint: str = JUDGE_FINGERPRINT) -> N
 
 
 TRAINING_RUN = "0123456789abcdef0123456789abcdef"
-# metrics/results.json rows (reappreg.eval.results) of the final policy and its kept step-3 checkpoint.
+# metrics/results.json rows (reappreg.stats.results) of the final policy and its kept step-3 checkpoint.
 RESULTS_ROWS = [
     {"row_id": "policy/gpt-4-0314", "condition": "policy", "kind": "policy", "checkpoint_step": None, "pool": "policy",
      "opponent": "gpt-4-0314", "status": "evaluated", "win_rate": 0.7125, "n": 300, "n_eff": 41.5, "n_vignettes": 6,

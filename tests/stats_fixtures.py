@@ -6,7 +6,7 @@ import numpy as np
 
 from reappreg.settings.stats import StatsSettings
 from reappreg.stats import ReferenceBar, TrustPolicy
-from reappreg.stats.reference import DecisionFloors, JudgeIdentity
+from reappreg.evidence.reference import DecisionFloors, JudgeIdentity
 
 # A local judge: its identity is the md5 of its weights (reappreg.lm.model_fingerprint), pinned with the bar.
 JUDGE, FINGERPRINT = "fake-judge", "md5:0123456789abcdef0123456789abcdef.dir"

@@ -22,7 +22,6 @@ from reappreg.card.build import (
     ClaimRejected,
     card_inputs_for,
     check_template,
-    fmt,
     lint_claims,
     load_evidence,
     numbers_in,
@@ -30,9 +29,10 @@ from reappreg.card.build import (
     render_card,
 )
 from reappreg.errors import InputError
+from reappreg.evidence.declarations import load_declarations
+from reappreg.evidence.formatting import fmt
 from reappreg.hashing import dvc_md5
 from reappreg.io import read_json, write_json
-from reappreg.registry import load_declarations
 from reappreg.settings import load_params
 from reappreg.stats.claims import BLOCKING_FLAGS
 

@@ -297,7 +297,7 @@ def test_fingerprint_is_the_served_identity_without_the_url(server):
 def test_fingerprint_records_the_provider_and_model_id_the_bar_pins(server):
     """An API judge's identity is its provider and model id as the server reports them (owned_by, id):
     the fingerprint keeps both in clear, and the reference bar's pin reads them back."""
-    from reappreg.stats.reference import JudgeIdentity
+    from reappreg.evidence.reference import JudgeIdentity
 
     fingerprint = _judge(server.url).fingerprint()
     assert fingerprint.startswith(f"served:{MODEL}:vllm:")

@@ -11,6 +11,7 @@ from pathlib import Path
 
 import pytest
 
+from reappreg.guard.certificate import detector_rows
 from reappreg.report import HEADLINE_MAX_KEYS, ReportSources, collect, headline, render_html, render_markdown
 from reappreg.report.blocks import Figure, Table
 from stage_commands import stage_argv
@@ -70,6 +71,7 @@ def plant(root: Path) -> ReportSources:
                                      "sources": 3, "hits_ngram": 0, "hits_minhash": 0},
                           "detectors": {"ngram": {"n": 5, "min_run": 20, "containment": 0.5},
                                         "minhash": {"threshold": 0.3, "num_perm": 64}, "normalisation": "norm/v3"},
+                          "detector_rows": detector_rows(),
                           "heldout": {"answers": 177, "answer_variants": 199}, "tokenizers": [{"name": "rm-encoder"}],
                           "training": [{"path": "data/train/reappraisals.jsonl", "records": 3, "flagged_records": 0,
                                         "guarded_path": "data/guarded/reappraisals.jsonl"}]})
@@ -174,6 +176,27 @@ def test_every_section_shows_the_planted_values(tmp_path):
     missing = [e for e in expected if e not in md]
     assert missing == [], md
     assert "> **Missing:**" not in md
+
+
+def test_the_detector_table_has_the_row_each_registered_detector_declares(tmp_path):
+    """Each detector declares its own report row (label, settings shown), and the certificate
+    carries the rows: every registered detector is in the table, a row is never hand-kept in
+    the report, and a certificate made before the rows were declared still shows its settings."""
+    from reappreg.guard.registry import REGISTERED
+    from reappreg.settings.guard import GuardSettings
+
+    sources = plant(tmp_path)
+    cert = json.loads(sources.certificate.read_text())
+    cert["detectors"].update({d.name: d.record(GuardSettings()) for d in REGISTERED})
+    cert["counts"].update({f"hits_{d.name}": i for i, d in enumerate(REGISTERED)})
+    sources.certificate.write_text(json.dumps(cert))
+    md = markdown_of(sources, tmp_path)
+    for i, d in enumerate(REGISTERED):
+        assert any(line.startswith(f"| {d.name} | {d.label} | ") and line.endswith(f" | {i} |") for line in md.splitlines()), d.name
+    del cert["detector_rows"]
+    sources.certificate.write_text(json.dumps(cert))
+    md = markdown_of(sources, tmp_path)
+    assert "| ngram | not declared in the certificate | n=5, containment=0.500, min_run=20, span=3.000 | 0 |" in md
 
 
 def test_a_row_without_a_value_says_why(tmp_path):
@@ -404,7 +427,7 @@ def _trust_policy():
 
 def test_every_number_in_the_summary_is_read_from_the_file_it_names(tmp_path):
     """Each fact is re-read from its file (or params), and the summary shows no number that is not a fact."""
-    from reappreg.card.build import fmt
+    from reappreg.evidence.formatting import fmt
     from reappreg.report.blocks import walk
     from reappreg.settings import Params
     from reappreg.settings.card import CardHealthSettings

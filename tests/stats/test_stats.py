@@ -120,7 +120,7 @@ def test_every_shipped_profile_decides_within_the_pinned_floors(profile):
     import yaml
 
     from reappreg.settings import parse_params
-    from reappreg.stats.reference import check_decision_settings, decision_values
+    from reappreg.evidence.reference import check_decision_settings, decision_values
 
     root = Path(__file__).resolve().parents[2]
     raw = yaml.safe_load((root / "params.yaml").read_text())
@@ -131,7 +131,7 @@ def test_every_shipped_profile_decides_within_the_pinned_floors(profile):
 
 
 def test_params_that_loosen_a_pinned_decision_setting_fail_naming_every_key():
-    from reappreg.stats.reference import check_decision_settings
+    from reappreg.evidence.reference import check_decision_settings
 
     strict = {"stats.confidence": 0.99, "stats.min_n_confirm": 480, "judge.min_agreement": 0.7,
               "judge.calibration_min_pairs": 240, "stats.max_position_bias": 0.1, "stats.max_unparseable_rate": 0.0}

@@ -227,7 +227,7 @@ def _local_judge_fingerprint(folder) -> str:
 def test_a_local_folder_named_like_the_bars_judge_with_other_weights_is_judge_mismatch(tmp_path):
     """A local judge folder named exactly like the bar's judge, holding other weights, is another judge: its
     bar claim is judge_mismatch. The same folder with the pinned weights passes, whatever it is called."""
-    from reappreg.stats.reference import JudgeIdentity
+    from reappreg.evidence.reference import JudgeIdentity
     from stats_fixtures import REFERENCE
 
     def folder(where, weights: str):
@@ -250,7 +250,7 @@ def test_a_local_folder_named_like_the_bars_judge_with_other_weights_is_judge_mi
 
 
 def test_an_api_judge_is_its_provider_and_model_id():
-    from reappreg.stats.reference import JudgeIdentity
+    from reappreg.evidence.reference import JudgeIdentity
     from stats_fixtures import REFERENCE
 
     pinned = REFERENCE.model_copy(update={"judge_identity": JudgeIdentity(provider="vllm",

@@ -13,7 +13,7 @@ reproduce. It is rendered from ``registry/card_template.md`` (Jinja2) and an
 * the params sections the model was trained with and the GRPO prompt file.
 
 No number is typed by hand: the template's literal text may not contain a digit
-(:func:`check_template` refuses it), and every value is formatted by :func:`fmt` from
+(:func:`check_template` refuses it), and every value is formatted by :func:`~reappreg.evidence.formatting.fmt` from
 one of those files. The claims linter (:func:`lint_claims`) re-derives each claim that
 ``claims.json`` marks supported from ``eval.json`` and the calibration, and refuses the
 card when one is not backed: a bar comparison that only an iid bound clears, a win with
@@ -34,7 +34,7 @@ from typing import TYPE_CHECKING, Any
 
 import yaml
 
-from reappreg.card.evidence import (CLAIM_KEYS, CONDITIONS, EVAL_COLUMNS, Certificate, Evidence, flatten, load_evidence,
+from reappreg.card.evidence import (CLAIM_KEYS, CONDITIONS, EVAL_COLUMNS, Certificate, Evidence, load_evidence,
                                     read_certificate, trust_recomputed)
 from reappreg.card.health import TrainingHealth, training_health
 from reappreg.card.inputs import CardInputs
@@ -42,6 +42,8 @@ from reappreg.card.labels import calibration_rows, metric_label
 from reappreg.card.meta import (card_body, card_metadata, card_revision, numbers_in, parse_card, source_revision,
                                 validate_card)
 from reappreg.errors import InputError, ReappregError
+from reappreg.evidence.flat import flatten
+from reappreg.evidence.formatting import fmt
 from reappreg.hashing import dvc_md5
 from reappreg.io import read_json
 from reappreg.stats.claims import BLOCKING_FLAGS  # claim flags that can never back a printed claim
@@ -52,26 +54,6 @@ if TYPE_CHECKING:
 
 class ClaimRejected(ReappregError):
     """A claim marked supported is not backed by the metrics it cites."""
-
-
-# --------------------------------------------------------------------------- formatting
-
-
-def fmt(value: Any, decimals: int = 3) -> str:
-    """The one number formatter of the card: ints as ints, floats to ``decimals`` places."""
-    if value is None:
-        return "n/a"
-    if isinstance(value, bool):
-        return "yes" if value else "no"
-    if isinstance(value, int):
-        return str(value)
-    if isinstance(value, float):
-        if not math.isfinite(value):
-            return "n/a"
-        if value != 0 and abs(value) < 10 ** -decimals:
-            return f"{value:.{decimals}g}"  # 1e-05, not 0.000
-        return f"{value:.{decimals}f}"
-    return str(value)
 
 
 # --------------------------------------------------------------------------- linter
@@ -158,11 +140,11 @@ def _bar_judge_problem(claim: Mapping[str, Any], calibration: Mapping[str, Any])
     """Why a supported bar claim was not decided by the bar's judge; None when it was.
 
     A judge is its identity, not its name: the claim's judge fingerprint must BE the identity pinned
-    beside the bar (``reference_bar.judge_identity``, reappreg.stats.reference), and the calibration
+    beside the bar (``reference_bar.judge_identity``, reappreg.evidence.reference), and the calibration
     must describe that same judge (model and fingerprint), or the trust it lends is another judge's."""
     from pydantic import ValidationError
 
-    from reappreg.stats.reference import JudgeIdentity
+    from reappreg.evidence.reference import JudgeIdentity
 
     pinned_record = (claim.get("reference_bar") or {}).get("judge_identity")
     try:
@@ -307,7 +289,7 @@ def kept_checkpoints(model: Any, evidence: Evidence, steps: Sequence[int]) -> li
     """
     if model.kind != "policy" or model.checkpoints is None or not steps:
         return []
-    from reappreg.eval.conditions import checkpoint_condition
+    from reappreg.settings.conditions import checkpoint_condition
 
     stem = (model.artifact_md5_metric or "train.model_md5").split(".", 1)[0]
     metrics = evidence.policy_metrics
@@ -481,7 +463,7 @@ def render_card(template_text: str, template_source: str, inputs: CardInputs, ev
 # The evidence names (reappreg.card.evidence) are re-exported: callers read a card's inputs from here.
 __all__ = ["CLAIM_KEYS", "CONDITIONS", "EVAL_COLUMNS", "CardBuild", "CardInputs", "Certificate", "ClaimRejected",
            "Evidence", "LintProblem", "TRAINING_STAGE", "TrainingHealth", "calibration_rows", "card_body", "card_comparisons",
-           "card_inputs_for", "card_revision", "check_template", "checkpoint_card_name", "flatten", "fmt",
+           "card_inputs_for", "card_revision", "check_template", "checkpoint_card_name",
            "kept_checkpoints", "lint_claims", "load_evidence", "metric_label", "model_md5", "numbers_in", "parse_card",
            "read_certificate", "render_card", "reproduce_commands", "source_revision", "training_health",
            "trust_recomputed"]

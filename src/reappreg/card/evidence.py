@@ -18,6 +18,7 @@ from typing import Any
 
 from reappreg.card.health import TrainingHealth, training_health
 from reappreg.errors import InputError
+from reappreg.evidence.flat import flatten
 from reappreg.hashing import dvc_md5
 from reappreg.io import read_json, read_versioned, read_yaml
 
@@ -26,16 +27,6 @@ CLAIM_KEYS = ("claim_id", "statement", "metric_refs", "supported", "status", "re
 # Per-comparison stats shown in the evaluation table, in column order.
 EVAL_COLUMNS = ("win_rate", "n", "iid_low", "cluster_low", "n_eff", "n_clusters")
 CONDITIONS = ("policy", "best_of_n_fresh_pool", "best_of_n_selection_pool")
-
-
-def flatten(obj: Any, prefix: str = "", sep: str = ".") -> dict[str, Any]:
-    """Nested mappings as one ``{"a.b.c": value}`` mapping (the dotted keys cards, gates and tags use)."""
-    if isinstance(obj, Mapping):
-        out: dict[str, Any] = {}
-        for key, value in obj.items():
-            out.update(flatten(value, f"{prefix}{sep}{key}" if prefix else str(key), sep))
-        return out
-    return {prefix: obj}
 
 
 def trust_recomputed(calibration: Mapping[str, Any], eval_metrics: Mapping[str, Any]) -> bool:
@@ -79,7 +70,7 @@ CERTIFICATE_SUMMARY = (
 
 def read_certificate(path: str | os.PathLike) -> Certificate:
     """The guard certificate, normalised (schema ``reappreg.guard.certificate/v2``, see ``reappreg.guard.certificate``)."""
-    from reappreg.guard.certificate import CERTIFICATE_SCHEMA
+    from reappreg.guard.certified import CERTIFICATE_SCHEMA
 
     path = Path(path)
     raw = read_versioned(path, CERTIFICATE_SCHEMA, what="a guard certificate")

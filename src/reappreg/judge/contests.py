@@ -25,7 +25,7 @@ hiding it.
 - ``judge_model``, ``judge_fingerprint``: the judge (model name or folder: a label; its identity
   is the fingerprint: ``md5:<DVC md5>`` of a local model's weights, or
   ``served:<model id>:<provider>:<digest>`` as an API server reports the model, which the
-  reference bar's pinned judge is matched on, ``reappreg.stats.reference``)
+  reference bar's pinned judge is matched on, ``reappreg.evidence.reference``)
 - ``selection``: ``none`` | ``best_of_n_fresh`` | ``best_of_n_selection_pool``
 """
 

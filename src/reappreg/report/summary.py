@@ -13,8 +13,8 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-from reappreg.card.build import fmt
 from reappreg.errors import InputError
+from reappreg.evidence.formatting import fmt
 from reappreg.io import read_jsonl
 from reappreg.report.blocks import Fact, Section, Summary, SummaryLine, read_if_present, slug, walk
 
@@ -140,8 +140,8 @@ def rm_line(r: Any, anchor: str) -> list[SummaryLine]:
 
 
 def policy_line(r: Any, anchor: str) -> SummaryLine:
-    from reappreg.card.build import flatten
     from reappreg.card.health import training_health
+    from reappreg.evidence.flat import flatten
 
     line = _Line("Policy training", anchor)
     path = r.path("policy_metrics") / "train.json"

@@ -117,13 +117,13 @@ policy and the bar instead of the generations' md5)::
 
 Across conditions
 -----------------
-``reappreg.eval.results`` (stage ``results``) reads the judgments of every condition -- the policy,
+``reappreg.stats.results`` (stage ``results``) reads the judgments of every condition -- the policy,
 the other model conditions, reference answer files, off-distribution sets; all under this same
 judgments contract, judged by one judge -- and summarises each with ``summarize_contests``
 into ``metrics/results.json`` / ``reports/results.md``: the iid interval (screening only)
 beside the worst-case cluster interval, the bar read from the cluster bound only, the
 best-of-K optimism of a selected condition and its fresh-pool promotability, opponent
-strengths and ``weak_opponent`` generalisation claims (schema in ``reappreg.eval.results``).
+strengths and ``weak_opponent`` generalisation claims (schema in ``reappreg.stats.results``).
 
 Status: ``confirmed`` = worst-case cluster lower bound > threshold; ``refuted`` = best-case
 upper bound < threshold; ``inconclusive`` otherwise; ``not_tested`` = no contests, fewer than
@@ -168,7 +168,7 @@ from reappreg.stats.outputs import (
     write_forest_plot,
     write_outputs,
 )
-from reappreg.stats.reference import ReferenceBar, load_reference_bar
+from reappreg.evidence.reference import ReferenceBar, load_reference_bar
 from reappreg.stats.trust import Trust, TrustPolicy, recompute_trust
 
 __all__ = [

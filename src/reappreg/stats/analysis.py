@@ -29,7 +29,7 @@ from reappreg.stats.intervals import (
     wilson_interval,
 )
 from reappreg.stats.length import length_controlled
-from reappreg.stats.reference import ReferenceBar
+from reappreg.evidence.reference import ReferenceBar
 from reappreg.stats.trust import TrustPolicy, recompute_trust
 
 SUMMARY_METRICS = (

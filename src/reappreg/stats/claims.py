@@ -11,7 +11,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from reappreg.settings.stats import StatsSettings
-from reappreg.stats.reference import ReferenceBar, judge_matches
+from reappreg.evidence.reference import ReferenceBar, judge_matches
 from reappreg.stats.trust import Trust
 
 CLAIMS_SCHEMA_VERSION = 3

@@ -8,7 +8,7 @@ keyed by the policy (the model md5 its generations record) and the bar: generati
 policy model are refused, since their looks could not be counted. Under ``dvc repro`` the looks
 are also signed into the step's custody link (``byproducts.looks``, ``custody.notes``).
 :func:`results_stage` binds every condition's judgments to its own design and writes the results
-table (``eval.results``: one row per condition, both interval kinds) under the same pinned
+table (``stats.results``: one row per condition, both interval kinds) under the same pinned
 reference bar and decision settings.
 """
 
@@ -23,7 +23,7 @@ from typing import TYPE_CHECKING, Any
 from reappreg.settings import Params
 
 if TYPE_CHECKING:
-    from reappreg.eval.results import ResultsFiles
+    from reappreg.stats.results import ResultsFiles
 
 
 @dataclass(frozen=True)
@@ -58,7 +58,7 @@ def stats_stage(params: Params, files: StatsFiles, *,
     from reappreg.errors import InputError
     from reappreg.custody import notes
     from reappreg.stats.looks import earlier_looks, keys_of, link_record, look_design, look_tags, stamp_claims
-    from reappreg.stats.reference import check_decision_settings, decision_values
+    from reappreg.evidence.reference import check_decision_settings, decision_values
     from reappreg.tracking import stage_run
 
     p, f = params, files
@@ -103,10 +103,10 @@ def stats_stage(params: Params, files: StatsFiles, *,
 def results_stage(params: Params, files: ResultsFiles, *, calibration: Path, models: Path, out_json: Path,
                   markdown: Path, plot: Path) -> dict[str, Any]:
     """The ``results`` stage: every condition bound to its design, the table written; returns it."""
-    from reappreg.eval.results import DeclaredStrength, ResultsInputs, build_results, condition_inputs
-    from reappreg.eval.results_outputs import write_results
+    from reappreg.stats.results import DeclaredStrength, ResultsInputs, build_results, condition_inputs
+    from reappreg.stats.results_outputs import write_results
     from reappreg.stats import TrustPolicy, load_calibration, load_reference_bar
-    from reappreg.stats.reference import check_decision_settings, decision_values
+    from reappreg.evidence.reference import check_decision_settings, decision_values
 
     s = params.stats
     reference = load_reference_bar(models)

@@ -1,4 +1,4 @@
-"""The results table (reappreg.eval.results): rows, both interval kinds, winner's curse, opponent strength."""
+"""The results table (reappreg.stats.results): rows, both interval kinds, winner's curse, opponent strength."""
 
 from __future__ import annotations
 
@@ -13,7 +13,7 @@ import pytest
 from reappreg.errors import InputError
 from reappreg.settings.judge import JudgeSettings
 from reappreg.io import write_json, write_jsonl
-from reappreg.eval.results import (
+from reappreg.stats.results import (
     ConditionInput,
     DeclaredStrength,
     FreshPool,
@@ -22,7 +22,7 @@ from reappreg.eval.results import (
     build_results,
     missing_rows,
 )
-from reappreg.eval.results_outputs import render_markdown, write_results
+from reappreg.stats.results_outputs import render_markdown, write_results
 from reappreg.stats import contest_table, validate_judgments
 from stats_fixtures import (
     FAST,
@@ -290,7 +290,7 @@ def test_bar_rows_and_promotion_need_the_bars_pinned_judge_and_calibration_size(
     """The same judgments that promote under the bar's pinned judge (the control) promote nothing when the
     bar pins another judge's weights: every bar row and the promotion carry judge_mismatch; a parity
     (generalisation) claim is not about the bar and is untouched."""
-    from reappreg.stats.reference import JudgeIdentity
+    from reappreg.evidence.reference import JudgeIdentity
 
     rng = np.random.default_rng(11)
     strong = random_judgments([0.92, 0.9, 0.95, 0.9, 0.93, 0.91], rng=rng, prefix="p-")
@@ -565,7 +565,7 @@ def test_each_row_says_how_its_verdicts_were_read(tmp_path):
 
 def _stage(out, params, up):
     """The results stage over the upstream ``up`` (sampled_upstream), writing under ``out``."""
-    from reappreg.eval.results import ResultsFiles
+    from reappreg.stats.results import ResultsFiles
     from reappreg.stats.stage import results_stage
 
     repo = Path(__file__).resolve().parents[2]

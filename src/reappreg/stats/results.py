@@ -56,7 +56,7 @@ length-controlled win-rate) and closes each of those holes:
      "complete": bool, "not_run": [condition names]}
 
 A card links to its row by ``rows[*].row_id`` and to the promotion evidence by
-``selection.promotable``. ``reappreg.eval.results_outputs`` writes the files.
+``selection.promotable``. ``reappreg.stats.results_outputs`` writes the files.
 """
 
 from __future__ import annotations
@@ -70,8 +70,10 @@ import numpy as np
 import pandas as pd
 
 from reappreg.errors import InputError
+from reappreg.evidence.reference import judge_matches
 from reappreg.io import read_jsonl
 from reappreg.settings import Params
+from reappreg.settings.conditions import CHECKPOINT_PREFIX, checkpoint_condition, fresh_condition, ood_condition
 from reappreg.settings.guard import GuardSettings
 from reappreg.settings.judge import JudgeSettings
 from reappreg.settings.stats import StatsSettings
@@ -89,7 +91,6 @@ from reappreg.stats.claims import calibration_size_problem, judge_error_gate
 from reappreg.stats.contests import order_figures, position_biased
 from reappreg.stats.design import DesignSources, bind_files
 from reappreg.stats.intervals import finite
-from reappreg.stats.reference import judge_matches
 
 RESULTS_SCHEMA_VERSION = 1
 KINDS = ("policy", "checkpoint", "model", "reference", "ood")
@@ -164,7 +165,6 @@ def condition_inputs(params: Params, files: ResultsFiles) -> tuple[list[Conditio
     condition (``stats.*``). Sampled conditions carry the generate settings (a fresh pool its
     own seed); a reference file was not sampled; an off-distribution set has its own vignettes,
     answers and opponent."""
-    from reappreg.eval.conditions import CHECKPOINT_PREFIX, checkpoint_condition
     from reappreg.eval.plan import fresh_pool_prefix
 
     s, generate, root = params.stats, params.generate, Path(files.conditions_dir)
@@ -194,13 +194,13 @@ def condition_inputs(params: Params, files: ResultsFiles) -> tuple[list[Conditio
                                                        files.vignettes))
                    for ref in s.reference_conditions]
     for o in s.ood_sets:
-        folder, data = root / f"ood-{o.name}", Path(files.ood_dir) / o.name
-        conditions.append(ConditionInput(f"ood-{o.name}", "ood", folder / "judgments.jsonl", ood=True, design=DesignSources(
+        folder, data = root / ood_condition(o.name), Path(files.ood_dir) / o.name
+        conditions.append(ConditionInput(ood_condition(o.name), "ood", folder / "judgments.jsonl", ood=True, design=DesignSources(
             folder / "generations.jsonl", data / "answers.jsonl", data / "vignettes.jsonl", opponents=(o.opponent,),
             generate=generate)))
     # fresh pools: <conditions_dir>/fresh-<candidate>/ (stages generate_fresh / judge_fresh), their own seed
-    fresh = {f.condition: FreshPool(root / f"fresh-{f.condition}" / "judgments.jsonl",
-                                    sampled(root / f"fresh-{f.condition}", seed=f.seed)) for f in s.fresh_pools}
+    fresh = {f.condition: FreshPool(root / fresh_condition(f.condition) / "judgments.jsonl",
+                                    sampled(root / fresh_condition(f.condition), seed=f.seed)) for f in s.fresh_pools}
     return conditions, fresh
 
 
@@ -397,7 +397,8 @@ def near_duplicates(selection: Mapping[str, str], fresh: Mapping[str, str], guar
     ``selection`` (generation ids), ``detector``, ``score``, ``threshold``. Honest fresh draws of a
     policy that answers every vignette alike in long stock phrases can hit too: then the fresh pool
     does not show the candidate is better than the answers it was picked on, which is the point."""
-    from reappreg.guard import AnswerMeta, FastHasher, HeldoutIndex, TextUnit, check_units, tokens
+    from reappreg.guard import AnswerMeta, FastHasher, HeldoutIndex, TextUnit, check_units
+    from reappreg.guard.normalise import tokens   # not in the guard's public entry: from its module
 
     ids = sorted(gid for gid, text in selection.items() if tokens(text))   # the index needs words to hold
     if not ids or not fresh:
@@ -532,7 +533,7 @@ def build_results(inputs: ResultsInputs) -> dict[str, Any]:
     fresh_frames = {}
     for name, pool in inputs.fresh_pools.items():
         if Path(pool.judgments).exists():
-            fresh_frames[name], _ = _bound(f"fresh-{name}", pool.judgments, pool.design, inputs.judge)
+            fresh_frames[name], _ = _bound(fresh_condition(name), pool.judgments, pool.design, inputs.judge)
     judge, blocked, bar_blocked = _judge_state([*frames.values(), *fresh_frames.values()], inputs.calibration,
                                                inputs.trust_policy, settings, reference)
     judge_error = judge_error_of(inputs.calibration)
