@@ -297,3 +297,53 @@ def test_touching_a_module_makes_dvc_status_list_exactly_its_stages(tmp_path):
         if module == DETECTOR_MODULE:
             # a detector changed: the guard stage re-runs, no RM seed and no GRPO run does
             assert "guard" in changed and not changed & set(TRAINING_STAGES), sorted(changed)
+
+
+# --------------------------------------------------------------------------- data deps: what a command reads
+
+
+def _named(entries) -> list[str]:
+    return [next(iter(e)) if isinstance(e, dict) else str(e) for e in entries or []]
+
+
+def _command_paths(cmd: str) -> list[str]:
+    """Every path option of a stage's command as it runs: the ones its ``cmd`` passes and the
+    defaults it does not (a default is read as surely as a passed path), repo-relative."""
+    from reappreg.cli import command_tree
+    from stage_commands import cmd_argv
+
+    argv = cmd_argv(cmd)
+    command, i = command_tree(), 0
+    while i < len(argv) and argv[i] in getattr(command, "commands", {}):
+        command, i = command.commands[argv[i]], i + 1
+    ctx = command.make_context(argv[i - 1] if i else "reappreg", list(argv[i:]), resilient_parsing=True)
+    out = []
+    for value in ctx.params.values():
+        for v in value if isinstance(value, (list, tuple)) else [value]:
+            if isinstance(v, Path) and str(v) not in ("", "-", "."):
+                out.append(v.as_posix())
+    return out
+
+
+def test_every_path_a_stage_command_is_given_is_a_dep_or_an_out():
+    """A file a command reads must be a dependency (or something it writes, an out): else `dvc repro`
+    does not rerun the stage when it changes and nothing orders the stage after its writer. Paths
+    that do not exist in the repository (interpolated ones, outputs of stages not yet run) are
+    checked only when the stage's ``deps``/``outs`` would have to name them."""
+    stages = read_yaml(REPO / "dvc.yaml")["stages"]
+    missing = {}
+    for name, spec in stages.items():
+        cmd = spec["cmd"] if isinstance(spec["cmd"], str) else " ".join(spec["cmd"])
+        declared = set(_named(spec.get("deps"))) | set(_named(spec.get("outs"))) | set(_named(spec.get("metrics"))) \
+            | set(_named(spec.get("plots")))
+        if spec.get("params") is not None:
+            declared.add("params.yaml")
+        for path in _command_paths(cmd):
+            # dvc.lock is DVC's own record (written by dvc repro): no stage can declare it.
+            if "${" in path or path == "dvc.lock" or not (REPO / path).exists():
+                continue
+            covered = any(path == d or path.startswith(d.rstrip("/") + "/") or d.startswith(path.rstrip("/") + "/")
+                          for d in declared)
+            if not covered:
+                missing.setdefault(name, []).append(path)
+    assert not missing, f"stage command paths that dvc.yaml does not declare (add them to deps or outs): {missing}"

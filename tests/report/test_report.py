@@ -280,10 +280,21 @@ def test_headline_is_a_few_numbers_only(tmp_path):
     assert all(isinstance(v, (int, float)) and not isinstance(v, bool) for v in flat.values()), flat
     assert flat["validation.failed"] == 1 and flat["guard.pass"] == 1 and flat["guard.hits"] == 0
     assert flat["rm.bt_seed_0"] == 0.8123 and flat["rm.ensemble"] == 0.8456
-    assert flat["policy.healthy"] == 1 and flat["policy.format_gate_hit_rate"] == 0.2468
+    # Without the card.health params only the monitor's flag is written, never as the verdict.
+    assert flat["policy.monitor_healthy"] == 1 and "policy.healthy" not in flat
+    assert flat["policy.format_gate_hit_rate"] == 0.2468
     assert flat["judge.trusted"] == 1 and flat["judge.agreement"] == 0.7321
     assert flat["eval.policy/gpt-4-0314/win_rate"] == 0.7 and "eval.policy/gpt-4-0314/vignette" not in str(flat)
     assert flat["claims.total"] == 1 and flat["claims.supported"] == 0 and flat["leakscan.hits"] == 0
+
+
+def test_headline_policy_healthy_is_the_verdict_not_the_monitor(tmp_path):
+    from reappreg.settings.card import CardHealthSettings
+
+    sources = plant(tmp_path)
+    strict = headline(sources, health=CardHealthSettings(max_format_gate_hit_rate=0.2), max_completion_length=48)
+    assert strict["policy"]["monitor_healthy"] == 1 and strict["policy"]["healthy"] == 0
+    assert strict["policy"]["format_gate_hit_rate"] == 0.2468
 
 
 def test_headline_refuses_to_grow_past_the_limit(tmp_path):

@@ -36,7 +36,7 @@ import yaml
 
 from reappreg.card.evidence import (CLAIM_KEYS, CONDITIONS, EVAL_COLUMNS, Certificate, Evidence, load_evidence,
                                     read_certificate, trust_recomputed)
-from reappreg.card.health import TrainingHealth, training_health
+from reappreg.evidence.health import TrainingHealth, training_health
 from reappreg.card.inputs import CardInputs
 from reappreg.card.labels import calibration_rows, metric_label
 from reappreg.card.meta import (card_body, card_metadata, card_revision, numbers_in, parse_card, source_revision,

@@ -16,7 +16,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from reappreg.card.health import TrainingHealth, training_health
+from reappreg.evidence.health import TrainingHealth, monitor_healthy, read_metrics_folder, training_health
 from reappreg.errors import InputError
 from reappreg.evidence.flat import flatten
 from reappreg.hashing import dvc_md5
@@ -122,17 +122,15 @@ class Evidence:
         return ", ".join(sorted(models)) if models else self.calibration.get("model")
 
     def training_health(self, health: Any, max_completion_length: int | None) -> TrainingHealth:
-        """The card's verdict (monitor AND format-gate AND truncation gates; ``health``: CardHealthSettings).
-        The registry's ``healthy_training`` gate should read ``.verdict == "healthy"`` of this."""
+        """The verdict (monitor AND format-gate AND truncation gates; ``health``: CardHealthSettings), computed
+        once by :func:`reappreg.evidence.health.training_health`: the card, the registry's ``healthy_training``
+        gate, the report and the headline metrics all state this one."""
         return training_health(self.policy_metrics, health, max_completion_length)
 
     @property
     def training_healthy(self) -> bool | None:
         """The training monitor's flag alone (see :meth:`training_health` for the card's verdict)."""
-        flags = [v for k, v in self.policy_metrics.items() if k.rsplit(".", 1)[-1] == "healthy"]
-        if not flags:
-            return None
-        return all(bool(v) for v in flags)
+        return monitor_healthy(self.policy_metrics)
 
     def bar_claim(self, condition: str = "policy") -> dict[str, Any] | None:
         for claim in self.claims:
@@ -161,11 +159,8 @@ def _metrics_folder(folder: str | os.PathLike | None) -> tuple[dict[str, Any], d
     folder = Path(folder)
     if not folder.is_dir():
         raise InputError(f"{folder}: metrics folder not found")
-    flat: dict[str, Any] = {}
-    sources = {}
-    for file in sorted(folder.glob("*.json")):
-        flat.update(flatten(read_json(file), file.stem))
-        sources[f"{folder.name}/{file.name}"] = file
+    flat = read_metrics_folder(folder)  # the same reading the report and the headline metrics use
+    sources = {f"{folder.name}/{file.name}": file for file in sorted(folder.glob("*.json"))}
     return flat, sources
 
 

@@ -10,14 +10,14 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from reappreg.card.build import calibration_rows, metric_label, training_health
+from reappreg.card.build import calibration_rows, metric_label
 from reappreg.errors import InputError
 from reappreg.evidence.flat import flatten
 from reappreg.evidence.formatting import fmt
 from reappreg.io import read_json, read_jsonl
 from reappreg.report.blocks import (Details, Section, Table, count, curves_figure, dot_figure, empty_reason,
                                     forest_figure, is_number, num)
-from reappreg.report.facts import beats_length, judge_criteria, judge_trust, rm_scores
+from reappreg.report.facts import beats_length, judge_criteria, judge_trust, policy_health, rm_scores
 
 
 @dataclass(frozen=True)
@@ -357,11 +357,15 @@ def policy_section(r: _Reader) -> Section:
     if not isinstance(train, dict):
         section.missing.append(f"`{display(train_path, r.root)}`: expected a JSON object")
         return section
-    verdict = {True: "healthy", False: "UNHEALTHY"}.get(train.get("healthy"), "not recorded")
+    try:
+        monitor, health = policy_health(r.path("policy_metrics"), r.health, r.max_completion_length)
+    except InputError as exc:
+        section.missing.append(f"`{r.shown('policy_metrics')}`: unreadable ({exc})")
+        return section
+    verdict = {True: "healthy", False: "UNHEALTHY"}.get(monitor, "not recorded")
     reason = f" ({train['unhealthy_reason']})" if train.get("unhealthy_reason") else ""
     section.blocks.append(f"Training monitor verdict: **{verdict}**{reason} after {fmt(train.get('steps_run'))} steps.")
-    if r.health is not None:
-        health = training_health(flatten(train, "train"), r.health, r.max_completion_length)
+    if health is not None:
         section.blocks.append(f"Verdict with the format-gate and truncation gates (as on the model card): "
                               f"**{health.verdict}**.")
         section.blocks.append(Table(

@@ -140,22 +140,24 @@ def rm_line(r: Any, anchor: str) -> list[SummaryLine]:
 
 
 def policy_line(r: Any, anchor: str) -> SummaryLine:
-    from reappreg.card.health import training_health
-    from reappreg.evidence.flat import flatten
+    from reappreg.report.facts import policy_health
 
     line = _Line("Policy training", anchor)
     path = r.path("policy_metrics") / "train.json"
     train, src = read_if_present(path), r.display(path)
     if not isinstance(train, dict):
         return _missing(line.title, anchor, "no readable train.json")
-    monitor = train.get("healthy")
-    line.sentences.append(f"{line.f(src, train, 'steps_run')} step(s); training monitor (reward spread, KL): "
-                          f"{'healthy' if monitor else 'UNHEALTHY'}"
+    try:
+        monitor, health = policy_health(r.path("policy_metrics"), r.health, r.max_completion_length)
+    except InputError as exc:
+        return _missing(line.title, anchor, f"unreadable policy metrics ({exc})")
+    word = {True: "healthy", False: "UNHEALTHY"}.get(monitor, "not recorded")
+    line.sentences.append(f"{line.f(src, train, 'steps_run')} step(s); training monitor (reward spread, KL): {word}"
                           + (f" ({train['unhealthy_reason']})" if train.get("unhealthy_reason") else "") + "; final KL "
                           f"{line.f(src, train, 'final', 'health/kl')}, mean reward {line.f(src, train, 'final', 'health/reward_mean')}.")
-    if r.health is None:
-        return line.done("healthy" if monitor else "UNHEALTHY", bool(monitor))
-    health = training_health(flatten(train, "train"), r.health, r.max_completion_length)
+    if health is None:
+        # Without the card.health params no verdict can be stated: only the monitor's flag, named as such.
+        return line.done(f"monitor: {word}", monitor)
     cuts = []
     for gate in health.gates:
         if gate.passed is None:
