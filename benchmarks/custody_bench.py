@@ -54,7 +54,8 @@ def table(root: Path, wall: float, params: str) -> None:
     for link in sorted((root / "custody/links").glob("*.link")):
         payload = json.loads(base64.b64decode(json.loads(link.read_text())["payload"]))
         files = len(payload["materials"]) + len(payload["products"])
-        rows.append((payload["name"], payload["byproducts"].get("custody_seconds", 0.0), files))
+        # canonical JSON has no floats: the link holds custody_seconds as its decimal string
+        rows.append((payload["name"], float(payload["byproducts"].get("custody_seconds", 0.0)), files))
     total = sum(seconds for _, seconds, _ in rows)
     print(f"{'stage':<32} {'custody s':>10} {'files hashed':>13}")
     for name, seconds, files in rows:

@@ -5,7 +5,7 @@ reappraisals and longer paragraphs, from a phrase grammar; five texts per author
 as held-out answers the 600 Sharma et al. (2023) reframes (read in place, ``--heldout
 sharma``; ``--heldout grammar`` makes them from the grammar instead). Into the training texts
 it plants ``--per-class`` disguised copies of held-out answers for every class of
-``reappreg.guard.disguise`` (the generator the tests use): character-level, layout, edited.
+``guard_support.disguise`` (the generator the tests use): character-level, layout, edited.
 
 In one run, on the same data, it measures:
 
@@ -19,6 +19,10 @@ In one run, on the same data, it measures:
   word n-gram probe (a dict of held-out n-grams);
 * the naive datasketch baseline (a new ``MinHash`` per text: permutations regenerated each time);
 * a bare pure-Python exact word 5-gram set probe (tokenise, look every 5-gram up in a set);
+* the scan on Ray Data (``guard.distributed``) over ``--shards`` JSONL shards of the first
+  ``--ray-sample`` texts with 1 and 2 actors on a local cluster, beside the local scan of the
+  same shard files with 1 and 2 worker processes (the same hits, checked): start to end, and
+  without the start-up each run pays (from a second run over half the shards);
 * recall per class, false positives among the clean texts, and the false-positive rate of
   the report-only semantic list (MiniLM cosine >= ``guard.semantic.threshold``) on the sample
   data's human reappraisals against its held-out answers.
@@ -242,7 +246,7 @@ def make_data(n_train: int, heldout: list[str], per_class: int, seed: int):
     """Units, groups, per class the (answer index, record indices) of every plant, and which
     records are clean."""
     from reappreg.guard import Group, TextUnit
-    from reappreg.guard.disguise import CLASSES, can_disguise, disguise
+    from guard_support.disguise import CLASSES, can_disguise, disguise
 
     clean = clean_texts(n_train, seed)
     rng = random.Random(seed)
@@ -279,7 +283,7 @@ def make_data(n_train: int, heldout: list[str], per_class: int, seed: int):
         by_author[author].append(i)
     groups = [Group("train.jsonl", f"author_id={a}", tuple(m)) for a, m in by_author.items() if len(m) > 1]
     groups.append(Group("train.jsonl", "file", tuple(range(len(units)))))
-    return units, groups, planted, is_clean
+    return units, groups, planted, is_clean, authors
 
 
 # ----------------------------------------------------------------------------- baselines
@@ -426,10 +430,70 @@ def semantic_false_positive_rate(threshold: float, model: str) -> tuple[float, i
     return listed / len(human), listed, len(human)
 
 
+def ray_rates(args, config, index, units, authors, timed, timings) -> dict[int, tuple[float, float | None, float]]:
+    """The scan on Ray Data (``guard.distributed.check_shards``) over ``--shards`` JSONL shards
+    of the first ``--ray-sample`` texts, with 1 and 2 actors on a local cluster started once,
+    and the local scan of the same shard files (per-file fragment groups, as on Ray) with 1 and
+    2 worker processes: {workers: (Ray texts/s start to end, Ray texts/s without its start-up,
+    local texts/s)}. Each Ray run pays the actors' start and the index's load from the object
+    store before its first text; the rate without them is the marginal rate between a run over
+    half the shards and one over all of them, (n - n_half) / (t_all - t_half), which both pay
+    alike (None when the difference is not positive: too few texts for this machine's noise).
+    Skipped (empty) without Ray installed."""
+    import shutil
+    import tempfile
+
+    try:
+        import ray
+    except ImportError:
+        print("  Ray not installed: no Ray Data rows (pip install 'reappreg[distributed]')")
+        return {}
+    from reappreg.guard import SourceSpec, check_units, fragment_groups, read_source
+    from reappreg.guard.distributed import check_shards, ensure_ray
+    from reappreg.io import write_jsonl
+
+    n = min(len(units), args.ray_sample)
+    folder = Path(tempfile.mkdtemp(prefix="guard-bench-shards-"))
+    specs = []
+    for k in range(args.shards):
+        rows = [{"id": units[i].record_id, "text": units[i].text, "author_id": authors[i]} for i in range(k, n, args.shards)]
+        write_jsonl(folder / f"shard-{k:03d}.jsonl", rows)
+        specs.append(SourceSpec(folder / f"shard-{k:03d}.jsonl", "id", ("text",)))
+    sources = [read_source(s) for s in specs]
+    shard_units = [u for s in sources for u in s.units]
+    shard_groups = fragment_groups(sources, config)
+    half = max(1, len(specs) // 2)
+    n_half = sum(len(s.units) for s in sources[:half])
+    out = {}
+    local = {w: timed(f"local scan of {args.shards} shards, {w} worker(s)", n,
+                      lambda w=w: check_units(index, shard_units, groups=shard_groups, workers=w, chunk_size=args.chunk_size))
+             for w in (1, 2)}
+    t = time.perf_counter()
+    ensure_ray(2)
+    print(f"  Ray local cluster (2 CPUs) started in {time.perf_counter() - t:.1f}s", flush=True)
+    try:
+        # the cluster's first job pays for what every later one reuses (worker processes, imports)
+        timed("Ray Data warm-up (one shard, not compared)", len(sources[0].units),
+              lambda: check_shards(index, specs[:1], settings=config, workers=1))
+        for w in (1, 2):
+            name = f"Ray Data over {args.shards} shards, {w} worker(s)"
+            half_name = f"Ray Data over {half} shards, {w} worker(s)"
+            timed(half_name, n_half, lambda w=w: check_shards(index, specs[:half], settings=config, workers=w))
+            found = timed(name, n, lambda w=w: check_shards(index, specs, settings=config, workers=w))
+            assert [h.to_record() for h in found] == [h.to_record() for h in local[w]], "Ray and local hits differ"
+            rest = timings[name][0] - timings[half_name][0]
+            steady = (n - n_half) / rest if rest > 0 else None
+            out[w] = (n / timings[name][0], steady, n / timings[f"local scan of {args.shards} shards, {w} worker(s)"][0])
+    finally:
+        ray.shutdown()
+        shutil.rmtree(folder, ignore_errors=True)
+    return out
+
+
 def main(argv: list[str] | None = None) -> int:
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
     from reappreg.guard import AnswerMeta, FastHasher, HeldoutIndex, TokenizerSpec, TokenizerView, check_units
-    from reappreg.guard.disguise import EDITED
+    from guard_support.disguise import EDITED
     from reappreg.guard.registry import settings_record
     from reappreg.settings.guard import GuardSettings
 
@@ -446,6 +510,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--chunk-size", type=int, default=defaults.chunk_size)
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--no-semantic", action="store_true", help="skip the semantic false-positive rate")
+    parser.add_argument("--ray-sample", type=int, default=20_000, help="texts for the Ray Data rows (0: skip them)")
+    parser.add_argument("--shards", type=int, default=16, help="JSONL shards the Ray Data rows read")
     args = parser.parse_args(argv)
     config = defaults
 
@@ -458,7 +524,7 @@ def main(argv: list[str] | None = None) -> int:
     else:
         heldout = grammar_heldout(args.n_heldout, args.seed)
     t0 = time.perf_counter()
-    units, groups, planted, is_clean = make_data(args.n_train, heldout, args.per_class, args.seed)
+    units, groups, planted, is_clean, authors = make_data(args.n_train, heldout, args.per_class, args.seed)
     n_clean = sum(is_clean)
     texts = [u.text for u in units]
     words = np.array([len(t.split()) for t in texts])
@@ -507,6 +573,8 @@ def main(argv: list[str] | None = None) -> int:
     timed("datasketch naive (permutations per text)", naive_n, lambda: naive_scan(heldout, texts[:naive_n], config))
     timed("bare pure-Python word 5-gram set probe", len(texts), lambda: bare_probe(heldout, texts))
 
+    ray_rows = ray_rates(args, config, index, units, authors, timed, timings) if args.ray_sample else {}
+
     caught: dict[str, set[str]] = defaultdict(set)
     for h in hits:
         for rid in h.record_ids:
@@ -534,6 +602,11 @@ def main(argv: list[str] | None = None) -> int:
     if not args.no_semantic:
         fp_rate, listed, total = semantic_false_positive_rate(defaults.semantic.threshold, defaults.semantic.model)
         print(f"{'semantic list (report only): sample human texts listed':<56}{fp_rate:>12.4f}{total:>9}   ({listed} listed)")
+    for workers, (ray_rate, marginal, local_rate) in ray_rows.items():
+        steady = (f"{marginal:,.0f} texts/s without its start-up ({marginal / local_rate:.2f}x)" if marginal is not None
+                  else "its rate without the start-up not measurable (a larger --ray-sample measures it)")
+        print(f"Ray Data, {workers} worker(s): {ray_rate:,.0f} texts/s start to end ({ray_rate / local_rate:.2f}x the local "
+              f"scan of the same shards with {workers} worker(s), {local_rate:,.0f} texts/s); {steady}")
     view_cost = rate["guard, all detectors, 1 worker"] / rate["guard + tokenizer views, 1 worker"]
     print(f"\ntokenizer views cost {view_cost:.2f}x the guard's time per text (1 worker, same texts)")
     every_rate = rate[every]

@@ -1,7 +1,7 @@
 """Recall of the guard on edited copies, and its false positives on honest texts.
 
 Held-out answers: the seeded sample's 180 model reappraisals (``reappreg.data.sample``, the
-answers the tests use). Each edit kind of ``reappreg.guard.disguise.edit`` (typo, inserted
+answers the tests use). Each edit kind of ``guard_support.disguise.edit`` (typo, inserted
 word, function-word swap, tense/number shift) at 10%, 20% and 33% of the words, placed
 
 * alone,
@@ -62,7 +62,7 @@ def place(kind: str, text: str, filler, rng: random.Random) -> str:
 def main(argv: list[str] | None = None) -> int:
     from reappreg.data.sample import generate_sample
     from reappreg.guard import AnswerMeta, FastHasher, Group, HeldoutIndex, TextUnit, check_units
-    from reappreg.guard.disguise import EDIT_KINDS, EDIT_RATES, edit, word_filler
+    from guard_support.disguise import EDIT_KINDS, EDIT_RATES, edit, word_filler
     from reappreg.settings.guard import GuardSettings
 
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])

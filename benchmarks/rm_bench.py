@@ -85,7 +85,7 @@ def _interval(fig: dict, kind: str = "cluster") -> str:
 def _certify(root: Path, train: Path) -> dict[str, Path]:
     """The guard has nothing to check here (no held-out answers are involved): a passing
     certificate for exactly these texts, in the form the training stages read."""
-    from reappreg.guard.certificate import CERTIFICATE_SCHEMA
+    from reappreg.guard.certified import CERTIFICATE_SCHEMA
     from reappreg.hashing import dvc_md5
     from reappreg.io import write_json
 

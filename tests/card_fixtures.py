@@ -21,9 +21,10 @@ REPO = Path(__file__).resolve().parents[1]
 VIGNETTES = [f"v{i}" for i in range(1, 7)]
 OPPONENTS = ["gpt-4-0314", "claude-3-opus"]
 # The planted run is judged by the judge the reference bar was measured with (as the full profile
-# is): only then can its bar claim be supported.
+# is): only then can its bar claim be supported. The judge is its identity: the fixture's
+# registry/models.yaml pins this fingerprint (local weights) beside the bar (write_pipeline).
 JUDGE = stats.load_reference_bar(REPO / "registry/models.yaml").judge
-JUDGE_FINGERPRINT = "fingerprint-of-the-test-judge"
+JUDGE_FINGERPRINT = "md5:fedcba9876543210fedcba9876543210.dir"
 
 # --------------------------------------------------------------------------- fixture builder
 
@@ -92,6 +93,7 @@ def write_pipeline(root: Path, *, win_prob: float = 0.9, trusted: bool = True, h
     params["stats"]["lc_bootstrap_iterations"] = 50
     (root / "params.yaml").write_text(yaml.safe_dump(params, sort_keys=True), encoding="utf-8")
     shutil.copytree(REPO / "registry", root / "registry", ignore=shutil.ignore_patterns("mlflow.db", "mlartifacts", "mlruns"))
+    pin_test_judge(root / "registry/models.yaml")
     (root / "pipelines/prompts").mkdir(parents=True)
     shutil.copy(REPO / "pipelines/prompts/grpo_prompt.yaml", root / "pipelines/prompts/grpo_prompt.yaml")
     (root / "data/prompts").mkdir(parents=True)  # the copy the policy_prompts stage makes (what dvc.yaml passes)
@@ -163,8 +165,16 @@ def write_pipeline(root: Path, *, win_prob: float = 0.9, trusted: bool = True, h
     return root
 
 
+def pin_test_judge(models_yaml: Path, fingerprint: str = JUDGE_FINGERPRINT) -> None:
+    """Pin ``fingerprint`` (a local judge's weights) as the reference bar's judge identity, the
+    bar and everything else as the repository pins them."""
+    declared = yaml.safe_load(models_yaml.read_text(encoding="utf-8"))
+    declared["reference_bar"]["judge_identity"] = {"weights_md5": fingerprint}
+    models_yaml.write_text(yaml.safe_dump(declared, sort_keys=False), encoding="utf-8")
+
+
 TRAINING_RUN = "0123456789abcdef0123456789abcdef"
-# metrics/results.json rows (reappreg.eval.results) of the final policy and its kept step-3 checkpoint.
+# metrics/results.json rows (reappreg.stats.results) of the final policy and its kept step-3 checkpoint.
 RESULTS_ROWS = [
     {"row_id": "policy/gpt-4-0314", "condition": "policy", "kind": "policy", "checkpoint_step": None, "pool": "policy",
      "opponent": "gpt-4-0314", "status": "evaluated", "win_rate": 0.7125, "n": 300, "n_eff": 41.5, "n_vignettes": 6,

@@ -45,7 +45,7 @@ def certificate_for(*guarded: Path, result: str = "pass") -> dict:
     """A passing guard certificate for these guarded files (the guard's schema; the
     'guarded' list is the form the rm stage reads)."""
     md5s = [dvc_md5(p) for p in guarded]
-    from reappreg.guard.certificate import CERTIFICATE_SCHEMA
+    from reappreg.guard.certified import CERTIFICATE_SCHEMA
 
     return {"schema": CERTIFICATE_SCHEMA, "result": result,
             "training": [{"path": str(p), "md5": m, "guarded_path": str(p), "guarded_md5": m} for p, m in zip(guarded, md5s)],

@@ -55,7 +55,7 @@ def json_file(path: Path, obj) -> None:
 
 
 def write_pipeline(root: Path, *, trusted: bool = True, healthy: bool = True, promotable: bool = True) -> Path:
-    from reappreg.guard.certificate import CERTIFICATE_SCHEMA
+    from reappreg.guard.certified import CERTIFICATE_SCHEMA
 
     root.mkdir(parents=True, exist_ok=True)
     from reappreg.settings import Params

@@ -13,7 +13,7 @@ from reappreg.settings.rm import RmSettings
 
 def certify(path: Path, files: list[Path], result: str = "pass") -> Path:
     """A guard certificate (the fields of ``reappreg.guard``'s schema that training reads)."""
-    from reappreg.guard.certificate import CERTIFICATE_SCHEMA
+    from reappreg.guard.certified import CERTIFICATE_SCHEMA
 
     write_json(path, {
         "schema": CERTIFICATE_SCHEMA,

@@ -6,10 +6,12 @@ import numpy as np
 
 from reappreg.settings.stats import StatsSettings
 from reappreg.stats import ReferenceBar, TrustPolicy
-from reappreg.stats.reference import DecisionFloors
+from reappreg.evidence.reference import DecisionFloors, JudgeIdentity
 
-JUDGE, FINGERPRINT = "fake-judge", "sha256:judge-files"
-REFERENCE = ReferenceBar(bar=0.608, opponent="gpt-4-0314", judge=JUDGE, source="reference model card",
+# A local judge: its identity is the md5 of its weights (reappreg.lm.model_fingerprint), pinned with the bar.
+JUDGE, FINGERPRINT = "fake-judge", "md5:0123456789abcdef0123456789abcdef.dir"
+REFERENCE = ReferenceBar(bar=0.608, opponent="gpt-4-0314", judge=JUDGE,
+                         judge_identity=JudgeIdentity(weights_md5=FINGERPRINT), source="reference model card",
                          decision=DecisionFloors(confidence=0.95, min_n_confirm=240, min_agreement=0.65,
                                                  calibration_min_pairs=16, max_position_bias=0.2,
                                                  max_unparseable_rate=0.05))
@@ -101,27 +103,35 @@ def honest_generate(generations: int, seed: int = 0):
     return GenerateSettings(evals=generations, samples_per_vignette=1, seed=seed)
 
 
+# The policy model the honest upstream's generations came from (generate records its folder's md5).
+POLICY_MD5 = "md5:aaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaa.dir"
+
+
 def honest_upstream(rates: list[float], *, generations: int = 8, answers_per_vignette: int = 4,
                     opponents: tuple[str, ...] = ("gpt-4-0314", "claude-3-opus"), answers_per_generation: int = 2,
-                    seed: int = 0) -> dict:
+                    seed: int = 0, model_md5: str | None = POLICY_MD5, generate=None) -> dict:
     """Vignettes, held-out answers and generations as the split and generate stages write them,
     and the judged orders of exactly the contests the judge would plan (its own build_contests),
     with a share ``rates[v]`` of vignette v's contests won in both orders, the rest lost.
     Verdicts come from label probabilities whose argmax they are (method logprob). The
-    generations are the sampling plan of ``honest_generate(generations, seed)``."""
-    from reappreg.eval.plan import plan_samples
+    generations are the sampling plan of ``generate`` (default ``honest_generate(generations, seed)``)
+    over the vignettes it selects, each naming the policy model ``model_md5``."""
+    from reappreg.eval.plan import plan_samples, select_vignettes
     from reappreg.judge.contests import build_contests
+
+    generate = generate or honest_generate(generations, seed)
 
     rng = np.random.default_rng(seed)
     vignettes = [{"vignette_id": f"v{i}", "title": f"t{i}", "scenario": f"scenario {i}"} for i in range(len(rates))]
     answers = [{"answer_id": f"{src}-v{i}-{j:02d}", "vignette_id": f"v{i}", "source": src,
                 "text": f"{src} answer {j} for vignette {i}" + "." * int(rng.integers(0, 40))}
                for src in opponents for i in range(len(rates)) for j in range(answers_per_vignette)]
-    plan = plan_samples([v["vignette_id"] for v in vignettes], honest_generate(generations, seed))
+    plan = plan_samples([v["vignette_id"] for v in select_vignettes(vignettes, generate.vignettes)], generate)
     gens = [{"generation_id": s.generation_id, "pool_id": s.pool_id, "vignette_id": s.vignette_id, "eval_k": s.eval_k,
              "sample_index": s.sample_index, "candidate_index": s.candidate_index, "selection": "none",
              "selected": True, "scenario": f"scenario {s.vignette_id[1:]}",
-             "answer": "you " + "x" * int(rng.integers(40, 200)), "sampling_seed": s.seed}
+             "answer": "you " + "x" * int(rng.integers(40, 200)), "sampling_seed": s.seed,
+             **({"model_md5": model_md5} if model_md5 is not None else {})}
             for s in sorted(plan, key=lambda s: (int(s.vignette_id[1:]), s.eval_k))]
     contests = build_contests(gens, answers, list(opponents), answers_per_generation)
     rows = []
@@ -148,7 +158,7 @@ def honest_upstream(rates: list[float], *, generations: int = 8, answers_per_vig
                 })
     return {"vignettes": vignettes, "answers": answers, "generations": gens, "judgments": rows,
             "opponents": list(opponents), "answers_per_generation": answers_per_generation,
-            "generate": honest_generate(generations, seed)}
+            "generate": generate}
 
 
 def write_upstream(upstream: dict, folder) -> dict:
@@ -164,6 +174,25 @@ def write_upstream(upstream: dict, folder) -> dict:
         path.write_text("".join(json.dumps(r) + "\n" for r in upstream[name]), encoding="utf-8")
         paths[name] = path
     return paths
+
+
+WORDS = ("quiet morning letter window garden river patience friend evening promise harbour lantern "
+         "journey ladder meadow thunder candle bridge orchard compass blanket kettle pebble anchor "
+         "whisper sparrow canvas ribbon valley breeze mirror shelter pocket button violin marble "
+         "summit forest cradle saddle fabric copper island puzzle timber velvet voyage wander "
+         "gather borrow listen settle gentle steady honest hollow narrow simple bright careful").split()
+
+
+def answer_text(generation_id: str, sentences: int = 3, words: int = 9) -> str:
+    """An answer of its own for ``generation_id``: ``sentences`` sentences of words drawn, by a seed from
+    the id, from a vocabulary of 72, so two ids share almost no word sequence (what honest, distinct
+    answers look like to the guard's near-duplicate detectors)."""
+    import hashlib
+    import random
+
+    rng = random.Random(int.from_bytes(hashlib.sha256(generation_id.encode()).digest()[:8], "big"))
+    return " ".join(" ".join(rng.choice(WORDS) for _ in range(words)).capitalize() + "."
+                    for _ in range(sentences))
 
 
 def bind_to_upstream(rows: list[dict], folder, *, texts: dict[str, str] | None = None) -> tuple[list[dict], "object", int]:
@@ -197,7 +226,7 @@ def bind_to_upstream(rows: list[dict], folder, *, texts: dict[str, str] | None =
                for src in opponents for vid in vignettes for j in range(max(10, answers_per_generation))]
     gens = [{"generation_id": gid, "vignette_id": r["vignette_id"], "eval_k": r["eval_k"], "selection": r["selection"],
              "selected": True, "scenario": f"scenario {r['vignette_id']}", "sampling_seed": r["sampling_seed"],
-             "answer": (texts or {}).get(gid, f"Answer {gid}: a reading of its own.")} for gid, r in first.items()]
+             "answer": (texts or {}).get(gid, answer_text(gid))} for gid, r in first.items()]
     planned: dict[tuple[str, str], list] = {}
     for c in build_contests(gens, answers, opponents, answers_per_generation):
         planned.setdefault((c.generation_id, c.opponent_source), []).append(c)

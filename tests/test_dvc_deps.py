@@ -195,6 +195,61 @@ def test_the_real_stages_depend_only_on_their_own_concern(expected):
                                                       "src/reappreg/policy/train"))}
 
 
+def test_a_lazy_package_export_reaches_only_the_module_that_defines_it(tmp_path):
+    """A package whose ``__init__`` resolves names lazily (a literal ``_LAZY`` table and a
+    module-level ``__getattr__``): ``from pkg import name`` reaches the module of that name,
+    importing another submodule of it reaches neither, ``import pkg`` reaches every one."""
+    lazy_init = """
+        import importlib
+        _LAZY = {"heavy_thing": "heavy", "light_thing": "light"}
+
+        def __getattr__(name):
+            return getattr(importlib.import_module(f"{__name__}.{_LAZY[name]}"), name)
+    """
+    tree = _package(tmp_path, {
+        "reappreg/commands/top.py": "def top():\n    from reappreg.pkg.reader import read\n",
+        "reappreg/commands/x.py": ("import typer\napp = typer.Typer()\n\n@app.command('uses')\ndef uses():\n"
+                                   "    from reappreg.pkg import light_thing\n\n@app.command('all')\ndef every():\n"
+                                   "    import reappreg.pkg\n"),
+        "reappreg/pkg/__init__.py": lazy_init,
+        "reappreg/pkg/reader.py": "",
+        "reappreg/pkg/light.py": "",
+        "reappreg/pkg/heavy.py": "from reappreg.deep import x\n",
+        "reappreg/deep.py": "",
+    })
+    assert _names(command_closure(tree, "top", None)) == {"reappreg.commands.top", "reappreg.pkg", "reappreg.pkg.reader"}
+    assert _names(command_closure(tree, "x", "uses")) == {"reappreg.commands.x", "reappreg.pkg", "reappreg.pkg.light"}
+    assert {"reappreg.pkg.light", "reappreg.pkg.heavy", "reappreg.deep"} <= command_closure(tree, "x", "all")
+    (tmp_path / "src/reappreg/pkg/__init__.py").write_text(textwrap.dedent(lazy_init).replace('"heavy"', '"absent"'))
+    with pytest.raises(InputError, match="_LAZY names modules that do not exist"):
+        command_closure(tree, "x", "uses")
+
+
+# The stages that train on guarded text: they read the certificate (``guard.certified``), never
+# run a detector, and must not re-run when a detector changes and the guarded texts do not.
+TRAINING_STAGES = ("rm_train", "rm_baseline", "rm_ensemble", "policy_train")
+DETECTOR_MODULE = "src/reappreg/guard/ngram.py"
+
+
+def test_a_detector_module_is_a_code_dep_of_the_guard_stage_and_not_of_rm_or_grpo(expected):
+    """The training stages import the certificate reader only (``reappreg.guard.certified``,
+    through the guard package's lazy ``__init__``): every detector module, the scan and the
+    normalisation are code deps of the guard stage and of what scans text with the detectors
+    (the leak scan, the report's self-check, the reference and OOD checks), never of them."""
+    from reappreg.guard.registry import REGISTERED
+
+    closures = {stage: expand(deps, REPO) for stage, deps in expected.items()}
+    detector_modules = {f"src/reappreg/guard/{type(d).__module__.rsplit('.', 1)[-1]}.py" for d in REGISTERED}
+    detector_modules |= {f"src/reappreg/guard/{m}.py" for m in ("detect", "normalise", "decode", "registry", "index")}
+    for stage in TRAINING_STAGES:
+        guard_files = {f for f in closures[stage] if f.startswith("src/reappreg/guard/")}
+        assert guard_files == {"src/reappreg/guard/__init__.py", "src/reappreg/guard/certified.py"}, stage
+    for module in sorted(detector_modules):
+        reached = {stage for stage, files in closures.items() if module in files}
+        assert "guard" in reached and not reached & set(TRAINING_STAGES), (module, sorted(reached))
+    assert {"guard", "leakscan", "report"} <= {s for s, files in closures.items() if DETECTOR_MODULE in files}
+
+
 # ----------------------------------------------------------------------------- end to end with DVC
 
 
@@ -222,7 +277,7 @@ def test_touching_a_module_makes_dvc_status_list_exactly_its_stages(tmp_path):
     for module in every:
         probes.setdefault(frozenset(s for s, c in closures.items() if module in c), module)
     picked = set(probes.values()) | {m for m in ("src/reappreg/data/canonical.py", "src/reappreg/eval/generate.py",
-                                                 "src/reappreg/rm/ensemble.py") if m in every}
+                                                 "src/reappreg/rm/ensemble.py", DETECTOR_MODULE) if m in every}
     assert read_yaml(repo / "dvc.yaml")["stages"].keys() == listed.keys()
     from dvc.repo import Repo
 
@@ -239,3 +294,56 @@ def test_touching_a_module_makes_dvc_status_list_exactly_its_stages(tmp_path):
             path.write_bytes(original)
         expected = {s for s, c in closures.items() if module in c}
         assert changed == expected, (module, sorted(changed ^ expected))
+        if module == DETECTOR_MODULE:
+            # a detector changed: the guard stage re-runs, no RM seed and no GRPO run does
+            assert "guard" in changed and not changed & set(TRAINING_STAGES), sorted(changed)
+
+
+# --------------------------------------------------------------------------- data deps: what a command reads
+
+
+def _named(entries) -> list[str]:
+    return [next(iter(e)) if isinstance(e, dict) else str(e) for e in entries or []]
+
+
+def _command_paths(cmd: str) -> list[str]:
+    """Every path option of a stage's command as it runs: the ones its ``cmd`` passes and the
+    defaults it does not (a default is read as surely as a passed path), repo-relative."""
+    from reappreg.cli import command_tree
+    from stage_commands import cmd_argv
+
+    argv = cmd_argv(cmd)
+    command, i = command_tree(), 0
+    while i < len(argv) and argv[i] in getattr(command, "commands", {}):
+        command, i = command.commands[argv[i]], i + 1
+    ctx = command.make_context(argv[i - 1] if i else "reappreg", list(argv[i:]), resilient_parsing=True)
+    out = []
+    for value in ctx.params.values():
+        for v in value if isinstance(value, (list, tuple)) else [value]:
+            if isinstance(v, Path) and str(v) not in ("", "-", "."):
+                out.append(v.as_posix())
+    return out
+
+
+def test_every_path_a_stage_command_is_given_is_a_dep_or_an_out():
+    """A file a command reads must be a dependency (or something it writes, an out): else `dvc repro`
+    does not rerun the stage when it changes and nothing orders the stage after its writer. Paths
+    that do not exist in the repository (interpolated ones, outputs of stages not yet run) are
+    checked only when the stage's ``deps``/``outs`` would have to name them."""
+    stages = read_yaml(REPO / "dvc.yaml")["stages"]
+    missing = {}
+    for name, spec in stages.items():
+        cmd = spec["cmd"] if isinstance(spec["cmd"], str) else " ".join(spec["cmd"])
+        declared = set(_named(spec.get("deps"))) | set(_named(spec.get("outs"))) | set(_named(spec.get("metrics"))) \
+            | set(_named(spec.get("plots")))
+        if spec.get("params") is not None:
+            declared.add("params.yaml")
+        for path in _command_paths(cmd):
+            # dvc.lock is DVC's own record (written by dvc repro): no stage can declare it.
+            if "${" in path or path == "dvc.lock" or not (REPO / path).exists():
+                continue
+            covered = any(path == d or path.startswith(d.rstrip("/") + "/") or d.startswith(path.rstrip("/") + "/")
+                          for d in declared)
+            if not covered:
+                missing.setdefault(name, []).append(path)
+    assert not missing, f"stage command paths that dvc.yaml does not declare (add them to deps or outs): {missing}"

@@ -145,7 +145,7 @@ def test_training_chain_is_guarded_and_registered(repo_copy):
 
     # Kept checkpoints (policy.train.checkpoint_steps, [1] in the shrunk copy): a folder each, a
     # results row each with both interval kinds, a card each, a registered version each.
-    from reappreg.eval.results import missing_rows
+    from reappreg.stats.results import missing_rows
 
     steps = load_params(root / "params.yaml").policy.train.checkpoint_steps
     assert steps and read_json(root / "models/policy/checkpoints/manifest.json")["checkpoints"][0]["step"] == steps[0]

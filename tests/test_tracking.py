@@ -10,7 +10,7 @@ import pytest
 
 from reappreg.hashing import dvc_md5
 from reappreg.settings.tracking import TrackingSettings
-from reappreg.tracking import flatten, git_state, stage_run
+from reappreg.tracking import git_state, stage_run
 
 
 def _settings(tmp_path, uri="sqlite:///unused.db"):
@@ -66,8 +66,7 @@ def test_remote_server_via_env(mlflow_server, tmp_path, monkeypatch):
     assert not (tmp_path / "artifacts").exists(), "a remote server stores artifacts itself"
 
 
-def test_flatten_and_git_state(tmp_path):
-    assert flatten("", {"a": {"b": 1, "c": [1, 2]}, "d": None}) == {"a.b": 1, "a.c": [1, 2], "d": None}
+def test_git_state(tmp_path):
     assert git_state(tmp_path) == {"git.commit": "none", "git.dirty": "unknown"}
     subprocess.run(["git", "init", "-q"], cwd=tmp_path, check=True)
     (tmp_path / "f").write_text("x")

@@ -17,7 +17,14 @@ with ``ast`` (nothing is imported), is:
 - for every other reappreg module reached: every import anywhere in it (top level and
   inside functions: which functions run is not known statically), plus the ``__init__.py``
   of each package on the way (Python runs them on import). A commands module reached by an
-  import contributes its top-level imports only: its functions run for their own command.
+  import contributes its top-level imports only: its functions run for their own command;
+- a package's lazy exports (PEP 562): a package ``__init__`` that declares a literal
+  ``_LAZY = {"name": "submodule", ...}`` and resolves those names in a module-level
+  ``__getattr__`` runs a submodule only when one of its names is used. So
+  ``from pkg import name`` reaches ``pkg.<_LAZY[name]>``, ``import pkg`` (whose attributes
+  may be any of them) reaches every one, and the import inside ``__getattr__`` counts for
+  nothing on its own: importing another submodule of ``pkg`` (which runs its ``__init__``)
+  does not make the lazy ones deps.
 
 ``python -m reappreg.dvcdeps --write`` rewrites the ``src/reappreg/...`` entries of every
 stage's ``deps:`` in dvc.yaml (other deps and all formatting stay as they are), makes every
@@ -94,6 +101,37 @@ class SourceTree:
         return path.relative_to(self.src_root.parent).as_posix()
 
 
+LAZY_TABLE = "_LAZY"
+
+
+def lazy_exports(tree: SourceTree, package: str) -> dict[str, str]:
+    """{name: module} of a package's lazy exports (its ``__init__``'s literal ``_LAZY``
+    table of submodule names), or {} for a module or a package without one."""
+    if not tree.is_package(package):
+        return {}
+    for node in tree.parse(package).body:
+        targets = node.targets if isinstance(node, ast.Assign) else [node.target] if isinstance(node, ast.AnnAssign) else []
+        if any(isinstance(t, ast.Name) and t.id == LAZY_TABLE for t in targets) and node.value is not None:
+            try:
+                table = ast.literal_eval(node.value)
+            except ValueError as exc:
+                raise InputError(f"{tree.repo_path(package)}: line {node.lineno}: {LAZY_TABLE} must be a literal dict") from exc
+            out = {str(name): f"{package}.{sub}" for name, sub in table.items()}
+            missing = sorted(m for m in set(out.values()) if tree.path_of(m) is None)
+            if missing:
+                raise InputError(f"{tree.repo_path(package)}: {LAZY_TABLE} names modules that do not exist: {missing}")
+            return out
+    return {}
+
+
+def _lazy_getattr(tree: SourceTree, module: str, module_ast: ast.Module) -> set[int]:
+    """ids of the nodes of a lazy package's module-level ``__getattr__`` (see the module doc)."""
+    if not lazy_exports(tree, module):
+        return set()
+    return {id(n) for node in module_ast.body
+            if isinstance(node, ast.FunctionDef) and node.name == "__getattr__" for n in ast.walk(node)}
+
+
 def _resolve(module: str, is_package: bool, node: ast.ImportFrom) -> str:
     if not node.level:
         return node.module or ""
@@ -109,9 +147,14 @@ def _imports(tree: SourceTree, module: str, nodes: Iterable[ast.AST]) -> set[str
     for node in nodes:
         if isinstance(node, ast.Import):
             names = [alias.name for alias in node.names]
+            names += [target for name in names for target in lazy_exports(tree, name).values()]
         elif isinstance(node, ast.ImportFrom):
             base = _resolve(module, is_package, node)
+            lazy = lazy_exports(tree, base) if tree.path_of(base) is not None else {}
             names = [base] + [f"{base}.{alias.name}" for alias in node.names if alias.name != "*"]
+            names += [lazy[alias.name] for alias in node.names if alias.name in lazy]
+            if any(alias.name == "*" for alias in node.names):
+                names += list(lazy.values())
         else:
             continue
         for name in names:
@@ -185,8 +228,13 @@ def module_closure(tree: SourceTree, start: Iterable[str], selective: Iterable[s
         module_ast = tree.parse(name)
         # A commands module's functions run only for their own command (whose imports the
         # caller adds); importing the module runs just its top level. So do a stage module's
-        # functions when a command reached it by naming the one function it calls.
-        nodes = list(module_ast.body if name.startswith(COMMANDS + ".") or name in only_top else ast.walk(module_ast))
+        # functions when a command reached it by naming the one function it calls. A lazy
+        # package's ``__getattr__`` imports what its importers name (``_imports`` adds those).
+        if name.startswith(COMMANDS + ".") or name in only_top:
+            nodes = list(module_ast.body)
+        else:
+            lazy = _lazy_getattr(tree, name, module_ast)
+            nodes = [n for n in ast.walk(module_ast) if id(n) not in lazy]
         reached = _imports(tree, name, nodes) | _dynamic_imports(tree, name, nodes)
         todo += sorted(_with_parents(reached) - seen)
     return seen

@@ -18,6 +18,7 @@ from collections.abc import Iterator, Mapping
 from pathlib import Path
 from typing import Any
 
+from reappreg.evidence.flat import flatten
 from reappreg.hashing import dvc_md5
 
 
@@ -34,16 +35,6 @@ def git_state(cwd: str | os.PathLike = ".") -> dict[str, str]:
     except (subprocess.CalledProcessError, FileNotFoundError):
         return {"git.commit": "none", "git.dirty": "unknown"}
     return {"git.commit": commit, "git.dirty": str(bool(status.strip())).lower()}
-
-
-def flatten(prefix: str, obj: Any) -> dict[str, Any]:
-    """Flatten nested params into dotted keys for ``mlflow.log_params``."""
-    if isinstance(obj, Mapping):
-        out: dict[str, Any] = {}
-        for key, value in obj.items():
-            out.update(flatten(f"{prefix}.{key}" if prefix else str(key), value))
-        return out
-    return {prefix: obj}
 
 
 def resolve_tracking_uri(param_uri: str) -> str:
@@ -102,7 +93,7 @@ def stage_run(
     all_tags = {"stage": stage, **git_state(), **input_tags(inputs or {}), **(tags or {})}
     with mlflow.start_run(run_name=stage, tags=all_tags) as run:
         if params:
-            flat = {k: ("null" if v is None else v) for k, v in flatten("", params).items()}
+            flat = {k: ("null" if v is None else v) for k, v in flatten(params).items()}
             items = list(flat.items())
             for i in range(0, len(items), 100):  # mlflow caps a batch at 100 params
                 mlflow.log_params(dict(items[i : i + 100]))

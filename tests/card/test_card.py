@@ -22,7 +22,6 @@ from reappreg.card.build import (
     ClaimRejected,
     card_inputs_for,
     check_template,
-    fmt,
     lint_claims,
     load_evidence,
     numbers_in,
@@ -30,9 +29,10 @@ from reappreg.card.build import (
     render_card,
 )
 from reappreg.errors import InputError
+from reappreg.evidence.declarations import load_declarations
+from reappreg.evidence.formatting import fmt
 from reappreg.hashing import dvc_md5
 from reappreg.io import read_json, write_json
-from reappreg.registry import load_declarations
 from reappreg.settings import load_params
 from reappreg.stats.claims import BLOCKING_FLAGS
 
@@ -169,19 +169,40 @@ def test_supported_claims_are_printed_and_unsupported_ones_explained(pipeline):
             assert f"`{claim['claim_id']}` ({claim['status']}): {claim['reason']}" in body
 
 
-def test_a_supported_claim_drawn_after_earlier_looks_says_so_on_the_card(tmp_path):
-    """A claim's looks (earlier stats runs over the same generations) are printed beside it, not only in claims.json."""
+def test_every_claims_looks_are_printed_on_the_card(tmp_path):
+    """A claim's looks (earlier evaluations of this policy against this bar, and what each used) are printed
+    under it, not only in claims.json: a supported claim drawn after earlier looks says so beside its
+    statement, and every claim, supported or not, prints what its looks were keyed by."""
+    from reappreg.stats.looks import LookKey, stamp_claims
+
     root = write_pipeline(tmp_path / "p")
     path = root / "reports/claims.json"
     claims = json.loads(path.read_text())
-    first, *others = [c for c in claims if c["supported"]]
-    first["looks"] = {"earlier_stats_runs_same_generations": 3, "earlier_run_ids": ["a", "b", "c"]}
+    policy = "md5:" + "c" * 32 + ".dir"
+    keys = {c["claim_id"]: LookKey(policy, c["opponent"], c["threshold"]) for c in claims}
+    first = next(c for c in claims if c["supported"])
+    earlier = [{"run_id": f"r{i}", "design": {"evals": evals, "samples_per_vignette": 2, "best_of_n": 1, "seed": 1234,
+                                              "n_vignettes": vignettes, "contests": 24 * vignettes}}
+               for i, (evals, vignettes) in enumerate([(3, 6), (3, 4), (2, 6)])]
+    design = {"evals": 2, "samples_per_vignette": 2, "best_of_n": 1, "seed": 99, "n_vignettes": 6, "contests": 96}
+    stamp_claims(claims, inputs={}, keys=keys, earlier={keys[first["claim_id"]].digest: earlier}, design=design,
+                 decision_settings={})
     path.write_text(json.dumps(claims))
     lines = parse_card(build_card(root, "reappraisal-policy-grpo"))[1].splitlines()
-    assert (f"- {first['statement']} **Drawn after 3 earlier stats run(s) over the same generations**: its interval "
-            "certifies one look, not the search.") in lines
-    for claim in others:  # a first look prints the statement alone
-        assert f"- {claim['statement']}" in lines
+    at = lines.index(f"- {first['statement']} **Drawn after 3 earlier evaluation(s) of this policy against this "
+                     "bar**: its interval certifies one look, not the search.")
+    assert lines[at + 1] == (
+        f"  - Looks: look 4 at this policy against this bar (keyed by policy model {policy}, opponent "
+        f"{first['opponent']}, threshold {first['threshold']:.3f}; any vignettes, evals, samples or seeds); this one: "
+        "2 eval(s) x 2 sample(s), seed 99, 6 vignette(s), 96 contests; earlier: 3 eval(s) x 2 sample(s), seed 1234, "
+        "6 vignette(s), 144 contests; 3 eval(s) x 2 sample(s), seed 1234, 4 vignette(s), 96 contests; 2 eval(s) x "
+        "2 sample(s), seed 1234, 6 vignette(s), 144 contests.")
+    for claim in claims:   # a first look prints the statement alone, and its looks line under it
+        if claim is first:
+            continue
+        head = f"- {claim['statement']}" if claim["supported"] else f"- `{claim['claim_id']}` ({claim['status']}): {claim['reason']}"
+        at = lines.index(head)
+        assert lines[at + 1].startswith("  - Looks: look 1 at this policy against this bar (keyed by policy model ")
 
 
 def test_rm_card_shows_rm_metrics_not_policy_eval(pipeline):
@@ -265,15 +286,21 @@ def test_linter_refuses_an_untrusted_judge_presented_as_trusted(pipeline):
 
 
 def test_linter_refuses_a_supported_bar_claim_judged_by_another_judge(pipeline):
-    """Whoever edits claims.json to drop the `judge_mismatch` flag still has to make three names agree:
-    the bar's judge, the claim's and the calibration's."""
+    """Whoever edits claims.json to drop the `judge_mismatch` flag still has to make three identities agree:
+    the judge pinned beside the bar, the claim's judge fingerprint and the calibration's judge. A judge is
+    its identity: renaming it changes nothing the linter matches on except the claim-calibration pairing."""
     evidence = evidence_of(pipeline)
     bar = evidence.bar_claim("policy")
     assert bar["supported"] and _lint(evidence, [bar]) == []
-    for edit in ({"judge_model": "SmolLM2-135M-Instruct"}, {"reference_bar": {**bar["reference_bar"], "judge": None}}):
+    other_weights = "md5:00000000000000000000000000000000.dir"
+    for edit in ({"judge_fingerprint": other_weights},
+                 {"judge_fingerprint": "served:Llama-3.1-70B-Instruct:vllm:0123456789abcdef"},
+                 {"judge_model": "SmolLM2-135M-Instruct"},
+                 {"reference_bar": {**bar["reference_bar"], "judge_identity": None}},
+                 {"reference_bar": {**bar["reference_bar"], "judge_identity": {"weights_md5": other_weights}}}):
         problems = _lint(evidence, [{**copy.deepcopy(bar), **edit}])
-        assert [p.rule for p in problems] == ["bar claim under another judge"], problems
-    other = {**evidence.calibration, "judge_model": "SmolLM2-135M-Instruct"}
+        assert [p.rule for p in problems] == ["bar claim under another judge"], (edit, problems)
+    other = {**evidence.calibration, "judge_fingerprint": other_weights}
     assert "bar claim under another judge" in {p.rule for p in lint_claims([bar], evidence.eval_metrics, other,
                                                                           min_n_confirm=240)}
 

@@ -148,3 +148,22 @@ def test_verify_re_checks_the_links_a_registration_named(repo):
     code, out, _ = run_cli("registry", "verify")
     assert code == 1 and "custody link custody/links/upstream.link in the store is not the one the statement names" in \
         " ".join(out.split()), out
+
+
+def test_a_link_with_floats_in_its_params_and_byproducts_is_signed(tmp_path, monkeypatch):
+    """in-toto signs a link as canonical JSON, which has no floats: a stage whose params hold 0.95, or
+    whose byproducts hold custody_seconds, could not sign its link. Each float is its decimal string."""
+    import base64
+
+    from reappreg.custody.links import Signing, sign_link
+    from reappreg.trust.keys import signing_keys
+
+    monkeypatch.delenv("REAPPREG_SIGNING_KEY", raising=False)
+    keys = signing_keys(tmp_path / "keys", create=True)
+    data = sign_link(Signing(None, keys, None), "stats", materials={}, products={}, command=["reappreg"],
+                     environment={"params": {"stats": {"confidence": 0.95, "min_n_confirm": 240, "bar": None}}},
+                     byproducts={"custody_seconds": 0.392, "looks": {"questions": [{"threshold": 0.608}]}})
+    payload = json.loads(base64.b64decode(json.loads(data)["payload"]))
+    assert payload["environment"]["params"]["stats"] == {"confidence": "0.95", "min_n_confirm": 240, "bar": None}
+    assert payload["byproducts"] == {"custody_seconds": "0.392", "looks": {"questions": [{"threshold": "0.608"}]}}
+    assert float(payload["byproducts"]["custody_seconds"]) == 0.392

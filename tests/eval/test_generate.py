@@ -32,7 +32,7 @@ VIGNETTES = [{"vignette_id": f"v{i}", "scenario": f"Scenario number {i}: somethi
 GENERATION_FIELDS = {
     "generation_id", "vignette_id", "scenario", "eval_k", "sample_index", "candidate_index", "seed", "sampling_seed", "raw_text", "thinking", "answer", "has_close_tag", "n_tokens",
     "hit_max_new_tokens", "selection", "selected", "best_of_n", "pool_id", "selection_pool", "rm_score",
-    "backend", "model", "prompt_sha256", "max_new_tokens", "temperature", "top_p",
+    "backend", "model", "model_md5", "prompt_sha256", "max_new_tokens", "temperature", "top_p",
 }
 
 
@@ -49,6 +49,7 @@ class FakeGenerator:
 
     backend = "fake"
     model = "fake-policy"
+    model_md5 = "md5:0000000000000000000000000000000f.dir"
 
     def __init__(self):
         self.tokenizer = FakeTokenizer()
@@ -226,6 +227,10 @@ def test_vllm_backend_is_lazy_and_returns_the_same_schema(monkeypatch, tmp_path)
     rows = generate_evaluations(VIGNETTES[:2], generator, config, template=PROMPT_FILE)
     assert len(rows) == 2 * 2 * 3 and all(set(r) == GENERATION_FIELDS for r in rows)
     assert all(r["backend"] == "vllm" and r["answer"] == f"answer {r['seed']}" for r in rows)
+    # every row names the policy by its weights: the md5 of the folder it was loaded from
+    from reappreg.hashing import dvc_md5
+
+    assert {r["model_md5"] for r in rows} == {f"md5:{dvc_md5(folder)}"}
     assert [r["hit_max_new_tokens"] for r in rows[:3]] == [True, False, False]
     assert all(p["max_tokens"] == config.max_new_tokens and p["n"] == 1 for p in seen["params"])
     assert [p["seed"] for p in seen["params"]] == [r["seed"] for r in rows]

@@ -20,20 +20,19 @@ from reappreg.guard import (
     FastHasher,
     GuardPaths,
     HeldoutIndex,
-    KeyedHasher,
     SourceSpec,
     TextUnit,
     audit,
     check_units,
     index_from_sketch,
     load_sketch,
-    lsh_error_rates,
     read_key,
     run_guard,
     scan_texts,
-    tokens,
 )
-from reappreg.guard.normalise import text_views
+from reappreg.guard.hashing import KeyedHasher
+from reappreg.guard.minhash import lsh_error_rates
+from reappreg.guard.normalise import text_views, tokens
 from reappreg.hashing import dvc_md5
 from reappreg.io import read_json, read_jsonl, write_jsonl
 from reappreg.settings import load_params
@@ -48,36 +47,56 @@ def default_config(**minhash) -> GuardSettings:
 
 
 def brute_force_pairs(heldout: list[str], texts: list[str], config: GuardSettings) -> dict[tuple[int, int, str], float]:
-    """Independent exact reference over all pairs: {(text, answer, detector): exact score}."""
+    """Independent exact reference over all pairs: {(text, answer, detector): exact score}.
+
+    Stock weights by their definition (``guard.stock``; answers without scenario ids: a gram
+    in more than ``stock.contexts`` answers weighs contexts / answers holding it), on strings."""
 
     def grams(toks, n):
         if 0 < len(toks) < n:
             return [tuple(toks)]
         return [tuple(toks[p : p + n]) for p in range(len(toks) - n + 1)]
 
+    def weights_of(sets):
+        held = {}
+        for s in sets:
+            for g in s:
+                held[g] = held.get(g, 0) + 1
+        if not config.stock.enabled:
+            return lambda g: 1.0
+        return lambda g: min(1.0, config.stock.contexts / held[g]) if g in held else 1.0
+
     out = {}
     answers = [tokens(a) for a in heldout]
+    n_ng, n_sh, n = config.ngram.n, config.minhash.shingle_words, config.chars.n
+    answer_ng = [set(grams(t, n_ng)) for t in answers]
+    answer_sh = [set(grams(t, n_sh)) for t in answers]
+    answer_views = [text_views(a)[1] for a in heldout]
+    answer_win = [{v[p : p + n] for p in range(len(v) - n + 1)} for v in answer_views]
+    w_ng, w_sh, w_ch = weights_of(answer_ng), weights_of(answer_sh), weights_of(answer_win)
     for i, text in enumerate(texts):
         toks = tokens(text)
-        t_ng, t_sh = grams(toks, config.ngram.n), set(grams(toks, config.minhash.shingle_words))
+        t_ng, t_sh = grams(toks, n_ng), set(grams(toks, n_sh))
         for a, atoks in enumerate(answers):
-            a_ng, a_sh = set(grams(atoks, config.ngram.n)), set(grams(atoks, config.minhash.shingle_words))
-            containment = len(set(t_ng) & a_ng) / len(a_ng)
-            run = best = 0
+            a_ng, a_sh = answer_ng[a], answer_sh[a]
+            containment = sum(w_ng(g) for g in set(t_ng) & a_ng) / sum(w_ng(g) for g in a_ng)
+            run = best = 0.0
             for g in t_ng:
-                run = run + 1 if g in a_ng else 0
+                run = run + w_ng(g) if g in a_ng else 0.0
                 best = max(best, run)
-            words = min(best + config.ngram.n - 1, len(atoks)) if best else 0
+            words = min(best + n_ng - 1, len(atoks)) if best else 0
             if containment >= config.ngram.containment or (config.ngram.min_run and words >= config.ngram.min_run):
                 out[(i, a, "ngram")] = containment
-            inter = len(t_sh & a_sh)
-            if t_sh and inter / (len(t_sh) + len(a_sh) - inter) >= config.minhash.threshold:
-                out[(i, a, "minhash")] = inter / (len(t_sh) + len(a_sh) - inter)
+            t = config.minhash.threshold
+            if t_sh and t <= len(a_sh) / len(t_sh) <= 1 / t:
+                shared = t_sh & a_sh
+                jaccard = sum(w_sh(g) for g in shared) / (sum(w_sh(g) for g in a_sh) + len(t_sh - a_sh))
+                if jaccard >= t:
+                    out[(i, a, "minhash")] = jaccard
             # chars: windows of the letter view, as strings; the letters of the answer inside
-            # shared windows (each distinct window at its first place in the text)
-            t_view, a_view = text_views(text)[1], text_views(heldout[a])[1]
-            n = config.chars.n
-            a_win = {a_view[p : p + n] for p in range(len(a_view) - n + 1)}
+            # shared windows (each distinct window at its first place in the text), times their
+            # mean weight, over the answer's letters times its windows' mean weight
+            t_view, a_view, a_win = text_views(text)[1], answer_views[a], answer_win[a]
             if not a_win:
                 continue
             t_win = [t_view[p : p + n] for p in range(len(t_view) - n + 1)]
@@ -88,10 +107,12 @@ def brute_force_pairs(heldout: list[str], texts: list[str], config: GuardSetting
             covered_letters = set()
             for p in first.values():
                 covered_letters.update(range(p, p + n))
-            contained = min(len(covered_letters) / len(a_view), 1.0)
-            run = best = 0
+            mean_shared = sum(w_ch(w) for w in first) / len(first) if first else 0.0
+            mean_answer = sum(w_ch(w) for w in a_win) / len(a_win)
+            contained = min(len(covered_letters) * mean_shared / (len(a_view) * mean_answer), 1.0)
+            run = best = 0.0
             for w in t_win:
-                run = run + 1 if w in a_win else 0
+                run = run + w_ch(w) if w in a_win else 0.0
                 best = max(best, run)
             run_letters = min(best + n - 1, len(a_view)) if best else 0
             if contained >= config.chars.containment or (config.chars.min_run and run_letters >= config.chars.min_run):
@@ -388,16 +409,49 @@ def test_signatures_are_bit_identical_to_datasketch():
 
 
 def test_every_registered_detector_has_its_params_section_and_its_recorded_settings():
-    from reappreg.guard import DETECTORS, REGISTERED, settings_from_record, settings_record
+    from reappreg.guard import DETECTORS
+    from reappreg.guard.registry import REGISTERED, settings_from_record, settings_record
 
     settings = GuardSettings()
     record = settings_record(settings)
-    assert list(record) == ["normalisation", *DETECTORS] and DETECTORS == tuple(d.name for d in REGISTERED)
+    assert list(record) == ["normalisation", "stock", *DETECTORS] and DETECTORS == tuple(d.name for d in REGISTERED)
     for detector in REGISTERED:
         section = getattr(settings, detector.name)  # params: guard.<name>
         assert detector.section(settings) is section
         assert set(record[detector.name]) == set(type(section).model_fields) | set(detector.derived)
     assert settings_from_record(json.loads(json.dumps(record))) == settings
+
+
+def test_a_detector_without_its_params_section_or_report_row_cannot_be_registered():
+    """Each detector declares its params section and its report row; the registry refuses a
+    detector that lacks either, and a params section no registered detector owns."""
+    from reappreg.guard.detector import Detector
+    from reappreg.guard.registry import REGISTERED, check_registered
+    from reappreg.settings.guard import DetectorSection, NgramSettings
+
+    check_registered(REGISTERED)
+
+    class Undeclared(Detector):
+        name = "undeclared"
+
+    class Unlisted(Detector):  # a section model that GuardSettings has no field for
+        name = "unlisted"
+        settings_model = type("UnlistedSettings", (DetectorSection,), {})
+        label, shown = "something", ("x",)
+
+    class NoRow(Detector):
+        name = "ngram"
+        settings_model = NgramSettings
+        label, shown = "", ("not_a_setting",)
+
+    with pytest.raises(RuntimeError, match="'undeclared' names no params section"):
+        check_registered((*REGISTERED, Undeclared()))
+    with pytest.raises(RuntimeError, match="GuardSettings has no field 'unlisted'"):
+        check_registered((*REGISTERED, Unlisted()))
+    with pytest.raises(RuntimeError, match=r"params sections of no registered detector: \['edits'\]"):
+        check_registered(REGISTERED[:-1])
+    with pytest.raises(RuntimeError, match="'ngram' has no report label.*shows \\['not_a_setting'\\]"):
+        check_registered((NoRow(), *REGISTERED[1:]))
 
 
 def test_lsh_error_rates_match_the_banding_and_datasketch():
@@ -709,8 +763,9 @@ def test_sketch_check_finds_what_the_heldout_check_finds(stage):
     index = index_from_sketch(load_sketch(p["sketch_path"]), read_key(p["sketch_key_path"]))
     assert isinstance(index.hasher, KeyedHasher)
     via_sketch = {(h.record_id, h.answer_id, h.detector, round(h.score, 9)) for h in check_units(index, units)}
-    held = HeldoutIndex.build([AnswerMeta(a["answer_id"]) for a in answers], [a["text"] for a in answers],
-                              default_config(), FastHasher())
+    # as the stage reads the answers: with their scenarios (the stock weights count scenarios)
+    held = HeldoutIndex.build([AnswerMeta(a["answer_id"], a["source"], a["vignette_id"]) for a in answers],
+                              [a["text"] for a in answers], default_config(), FastHasher())
     via_heldout = {(h.record_id, h.answer_id, h.detector, round(h.score, 9)) for h in check_units(held, units)}
     # The exact n-gram detector must agree hit for hit. MinHash candidates come from LSH over
     # different (keyed vs unkeyed) hash functions, so a pair just above the Jaccard threshold
@@ -763,13 +818,17 @@ def test_check_cli_reads_jsonl_csv_and_text_and_exits_1_on_hits(stage, tmp_path)
                                  "--report", str(tmp_path / "hits.jsonl")])
     assert result.exit_code == 1 and (tmp_path / "hits.jsonl").exists(), (result.output, result.exception)
     hits = read_jsonl(tmp_path / "hits.jsonl")
-    assert {(h["record_id"], h["answer_id"]) for h in hits if h["detector"] == "ngram"} == {
-        ("c1", stage["answers"][3]["answer_id"]), ("line:3", stage["answers"][3]["answer_id"])}
+    copied = stage["answers"][3]["answer_id"]
+    assert {h["record_id"] for h in hits} == {"c1", "line:3"}
+    assert {("c1", copied), ("line:3", copied)} <= {(h["record_id"], h["answer_id"]) for h in hits if h["detector"] == "ngram"}
+    # Sibling answers (same scenario, sharing sentences with the copied one) may be over a
+    # threshold too; every hit names the copied answer among those its matched text is closest to.
+    assert all(copied in h["closest"] for h in hits)
     clean = runner.invoke(app, ["check", "--heldout", str(p["heldout"]), "--params", str(params), str(tmp_path / "clean.jsonl")])
     assert clean.exit_code == 0 and "0 hit(s)" in clean.output
     # Like `guard run`, `check --heldout` sees texts through the profile's tokenizers unasked
     # (the RM encoder's and the base policy's) and through every decoding view.
-    assert "tokenizer views: rm-encoder, policy; decoding views: escapes, markup" in " ".join(clean.output.split())
+    assert "tokenizer views: rm-encoder, policy; decoding views: escapes, html, markup" in " ".join(clean.output.split())
     words = answer.split()
     spliced = " ".join(w + (" [MASK]" if i % 2 else " [PAD]") for i, w in enumerate(words))
     write_jsonl(tmp_path / "spliced.jsonl", [{"text": spliced}])

@@ -9,8 +9,9 @@ from pathlib import Path
 
 import pytest
 
+from guard_support.disguise import CLASSES, EDITED, GROUPED, can_disguise, disguise, word_filler
+
 from reappreg.guard import AnswerMeta, FastHasher, Group, HeldoutIndex, TextUnit, check_units
-from reappreg.guard.disguise import CLASSES, EDITED, GROUPED, can_disguise, disguise, word_filler
 from reappreg.io import read_jsonl, write_jsonl
 from reappreg.settings.guard import GuardSettings
 
@@ -94,7 +95,9 @@ def test_every_disguise_class_is_caught_and_clean_texts_are_not(sample, sample_i
     for kind in GROUPED:
         for answer, ids in planted[kind]:
             together = [h for h in hits if h.detector == "fragments" and h.answer_id == answer and h.record_id in ids]
-            assert together or all(answer in caught.get(rid, set()) for rid in ids), (kind, ids)
+            # a record whose piece is the answer's stock phrasing alone (its closer) is not named:
+            # honest texts say that too (``stock``); the records with its own words are
+            assert together or any(answer in caught.get(rid, set()) for rid in ids), (kind, ids)
             assert all(h.record_id in h.members and set(h.members) <= planted_ids and h.group for h in together), (kind, ids)
     clean_flagged = {rid for rid in caught if not any(rid.startswith(k + "-") for k in CLASSES)}
     assert clean_flagged == set()
@@ -130,10 +133,10 @@ def test_no_false_positive_with_sharma_reframes_as_heldout_answers(sharma_csv, s
 
 
 def test_new_detectors_add_no_false_positive_on_sharma_reframes_of_other_situations(sharma_csv):
-    """Reframes of one half of the situations against those of the other half (one file).
-    Real reframes share stock reframings ("I can learn from my mistakes"), which the MinHash
-    detector reports near its threshold as it always did; the exact letter-window and
-    fragment detectors must add nothing."""
+    """Reframes of one half of the situations against those of the other half (one file, its
+    adjacent records grouped as the stage groups them). Real reframes share stock reframings
+    ("I can learn from my mistakes"), which the MinHash detector reports near its threshold as
+    it always did; the exact letter-window and fragment detectors must add nothing."""
     import pandas as pd
 
     frame = pd.read_csv(sharma_csv)
@@ -144,7 +147,9 @@ def test_new_detectors_add_no_false_positive_on_sharma_reframes_of_other_situati
     index = HeldoutIndex.build([AnswerMeta(f"h{i}") for i in range(len(held))], held.reframe.tolist(), config(), FastHasher())
     units = [TextUnit("sharma", f"t{i}", "reframe", t) for i, t in enumerate(train.reframe.tolist())]
     units += [TextUnit("sharma", f"s{i}", "situation", t) for i, t in enumerate(train.situation.tolist())]
-    hits = check_units(index, units, groups=[Group("sharma", "file", tuple(range(len(units))))])
+    # the file's records as the stage groups them: any `adjacent` consecutive records
+    hits = check_units(index, units, groups=[Group("sharma", "adjacent", tuple(range(len(units))),
+                                                   window=config().fragments.adjacent)])
     assert [h for h in hits if h.detector != "minhash"] == []
     assert all(h.score < 0.4 for h in hits), [(h.record_id, h.score, h.shared) for h in hits]
 

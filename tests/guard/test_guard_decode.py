@@ -5,14 +5,18 @@ named, honest text is not, and what is refused says what and why."""
 from __future__ import annotations
 
 import json
+import quopri
 import random
+from email.charset import BASE64, QP, Charset
+from email.header import Header
 from urllib.parse import quote
 
 import pytest
 
 from reappreg.errors import InputError
 from reappreg.guard import AnswerMeta, FastHasher, HeldoutIndex, TextUnit, check_units
-from reappreg.guard.decode import (DECODE_VIEW_NAMES, DECODE_VIEWS, decode_escapes, decode_views, strip_markup,
+from reappreg.guard.decode import (DECODE_VIEW_NAMES, DECODE_VIEWS, ROTATION_PAIRS, decode_all, decode_escapes,
+                                   decode_views, html_source, read_rotated, rotated_letters, strip_markup,
                                    transliterate, unleet)
 from reappreg.guard.text import check_sizes
 from reappreg.settings.guard import GuardSettings
@@ -53,6 +57,49 @@ def _leet(text: str) -> str:
     return text.translate(str.maketrans({"o": "0", "e": "3", "a": "4", "s": "5", "t": "7"}))
 
 
+def _qp(text: str, width: int = 0) -> str:
+    """Quoted-printable with every space encoded (=20); ``width``: soft line breaks that often."""
+    encoded = quopri.encodestring(text.encode("utf-8"), quotetabs=True).decode("ascii").replace("=\n", "")
+    if width:
+        encoded = "=\n".join(encoded[i : i + width] for i in range(0, len(encoded), width))
+    return encoded
+
+
+def _mime(text: str, encoding) -> str:
+    charset = Charset("utf-8")
+    charset.header_encoding = encoding
+    return Header(text, charset, maxlinelen=60).encode()
+
+
+def _in_attributes(text: str) -> str:
+    """The answer's words spread over attribute values a page does not show as text."""
+    words = _words(text)
+    k = len(words) // 4
+    parts = [" ".join(words[:k]), " ".join(words[k : 2 * k]), " ".join(words[2 * k : 3 * k]), " ".join(words[3 * k :])]
+    return (f'<div class="card" title="{parts[0]}"><img src="x.png" alt=\'{parts[1]}\'>'
+            f'<span data-note="{parts[2]}">Thanks!</span><input type=text value="{parts[3]}"></div>')
+
+
+def _noscript_template(text: str) -> str:
+    words = _words(text)
+    half = len(words) // 2
+    return (f"<p>Hi.</p><noscript>{' '.join(words[:half])}</noscript>"
+            f"<template><b>{' '.join(words[half:])}</b></template>")
+
+
+# Upside-down text as generators write it (an independent table: the test does not read the
+# guard's): a turned letter or a look-alike per letter, the text reversed.
+UPSIDE_DOWN = dict(zip("abcdefghijklmnopqrstuvwxyz", "ɐqɔpǝɟƃɥᴉɾʞlɯuodbɹsʇnʌʍxʎz"))
+# ... with Unicode's own TURNED letters where generators use look-alikes (f, g, l, y)
+UPSIDE_DOWN_UNICODE = {**UPSIDE_DOWN, "f": "\u214e", "g": "\u1d77", "l": "\ua781", "y": "\u028e"}
+# ... and capitals (turned capitals, the for-all sign for A, a turned sans-serif G and Y)
+UPSIDE_DOWN_CAPITALS = dict(zip("ABCDEFGHIJKLMNOPQRSTUVWXYZ", "∀qƆpƎℲ⅁HIſꞰ⅂WNOԀΌᴚS⊥∩ΛMX⅄Z"))
+
+
+def _upside_down(text: str, table: dict[str, str]) -> str:
+    return "".join(table.get(c, c) for c in reversed(text))
+
+
 DISGUISES = {
     # name: (disguise, the view that must see through it)
     "url_percent": (lambda t: quote(t), "escapes"),
@@ -70,6 +117,19 @@ DISGUISES = {
     "letters_with_strokes": (_strokes, "translit"),
     "leetspeak": (_leet, "leet"),
     "url_encoded_leetspeak": (lambda t: quote(_leet(t)), "decoded"),
+    "quoted_printable": (lambda t: _qp(t), "escapes"),
+    "quoted_printable_soft_breaks": (lambda t: _qp(t, width=18), "escapes"),
+    "quoted_printable_leetspeak": (lambda t: _qp(_leet(t)), "decoded"),
+    "mime_words_q": (lambda t: _mime(t, QP), "escapes"),
+    "mime_words_b": (lambda t: _mime(t, BASE64), "escapes"),
+    "html_attributes": (lambda t: _in_attributes(t), "html"),
+    "html_comment": (lambda t: f"<p>Thanks for sharing.</p><!-- {t} --><p>Take care.</p>", "html"),
+    "html_unclosed_comment": (lambda t: f"<p>Thanks for sharing.</p><!-- {t}", "html"),
+    "html_noscript_template": (lambda t: _noscript_template(t), "text"),
+    "upside_down": (lambda t: _upside_down(t, UPSIDE_DOWN), "rotated"),
+    "upside_down_unicode_turned": (lambda t: _upside_down(t, UPSIDE_DOWN_UNICODE), "rotated"),
+    "upside_down_capitals": (lambda t: _upside_down(t.upper(), UPSIDE_DOWN_CAPITALS), "rotated"),
+    "upside_down_url_encoded": (lambda t: quote(_upside_down(t, UPSIDE_DOWN)), "rotated"),
 }
 
 
@@ -90,6 +150,31 @@ def test_markup_is_a_view_so_a_backslash_before_every_word_cannot_delete_the_cop
     assert not any(c.isalpha() for c in strip_markup(text))  # the markup view alone sees no letters ...
     hits = check_units(index, [TextUnit("t.jsonl", "r1", "text", text)])
     assert "a1" in {h.answer_id for h in hits if h.view == "text"}  # ... the text view does
+
+
+def test_an_escape_is_decoded_before_its_digits_are_read_as_letters():
+    """``=20`` and ``%30`` hold digits the leetspeak table and the confusable skeleton read as
+    letters (0 -> o): decoding comes first in every view, so the words come back apart."""
+    text = "It may help to recognise that 2 of 10 friends forget"
+    for encoded in (_qp(text), quote(text), _mime(text, QP), _qp(quote(text))):
+        assert decode_escapes(encoded) == text, encoded
+        assert decode_all(encoded) == decode_all(text), encoded
+    assert unleet("It=20may") == "It=zomay"  # what reading the digits first would give
+
+
+def test_rotated_letters_come_from_unicode_names_and_cover_the_alphabet():
+    """The rotated alphabet is derived: every letter Unicode names TURNED / ROTATED / INVERTED
+    (small, capital, small capital, modifier), their confusables; with the rotation pairs of
+    the basic letters it reads every basic Latin letter."""
+    import unicodedata
+
+    table = rotated_letters()
+    named = {ch for ch in table if any(w in unicodedata.name(ch, "") for w in ("TURNED", "ROTATED", "INVERTED"))}
+    assert len(named) >= 60 and {"\u0250", "\u01dd", "\u0265", "\u1d09", "\u0287", "\u2c6f", "\ua78d"} <= named
+    read = set(table.values()) | set(ROTATION_PAIRS) | set("osxz")
+    assert set("abcdefghijklmnopqrstuvwxyz") <= {c for v in read for c in v}
+    assert read_rotated(_upside_down("this way", UPSIDE_DOWN)) == "this way"
+    assert read_rotated("plain ASCII text") == "plain ASCII text"
 
 
 def test_decoders_leave_ordinary_text_alone():
@@ -118,6 +203,9 @@ def test_honest_texts_about_the_same_scenario_are_not_flagged_in_any_view(index)
         "C'est la vie: 100% of friends forget sometimes, and the air clears with time.",
         "ᴍᴀʏʙᴇ she was tired. Consider talking to her about it soon.",
         "Use %20 for a space in a URL and \\n for a newline in JSON.",
+        "Set x=10 and y=3D in the spreadsheet; E=mc2 is on the poster <a href=\"https://example.org\">here</a>.",
+        "In IPA the vowel of 'the' is ə, and ⊥ means perpendicular; =?utf-8?q?not_a_match?= stays.",
+        "<img alt=\"a photo of the party\" title=\"friends at dinner\"><!-- layout: two columns -->",
     ]
     assert check_units(index, [TextUnit("t.jsonl", f"h{i}", "text", t) for i, t in enumerate(honest)]) == []
 

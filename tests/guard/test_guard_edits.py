@@ -10,9 +10,11 @@ import random
 import pytest
 from pydantic import ValidationError
 
+from guard_support.disguise import EDIT_KINDS, FUNCTION_WORDS, edit, word_filler
+
 from reappreg.errors import InputError
-from reappreg.guard import AnswerMeta, FastHasher, HeldoutIndex, TextUnit, build_sketch, check_units, tokens
-from reappreg.guard.disguise import EDIT_KINDS, FUNCTION_WORDS, edit, word_filler
+from reappreg.guard import AnswerMeta, FastHasher, HeldoutIndex, TextUnit, build_sketch, check_units
+from reappreg.guard.normalise import tokens
 from reappreg.guard.edits import STOP_WORDS, content_words, lcs_bitparallel
 from reappreg.guard.registry import settings_from_record, settings_record
 from reappreg.guard.sketch import SKETCH_SCHEMA, index_from_sketch

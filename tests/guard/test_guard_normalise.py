@@ -67,3 +67,38 @@ def test_the_normalisation_version_names_the_order():
     from reappreg.guard.normalise import NORMALISATION
 
     assert "nfkd-drop-M-casefold" in NORMALISATION and "bidi" in NORMALISATION
+
+
+def test_bidi_overrides_walked_run_by_run_equal_the_character_by_character_definition():
+    """``apply_bidi_overrides`` jumps from one control that matters to the next (linear on
+    nested overrides past the depth limit); it gives what UAX #9's rule, applied a character
+    at a time, gives on random mixes of text, overrides and pops, nested past the limit too."""
+    import random
+
+    from reappreg.guard.normalise import _LRO, _MAX_BIDI_DEPTH, _PDF, _RLO, apply_bidi_overrides
+
+    def by_character(text: str) -> str:
+        if _RLO not in text and _LRO not in text:
+            return text
+        stack: list[tuple[str, list[str]]] = [("", [])]
+
+        def close() -> None:
+            kind, items = stack.pop()
+            stack[-1][1].append("".join(reversed(items) if kind == _RLO else items))
+
+        for ch in text:
+            if ch in (_RLO, _LRO) and len(stack) <= _MAX_BIDI_DEPTH:
+                stack.append((ch, []))
+            elif ch == _PDF and len(stack) > 1:
+                close()
+            else:
+                stack[-1][1].append(ch)
+        while len(stack) > 1:
+            close()
+        return "".join(stack[0][1])
+
+    rng = random.Random(17)
+    texts = ["".join(rng.choice("ab c" + _RLO + _LRO + _PDF) for _ in range(rng.randint(0, 50))) for _ in range(5000)]
+    texts += [(_RLO + "ab") * 300 + "xyz" + _PDF * 40, (_RLO + _LRO + "ab") * 400, _PDF * 3 + (_LRO + "q" + _RLO + "zz" + _PDF) * 200]
+    for text in texts:
+        assert apply_bidi_overrides(text) == by_character(text), repr(text[:60])

@@ -11,10 +11,11 @@ from pathlib import Path
 
 import pytest
 
+from guard_support.disguise import CLASSES, EDITED, GROUPED, disguise, word_filler
+
 from reappreg.errors import InputError
 from reappreg.guard import (AnswerMeta, FastHasher, GuardPaths, HeldoutIndex, SourceSpec, TextUnit, TokenizerSpec,
                             TokenizerView, audit, check_units, index_from_sketch, load_sketch, read_key, run_guard)
-from reappreg.guard.disguise import CLASSES, EDITED, GROUPED, disguise, word_filler
 from reappreg.io import read_json, read_jsonl
 from reappreg.settings.guard import GuardSettings
 

@@ -294,6 +294,21 @@ def test_fingerprint_is_the_served_identity_without_the_url(server):
         _judge(server.url).fingerprint()
 
 
+def test_fingerprint_records_the_provider_and_model_id_the_bar_pins(server):
+    """An API judge's identity is its provider and model id as the server reports them (owned_by, id):
+    the fingerprint keeps both in clear, and the reference bar's pin reads them back."""
+    from reappreg.evidence.reference import JudgeIdentity
+
+    fingerprint = _judge(server.url).fingerprint()
+    assert fingerprint.startswith(f"served:{MODEL}:vllm:")
+    assert JudgeIdentity.of_fingerprint(fingerprint) == JudgeIdentity(provider="vllm", model_id=MODEL)
+    server.models[0]["owned_by"] = "another-provider"
+    assert JudgeIdentity.of_fingerprint(_judge(server.url).fingerprint()).provider == "another-provider"
+    del server.models[0]["owned_by"]   # a server that names no provider: no identity to match a pin
+    unnamed = _judge(server.url).fingerprint()
+    assert unnamed.startswith(f"served:{MODEL}:") and JudgeIdentity.of_fingerprint(unnamed) is None
+
+
 # ----------------------------------------------------------------------------- failures
 
 

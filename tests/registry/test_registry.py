@@ -16,6 +16,7 @@ import pytest
 import yaml
 
 from reappreg.errors import GateFailed, InputError
+from reappreg.evidence.declarations import load_declarations
 from reappreg.hashing import dvc_md5
 from reappreg.registry import (
     CONTENT_TAG,
@@ -30,7 +31,6 @@ from reappreg.registry import (
     audit,
     connect,
     folder_md5,
-    load_declarations,
     manifest_of,
     register_version,
     registration_key,
@@ -264,7 +264,7 @@ def test_registration_refuses_a_card_built_from_a_dirty_tree_unless_allowed(repo
 
 
 def _signed_gates(repo: Path, name: str) -> dict[str, bool]:
-    from reappreg.registry import evaluate_gates, evidence_of, load_declarations
+    from reappreg.registry import evaluate_gates, evidence_of
     from reappreg.card.build import load_evidence
     from reappreg.settings import load_params
 
@@ -886,7 +886,8 @@ def test_verify_on_an_empty_or_unreachable_registry_is_not_a_pass(repo, monkeypa
 
 
 def test_a_gate_is_one_declaration(tmp_path):
-    from reappreg.registry import Gate, evaluate_gates
+    from reappreg.evidence.declarations import Gate
+    from reappreg.registry import evaluate_gates
 
     text = (REPO / "registry/models.yaml").read_text()
     text = text.replace("      - {name: healthy_training,",

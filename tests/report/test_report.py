@@ -11,6 +11,7 @@ from pathlib import Path
 
 import pytest
 
+from reappreg.guard.certificate import detector_rows
 from reappreg.report import HEADLINE_MAX_KEYS, ReportSources, collect, headline, render_html, render_markdown
 from reappreg.report.blocks import Figure, Table
 from stage_commands import stage_argv
@@ -70,6 +71,7 @@ def plant(root: Path) -> ReportSources:
                                      "sources": 3, "hits_ngram": 0, "hits_minhash": 0},
                           "detectors": {"ngram": {"n": 5, "min_run": 20, "containment": 0.5},
                                         "minhash": {"threshold": 0.3, "num_perm": 64}, "normalisation": "norm/v3"},
+                          "detector_rows": detector_rows(),
                           "heldout": {"answers": 177, "answer_variants": 199}, "tokenizers": [{"name": "rm-encoder"}],
                           "training": [{"path": "data/train/reappraisals.jsonl", "records": 3, "flagged_records": 0,
                                         "guarded_path": "data/guarded/reappraisals.jsonl"}]})
@@ -198,6 +200,27 @@ def test_every_section_shows_the_planted_values(tmp_path):
     assert "> **Missing:**" not in md
 
 
+def test_the_detector_table_has_the_row_each_registered_detector_declares(tmp_path):
+    """Each detector declares its own report row (label, settings shown), and the certificate
+    carries the rows: every registered detector is in the table, a row is never hand-kept in
+    the report, and a certificate made before the rows were declared still shows its settings."""
+    from reappreg.guard.registry import REGISTERED
+    from reappreg.settings.guard import GuardSettings
+
+    sources = plant(tmp_path)
+    cert = json.loads(sources.certificate.read_text())
+    cert["detectors"].update({d.name: d.record(GuardSettings()) for d in REGISTERED})
+    cert["counts"].update({f"hits_{d.name}": i for i, d in enumerate(REGISTERED)})
+    sources.certificate.write_text(json.dumps(cert))
+    md = markdown_of(sources, tmp_path)
+    for i, d in enumerate(REGISTERED):
+        assert any(line.startswith(f"| {d.name} | {d.label} | ") and line.endswith(f" | {i} |") for line in md.splitlines()), d.name
+    del cert["detector_rows"]
+    sources.certificate.write_text(json.dumps(cert))
+    md = markdown_of(sources, tmp_path)
+    assert "| ngram | not declared in the certificate | n=5, containment=0.500, min_run=20, span=3.000 | 0 |" in md
+
+
 def test_a_row_without_a_value_says_why(tmp_path):
     md = markdown_of(plant(tmp_path), tmp_path)
     assert "| policy | gpt-4-0314 | v2 | 0 | — | — | — | no scored judgment: all 7 judgment(s) unparseable |" in md
@@ -279,10 +302,21 @@ def test_headline_is_a_few_numbers_only(tmp_path):
     assert all(isinstance(v, (int, float)) and not isinstance(v, bool) for v in flat.values()), flat
     assert flat["validation.failed"] == 1 and flat["guard.pass"] == 1 and flat["guard.hits"] == 0
     assert flat["rm.bt_seed_0"] == 0.8123 and flat["rm.ensemble"] == 0.8456
-    assert flat["policy.healthy"] == 1 and flat["policy.format_gate_hit_rate"] == 0.2468
+    # Without the card.health params only the monitor's flag is written, never as the verdict.
+    assert flat["policy.monitor_healthy"] == 1 and "policy.healthy" not in flat
+    assert flat["policy.format_gate_hit_rate"] == 0.2468
     assert flat["judge.trusted"] == 1 and flat["judge.agreement"] == 0.7321
     assert flat["eval.policy/gpt-4-0314/win_rate"] == 0.7 and "eval.policy/gpt-4-0314/vignette" not in str(flat)
     assert flat["claims.total"] == 1 and flat["claims.supported"] == 0 and flat["leakscan.hits"] == 0
+
+
+def test_headline_policy_healthy_is_the_verdict_not_the_monitor(tmp_path):
+    from reappreg.settings.card import CardHealthSettings
+
+    sources = plant(tmp_path)
+    strict = headline(sources, health=CardHealthSettings(max_format_gate_hit_rate=0.2), max_completion_length=48)
+    assert strict["policy"]["monitor_healthy"] == 1 and strict["policy"]["healthy"] == 0
+    assert strict["policy"]["format_gate_hit_rate"] == 0.2468
 
 
 def test_headline_refuses_to_grow_past_the_limit(tmp_path):
@@ -426,7 +460,7 @@ def _trust_policy():
 
 def test_every_number_in_the_summary_is_read_from_the_file_it_names(tmp_path):
     """Each fact is re-read from its file (or params), and the summary shows no number that is not a fact."""
-    from reappreg.card.build import fmt
+    from reappreg.evidence.formatting import fmt
     from reappreg.report.blocks import walk
     from reappreg.settings import Params
     from reappreg.settings.card import CardHealthSettings

@@ -36,7 +36,7 @@ LOAD = "import time\nend = time.time() + 600\nwhile time.time() < end:\n    sum(
 @pytest.mark.slow
 def test_rm_train_is_bit_for_bit_across_processes_and_machine_load(tmp_path: Path) -> None:
     from reappreg.data.canonical import write_canonical
-    from reappreg.guard.certificate import CERTIFICATE_SCHEMA
+    from reappreg.guard.certified import CERTIFICATE_SCHEMA
     from reappreg.data.sample import generate_sample
     from reappreg.data.split import split
 

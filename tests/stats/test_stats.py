@@ -60,13 +60,27 @@ def test_reference_bar_is_read_from_the_registry_declarations(tmp_path):
     import yaml
 
     path = tmp_path / "models.yaml"
+    identity = {"weights_md5": "md5:0123456789abcdef0123456789abcdef.dir"}
     path.write_text(yaml.safe_dump({"models": {}, "reference_bar": {"bar": 0.608, "opponent": "gpt-4-0314",
-                                                                    "judge": "some-judge", "source": "card"}}))
+                                                                    "judge": "some-judge", "judge_identity": identity,
+                                                                    "source": "card"}}))
     assert load_reference_bar(path).bar == 0.608
-    # A bar is on its judge's scale: one that does not say which judge measured it is refused.
-    path.write_text(yaml.safe_dump({"reference_bar": {"bar": 0.608, "opponent": "gpt-4-0314", "source": "card"}}))
+    # A bar is on its judge's scale: one that does not say which judge measured it is refused, and so is
+    # one that names the judge without pinning who it is (a name is a label anyone can give any weights).
+    path.write_text(yaml.safe_dump({"reference_bar": {"bar": 0.608, "opponent": "gpt-4-0314", "source": "card",
+                                                      "judge_identity": identity}}))
     with pytest.raises(InputError, match="invalid reference_bar: judge: Field required"):
         load_reference_bar(path)
+    path.write_text(yaml.safe_dump({"reference_bar": {"bar": 0.608, "opponent": "gpt-4-0314", "source": "card",
+                                                      "judge": "some-judge"}}))
+    with pytest.raises(InputError, match="invalid reference_bar: judge_identity: Field required"):
+        load_reference_bar(path)
+    for bad in ({"weights_md5": "some-judge"}, {"provider": "vllm"},
+                {"provider": "vllm", "model_id": "x", "weights_md5": identity["weights_md5"]}):
+        path.write_text(yaml.safe_dump({"reference_bar": {"bar": 0.608, "opponent": "gpt-4-0314", "source": "card",
+                                                          "judge": "some-judge", "judge_identity": bad}}))
+        with pytest.raises(InputError, match="invalid reference_bar: judge_identity"):
+            load_reference_bar(path)
     path.write_text(yaml.safe_dump({"models": {}}))
     with pytest.raises(InputError, match="no 'reference_bar:' entry"):
         load_reference_bar(path)
@@ -85,13 +99,17 @@ def test_the_repository_pins_the_reference_bar():
     import yaml
 
     from reappreg.settings import parse_params
-    from reappreg.stats.reference import judge_key
 
     assert ref.judge in ref.source
     raw = yaml.safe_load((Path(__file__).resolve().parents[2] / "params.yaml").read_text())
-    judges = {profile: parse_params({**raw, "profile": profile}, "params.yaml").judge.model for profile in ("cpu", "full")}
-    assert judge_key(judges["full"]) == judge_key(ref.judge), judges
-    assert judge_key(judges["cpu"]) != judge_key(ref.judge), judges
+    judges = {profile: parse_params({**raw, "profile": profile}, "params.yaml").judge for profile in ("cpu", "full")}
+    # The bar's judge is pinned by identity: the API model the full profile serves (provider and model id,
+    # as vLLM reports them). The CPU profile judges with a local folder, whose identity is its weights' md5:
+    # never the pinned API model, so its bar claims stay judge_mismatch.
+    pinned = ref.judge_identity
+    assert (pinned.provider, pinned.model_id) == ("vllm", ref.judge)
+    assert judges["full"].backend == "openai" and judges["full"].model == pinned.model_id, judges
+    assert judges["cpu"].backend in ("transformers", "vllm"), judges   # local: md5 of its weights
     assert ref.decision is not None
 
 
@@ -102,7 +120,7 @@ def test_every_shipped_profile_decides_within_the_pinned_floors(profile):
     import yaml
 
     from reappreg.settings import parse_params
-    from reappreg.stats.reference import check_decision_settings, decision_values
+    from reappreg.evidence.reference import check_decision_settings, decision_values
 
     root = Path(__file__).resolve().parents[2]
     raw = yaml.safe_load((root / "params.yaml").read_text())
@@ -113,7 +131,7 @@ def test_every_shipped_profile_decides_within_the_pinned_floors(profile):
 
 
 def test_params_that_loosen_a_pinned_decision_setting_fail_naming_every_key():
-    from reappreg.stats.reference import check_decision_settings
+    from reappreg.evidence.reference import check_decision_settings
 
     strict = {"stats.confidence": 0.99, "stats.min_n_confirm": 480, "judge.min_agreement": 0.7,
               "judge.calibration_min_pairs": 240, "stats.max_position_bias": 0.1, "stats.max_unparseable_rate": 0.0}
@@ -146,7 +164,7 @@ def test_outputs_written_flat_and_claims_refer_to_real_metric_keys(tmp_path):
     claims = json.loads(out["claims_path"].read_text())
     assert isinstance(claims, list) and claims
     for c in claims:
-        assert c["schema_version"] == CLAIMS_SCHEMA_VERSION == 2
+        assert c["schema_version"] == CLAIMS_SCHEMA_VERSION == 3
         assert {"estimand", "clustering", "worst_case_low"} <= set(c["evidence"])
         assert all(ref in metrics for ref in c["metric_refs"])
     assert out["plot_path"].read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
@@ -217,22 +235,23 @@ def test_stats_command_writes_outputs_and_logs_one_mlflow_run(tmp_path, monkeypa
     assert bar["inputs"] == {k[len("input."):-len(".md5")]: v for k, v in run.data.tags.items() if k.startswith("input.")}
     assert set(bar["inputs"]) == {"judgments", "calibration", "models", "generations", "answers", "vignettes"}
     assert bar["decision_settings"]["stats.min_n_confirm"] == 240 and bar["decision_settings"]["stats.confidence"] == 0.95
-    assert bar["looks"]["earlier_stats_runs_same_generations"] == 0 and "repeated_looks" not in bar["flags"]
+    assert bar["looks"]["earlier"] == 0 and "repeated_looks" not in bar["flags"]
+    assert run.data.tags["look.policy"] == upstream["generations"][0]["model_md5"]
 
-    # A second look at the same generations (here with an edited calibration) is counted and said.
+    # A second look at the same policy (here with an edited calibration) is counted and said.
     (tmp_path / "calib.json").write_text(json.dumps({**TRUSTED, "agreement": 0.5, "agreement_low": 0.41,
                                                      "agreement_high": 0.6, "trusted": False}))
     assert CliRunner().invoke(app, args).exit_code == 0
     again = next(c for c in json.loads((tmp_path / "out/claims.json").read_text()) if c["claim_id"] == bar["claim_id"])
-    assert again["looks"]["earlier_stats_runs_same_generations"] == 1
-    assert again["looks"]["earlier_run_ids"] == [run.info.run_id] and "repeated_looks" in again["flags"]
-    assert "drawn after 1 earlier stats run(s) over the same generations" in again["reason"]
-    # Other generations (the same records with their keys in another order) start their own count.
+    assert again["looks"]["earlier"] == 1
+    assert [e["run_id"] for e in again["looks"]["earlier_looks"]] == [run.info.run_id]
+    assert "repeated_looks" in again["flags"] and "drawn after 1 earlier evaluation(s) of this policy" in again["reason"]
+    # Other generations of the same policy (the same records with their keys in another order) are a look too.
     rows = [json.loads(line) for line in (tmp_path / "generations.jsonl").read_text().splitlines()]
     (tmp_path / "generations.jsonl").write_text("".join(json.dumps(r, sort_keys=True) + "\n" for r in rows))
     assert CliRunner().invoke(app, args).exit_code == 0
     other = next(c for c in json.loads((tmp_path / "out/claims.json").read_text()) if c["claim_id"] == bar["claim_id"])
-    assert other["looks"]["earlier_stats_runs_same_generations"] == 0 and other["inputs"]["generations"] != bar["inputs"]["generations"]
+    assert other["looks"]["earlier"] == 2 and other["inputs"]["generations"] != bar["inputs"]["generations"]
 
     (tmp_path / "calib.json").write_text(json.dumps({"trusted": True}))
     failed = CliRunner().invoke(app, args)

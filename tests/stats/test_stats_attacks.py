@@ -280,6 +280,18 @@ def test_a_moved_bar_is_labelled_custom_and_is_never_the_bar_claim(update, oppon
     assert evidence.bar_claim("policy")["claim_id"] == BAR
 
 
+@pytest.mark.parametrize("fingerprint", ["md5:99999999999999999999999999999999.dir",
+                                         "served:fake-judge:vllm:0123456789abcdef", "fake-judge"])
+def test_rows_naming_the_bars_judge_under_another_identity_are_judge_mismatch(fingerprint):
+    """Judgments and their calibration consistently rewritten to name the bar's judge (so trust is recomputed
+    and met) still carry the fingerprint of the judge that wrote them: not the pinned one, not the bar claim."""
+    rows = [{**r, "judge_fingerprint": fingerprint} for r in planted([0.85, 0.8, 0.9, 0.82, 0.88, 0.86])]
+    report = run(rows, calibration={**TRUSTED, "judge_fingerprint": fingerprint})
+    c = assert_refused(report, BAR, "judge_mismatch")
+    assert c["blocking_flags"] == ["judge_mismatch"] and c["judge_model"] == REFERENCE.judge
+    assert claim(report, "beats_opponent/policy/gpt-4-0314")["supported"]   # the parity claim needs no bar judge
+
+
 # --------------------------------------------------------------------------- 8. pools
 
 

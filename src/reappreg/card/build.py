@@ -13,7 +13,7 @@ reproduce. It is rendered from ``registry/card_template.md`` (Jinja2) and an
 * the params sections the model was trained with and the GRPO prompt file.
 
 No number is typed by hand: the template's literal text may not contain a digit
-(:func:`check_template` refuses it), and every value is formatted by :func:`fmt` from
+(:func:`check_template` refuses it), and every value is formatted by :func:`~reappreg.evidence.formatting.fmt` from
 one of those files. The claims linter (:func:`lint_claims`) re-derives each claim that
 ``claims.json`` marks supported from ``eval.json`` and the calibration, and refuses the
 card when one is not backed: a bar comparison that only an iid bound clears, a win with
@@ -34,14 +34,16 @@ from typing import TYPE_CHECKING, Any
 
 import yaml
 
-from reappreg.card.evidence import (CLAIM_KEYS, CONDITIONS, EVAL_COLUMNS, Certificate, Evidence, flatten, load_evidence,
+from reappreg.card.evidence import (CLAIM_KEYS, CONDITIONS, EVAL_COLUMNS, Certificate, Evidence, load_evidence,
                                     read_certificate, trust_recomputed)
-from reappreg.card.health import TrainingHealth, training_health
+from reappreg.evidence.health import TrainingHealth, training_health
 from reappreg.card.inputs import CardInputs
 from reappreg.card.labels import calibration_rows, metric_label
 from reappreg.card.meta import (card_body, card_metadata, card_revision, numbers_in, parse_card, source_revision,
                                 validate_card)
 from reappreg.errors import InputError, ReappregError
+from reappreg.evidence.flat import flatten
+from reappreg.evidence.formatting import fmt
 from reappreg.hashing import dvc_md5
 from reappreg.io import read_json
 from reappreg.stats.claims import BLOCKING_FLAGS  # claim flags that can never back a printed claim
@@ -52,26 +54,6 @@ if TYPE_CHECKING:
 
 class ClaimRejected(ReappregError):
     """A claim marked supported is not backed by the metrics it cites."""
-
-
-# --------------------------------------------------------------------------- formatting
-
-
-def fmt(value: Any, decimals: int = 3) -> str:
-    """The one number formatter of the card: ints as ints, floats to ``decimals`` places."""
-    if value is None:
-        return "n/a"
-    if isinstance(value, bool):
-        return "yes" if value else "no"
-    if isinstance(value, int):
-        return str(value)
-    if isinstance(value, float):
-        if not math.isfinite(value):
-            return "n/a"
-        if value != 0 and abs(value) < 10 ** -decimals:
-            return f"{value:.{decimals}g}"  # 1e-05, not 0.000
-        return f"{value:.{decimals}f}"
-    return str(value)
 
 
 # --------------------------------------------------------------------------- linter
@@ -114,14 +96,9 @@ def lint_claims(claims: Sequence[Mapping[str, Any]], eval_metrics: Mapping[str, 
         if claim.get("status") != "confirmed":
             add("supported without confirmation", f"status is {claim.get('status')!r}")
         if claim.get("kind") == "bar":
-            from reappreg.stats.reference import judge_key
-
-            bar_judge = (claim.get("reference_bar") or {}).get("judge")
-            judges = {"the claim's": claim.get("judge_model"), "the calibration's": calibration.get("judge_model")}
-            if not isinstance(bar_judge, str) or any(not isinstance(j, str) or judge_key(j) != judge_key(bar_judge)
-                                                     for j in judges.values()):
-                add("bar claim under another judge", f"the bar was measured with judge {bar_judge!r}; "
-                    + ", ".join(f"{who} judge is {j!r}" for who, j in judges.items()))
+            problem = _bar_judge_problem(claim, calibration)
+            if problem:
+                add("bar claim under another judge", problem)
         blocking = [f for f in claim.get("flags", []) if f in BLOCKING_FLAGS]
         if blocking:
             add("blocking flags", ", ".join(blocking))
@@ -157,6 +134,31 @@ def lint_claims(claims: Sequence[Mapping[str, Any]], eval_metrics: Mapping[str, 
             if key in evidence and not _same(evidence[key], eval_metrics.get(f"{prefix}/{key}")):
                 add("disagrees with eval.json", f"evidence {key}={evidence[key]} but eval.json {prefix}/{key}={eval_metrics.get(f'{prefix}/{key}')}")
     return problems
+
+
+def _bar_judge_problem(claim: Mapping[str, Any], calibration: Mapping[str, Any]) -> str | None:
+    """Why a supported bar claim was not decided by the bar's judge; None when it was.
+
+    A judge is its identity, not its name: the claim's judge fingerprint must BE the identity pinned
+    beside the bar (``reference_bar.judge_identity``, reappreg.evidence.reference), and the calibration
+    must describe that same judge (model and fingerprint), or the trust it lends is another judge's."""
+    from pydantic import ValidationError
+
+    from reappreg.evidence.reference import JudgeIdentity
+
+    pinned_record = (claim.get("reference_bar") or {}).get("judge_identity")
+    try:
+        pinned = JudgeIdentity.model_validate(pinned_record)
+    except ValidationError:
+        return f"the claim records no valid pinned judge identity (reference_bar.judge_identity: {pinned_record!r})"
+    fingerprint = claim.get("judge_fingerprint")
+    if JudgeIdentity.of_fingerprint(fingerprint) != pinned:
+        return f"the bar's judge is {pinned.describe()}; the claim's judge fingerprint is {fingerprint!r}"
+    mine = (claim.get("judge_model"), fingerprint)
+    theirs = (calibration.get("judge_model"), calibration.get("judge_fingerprint"))
+    if mine != theirs:
+        return f"the claim's judge is {mine[0]!r} ({mine[1]!r}), the calibration's is {theirs[0]!r} ({theirs[1]!r})"
+    return None
 
 
 # --------------------------------------------------------------------------- rendering
@@ -293,7 +295,7 @@ def kept_checkpoints(model: Any, evidence: Evidence, steps: Sequence[int]) -> li
     """
     if model.kind != "policy" or model.checkpoints is None or not steps:
         return []
-    from reappreg.eval.conditions import checkpoint_condition
+    from reappreg.settings.conditions import checkpoint_condition
 
     stem = (model.artifact_md5_metric or "train.model_md5").split(".", 1)[0]
     metrics = evidence.policy_metrics
@@ -467,7 +469,7 @@ def render_card(template_text: str, template_source: str, inputs: CardInputs, ev
 # The evidence names (reappreg.card.evidence) are re-exported: callers read a card's inputs from here.
 __all__ = ["CLAIM_KEYS", "CONDITIONS", "EVAL_COLUMNS", "CardBuild", "CardInputs", "Certificate", "ClaimRejected",
            "Evidence", "LintProblem", "TRAINING_STAGE", "TrainingHealth", "calibration_rows", "card_body", "card_comparisons",
-           "card_inputs_for", "card_revision", "check_template", "checkpoint_card_name", "flatten", "fmt",
+           "card_inputs_for", "card_revision", "check_template", "checkpoint_card_name",
            "kept_checkpoints", "lint_claims", "load_evidence", "metric_label", "model_md5", "numbers_in", "parse_card",
            "read_certificate", "render_card", "reproduce_commands", "source_revision", "training_health",
            "trust_recomputed"]

@@ -16,8 +16,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from reappreg.card.health import TrainingHealth, training_health
+from reappreg.evidence.health import TrainingHealth, monitor_healthy, read_metrics_folder, training_health
 from reappreg.errors import InputError
+from reappreg.evidence.flat import flatten
 from reappreg.hashing import dvc_md5
 from reappreg.io import read_json, read_versioned, read_yaml
 
@@ -26,16 +27,6 @@ CLAIM_KEYS = ("claim_id", "statement", "metric_refs", "supported", "status", "re
 # Per-comparison stats shown in the evaluation table, in column order.
 EVAL_COLUMNS = ("win_rate", "n", "iid_low", "cluster_low", "n_eff", "n_clusters")
 CONDITIONS = ("policy", "best_of_n_fresh_pool", "best_of_n_selection_pool")
-
-
-def flatten(obj: Any, prefix: str = "", sep: str = ".") -> dict[str, Any]:
-    """Nested mappings as one ``{"a.b.c": value}`` mapping (the dotted keys cards, gates and tags use)."""
-    if isinstance(obj, Mapping):
-        out: dict[str, Any] = {}
-        for key, value in obj.items():
-            out.update(flatten(value, f"{prefix}{sep}{key}" if prefix else str(key), sep))
-        return out
-    return {prefix: obj}
 
 
 def trust_recomputed(calibration: Mapping[str, Any], eval_metrics: Mapping[str, Any]) -> bool:
@@ -79,7 +70,7 @@ CERTIFICATE_SUMMARY = (
 
 def read_certificate(path: str | os.PathLike) -> Certificate:
     """The guard certificate, normalised (schema ``reappreg.guard.certificate/v2``, see ``reappreg.guard.certificate``)."""
-    from reappreg.guard.certificate import CERTIFICATE_SCHEMA
+    from reappreg.guard.certified import CERTIFICATE_SCHEMA
 
     path = Path(path)
     raw = read_versioned(path, CERTIFICATE_SCHEMA, what="a guard certificate")
@@ -131,17 +122,15 @@ class Evidence:
         return ", ".join(sorted(models)) if models else self.calibration.get("model")
 
     def training_health(self, health: Any, max_completion_length: int | None) -> TrainingHealth:
-        """The card's verdict (monitor AND format-gate AND truncation gates; ``health``: CardHealthSettings).
-        The registry's ``healthy_training`` gate should read ``.verdict == "healthy"`` of this."""
+        """The verdict (monitor AND format-gate AND truncation gates; ``health``: CardHealthSettings), computed
+        once by :func:`reappreg.evidence.health.training_health`: the card, the registry's ``healthy_training``
+        gate, the report and the headline metrics all state this one."""
         return training_health(self.policy_metrics, health, max_completion_length)
 
     @property
     def training_healthy(self) -> bool | None:
         """The training monitor's flag alone (see :meth:`training_health` for the card's verdict)."""
-        flags = [v for k, v in self.policy_metrics.items() if k.rsplit(".", 1)[-1] == "healthy"]
-        if not flags:
-            return None
-        return all(bool(v) for v in flags)
+        return monitor_healthy(self.policy_metrics)
 
     def bar_claim(self, condition: str = "policy") -> dict[str, Any] | None:
         for claim in self.claims:
@@ -170,11 +159,8 @@ def _metrics_folder(folder: str | os.PathLike | None) -> tuple[dict[str, Any], d
     folder = Path(folder)
     if not folder.is_dir():
         raise InputError(f"{folder}: metrics folder not found")
-    flat: dict[str, Any] = {}
-    sources = {}
-    for file in sorted(folder.glob("*.json")):
-        flat.update(flatten(read_json(file), file.stem))
-        sources[f"{folder.name}/{file.name}"] = file
+    flat = read_metrics_folder(folder)  # the same reading the report and the headline metrics use
+    sources = {f"{folder.name}/{file.name}": file for file in sorted(folder.glob("*.json"))}
     return flat, sources
 
 

@@ -7,7 +7,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
-from reappreg.card.health import TrainingHealth
+from reappreg.evidence.health import TrainingHealth
 
 
 @dataclass

@@ -24,8 +24,8 @@ def build_cards(settings: Params, *, models: Path, template: Path, evidence_path
         source_revision,
     )
     from reappreg.errors import InputError
+    from reappreg.evidence.declarations import load_declarations
     from reappreg.io import write_text
-    from reappreg.registry import load_declarations
     from reappreg.tracking import stage_run
 
     decl = load_declarations(models)

@@ -265,7 +265,7 @@ def pull(
     files: RegistryFiles = None,
 ) -> None:
     """Download one registered MLflow Model version, verified against its signed statement; print its card."""
-    from reappreg.registry import parse_spec
+    from reappreg.evidence.declarations import parse_spec
     from reappreg.registry.stage import actor_name, pull_version
     from reappreg.settings import load_params
 

@@ -22,7 +22,7 @@ def report(
     claims: Path = typer.Option(..., "--claims", help="Claims and their status (JSON)"),
     registration: Path = typer.Option(..., "--registration", help="Registration receipt JSON"),
     leakscan: Path = typer.Option(..., "--leakscan", help="Leak scan report JSON"),
-    samples: Path = typer.Option("reports/samples.json", "--samples", help="The policy's sampled answers (JSON)"),
+    samples: Path = typer.Option(..., "--samples", help="The policy's sampled answers (JSON)"),
     html_out: Path = typer.Option(..., "--html", help="HTML page to write"),
     markdown_out: Path = typer.Option(..., "--markdown", help="Markdown twin to write"),
     headline_out: Path = typer.Option(..., "--headline",

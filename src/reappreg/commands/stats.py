@@ -72,7 +72,7 @@ def results_cmd(
     params: Path = typer.Option(Path("params.yaml"), help="Params file"),
 ) -> None:
     """The results table: one row per condition, each bound to its design, with both interval kinds."""
-    from reappreg.eval.results import ResultsFiles
+    from reappreg.stats.results import ResultsFiles
     from reappreg.settings import load_params
     from reappreg.stats.stage import results_stage
 

@@ -10,10 +10,11 @@ construction); this module holds what they are made of:
    run, naming the file and the step (so ``stats`` refuses judgments no signed ``judge`` step
    produced, whatever the tracking store says);
 2. the materials (every dep: code, params file, data, models) are hashed before the command;
-3. after it, the products (every out), and the link -- name, materials, products, command, and
-   an ``environment`` with the trust version, the params sections the stage reads (their
-   values), the profile and the package versions -- is signed (DSSE) and written to
-   ``custody/links/<stage>.link``, the stage's DVC out, so it travels with the data.
+3. after it, the products (every out), and the link -- name, materials, products, command, an
+   ``environment`` with the trust version, the params sections the stage reads (their values),
+   the profile and the package versions, and ``byproducts``: what custody cost and what the stage
+   noted about its run (:mod:`reappreg.custody.notes`: the stats step's looks) -- is signed (DSSE)
+   and written to ``custody/links/<stage>.link``, the stage's DVC out, so it travels with the data.
 
 Outside ``dvc repro`` (a stage command typed by hand, a library call in a test) nothing is
 recorded: a link states what a pipeline step consumed and produced.
@@ -152,16 +153,31 @@ def _environment(root: Path, step: StepPlan, version: Any) -> dict[str, Any]:
     return {"trust": version.as_dict(), "params": values, "profile": params.get("profile", "cpu"), "packages": packages}
 
 
+def canonical_values(value: Any) -> Any:
+    """``value`` as in-toto's canonical JSON can hold it: that encoding has no floats (securesystemslib
+    refuses a link with one, so a link whose params or byproducts held ``0.95`` could not be signed), so
+    every float is written as its shortest decimal string (``"0.95"``; ``float()`` reads it back
+    exactly); everything else is kept."""
+    if isinstance(value, float):
+        return repr(value)
+    if isinstance(value, dict):
+        return {str(k): canonical_values(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [canonical_values(v) for v in value]
+    return value
+
+
 def sign_link(signing: Signing, name: str, *, materials: dict, products: dict, command: list[str],
               environment: dict[str, Any], byproducts: dict[str, Any] | None = None) -> bytes:
-    """An in-toto link as a DSSE envelope signed by every key of ``signing``."""
+    """An in-toto link as a DSSE envelope signed by every key of ``signing`` (floats in ``environment`` and
+    ``byproducts`` as decimal strings: :func:`canonical_values`)."""
     from in_toto.models.link import Link
     from in_toto.models.metadata import Envelope
 
     from reappreg.trust.keys import crypto_signer
 
-    link = Link(name=name, materials=materials, products=products, byproducts=byproducts or {}, command=command,
-                environment=environment)
+    link = Link(name=name, materials=materials, products=products, byproducts=canonical_values(byproducts or {}),
+                command=command, environment=canonical_values(environment))
     envelope = Envelope.from_signable(link)
     for key in signing.keys:
         envelope.create_signature(crypto_signer(key))
@@ -188,5 +204,5 @@ def _log_to_run(path: Path) -> None:
         mlflow.MlflowClient().log_artifact(run.info.run_id, str(path), "custody")
 
 
-__all__ = ["CustodyError", "Signing", "check_consumed", "load_link", "pipeline_signing", "record",
+__all__ = ["CustodyError", "Signing", "canonical_values", "check_consumed", "load_link", "pipeline_signing", "record",
            "sign_link", "verify_link"]

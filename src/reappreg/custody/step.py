@@ -9,6 +9,7 @@ import os
 from dataclasses import dataclass
 from pathlib import Path
 
+from reappreg.custody import notes
 from reappreg.custody.layout import ensure_local_layout
 from reappreg.custody.links import (
     ROOT_ENV,
@@ -46,8 +47,9 @@ class StepRun:
         with _in(self.root):
             products = record(self.step.products)
         environment = _environment(self.root, self.step, self.signing.version)
-        # What custody cost this step (benchmarks/custody_bench.py adds them up against the stages' time).
-        byproducts = {"custody_seconds": round(self.begin_s + time.perf_counter() - started, 3)}
+        # What the stage noted about its run (custody.notes: the stats step's looks), and what custody
+        # cost this step (benchmarks/custody_bench.py adds them up against the stages' time).
+        byproducts = {**notes.take(), "custody_seconds": round(self.begin_s + time.perf_counter() - started, 3)}
         data = sign_link(self.signing, self.step.name, materials=self.materials, products=products,
                          command=["reappreg", *self.argv], environment=environment, byproducts=byproducts)
         path = self.root / link_path(self.step.name)
@@ -74,6 +76,7 @@ def begin_step(argv: list[str]) -> StepRun | None:
     with _in(root):
         materials = record(step.materials)
     check_consumed(root, template, step, materials, signing.trust, signing.version.origin)
+    notes.begin()
     return StepRun(root, step, signing, materials, list(argv), time.perf_counter() - started)
 
 

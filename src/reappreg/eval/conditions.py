@@ -2,12 +2,12 @@
 
 Every condition is judged against the bar opponent (GPT-4-0314) with the same judge, prompt
 and protocol as the ``policy`` condition, so its judgments follow the same row contract
-(``reappreg.judge.contests``) and the results table (``reappreg.eval.results``) reads them alike.
+(``reappreg.judge.contests``) and the results table (``reappreg.stats.results``) reads them alike.
 
 * **Model conditions** (``stats.model_conditions``): a policy folder ``models/policy/<name>``
   (the CPU default: ``base``, the untrained base) answers through ``reappreg generate run``.
 * **Checkpoint conditions** (``policy.train.checkpoint_steps``): each kept GRPO checkpoint
-  ``models/policy/checkpoints/step_<n>`` is the condition ``policy-step-<n>`` (:func:`checkpoint_condition`),
+  ``models/policy/checkpoints/step_<n>`` is the condition ``policy-step-<n>`` (``reappreg.settings.conditions``),
   generated and judged exactly like the final model, so the table has a row per checkpoint.
 * **Reference conditions** (``stats.reference_conditions``): a file of answers somebody
   else's model wrote (one JSON object a line: ``vignette_id``, ``text``, ``source``), e.g. a
@@ -39,16 +39,6 @@ from reappreg.errors import InputError
 from reappreg.settings.guard import GuardSettings
 
 REFERENCE_KEYS = ("vignette_id", "text", "source")
-# Condition (and data/eval/conditions/ folder) of a kept GRPO checkpoint: policy-step-<n>.
-CHECKPOINT_PREFIX = "policy-step-"
-
-
-def checkpoint_condition(step: int) -> str:
-    """The condition name of the kept checkpoint at GRPO step ``step`` (its results rows, its card)."""
-    if isinstance(step, bool) or not isinstance(step, int) or step < 1:
-        raise InputError(f"checkpoint step must be a positive integer, got {step!r}")
-    return f"{CHECKPOINT_PREFIX}{step}"
-
 MAX_EXAMPLES = 5
 
 
@@ -201,5 +191,5 @@ def check_fresh_scenarios(set_name: str, vignettes: Sequence[Mapping[str, Any]],
     return {**_refuse_hits(hits, f"off-distribution set {set_name!r}", len(protected), training_specs), "ood": True}
 
 
-__all__ = ["CHECKPOINT_PREFIX", "REFERENCE_KEYS", "checkpoint_condition", "check_fresh_scenarios", "declared_condition", "guard_hits", "load_situation_csv", "read_reference_answers",
+__all__ = ["REFERENCE_KEYS", "check_fresh_scenarios", "declared_condition", "guard_hits", "load_situation_csv", "read_reference_answers",
            "reference_generations"]

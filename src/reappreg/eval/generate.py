@@ -46,6 +46,10 @@ Plain samples (``selection: none``) are always generated as well.
   ``selection_pool``: on a pool's winner, the generation ids of all N candidates
 - ``rm_score``: the RM ensemble reward of the answer (null when no RM was used)
 - ``backend``, ``model``, ``prompt_sha256``, ``max_new_tokens``, ``temperature``, ``top_p``
+- ``model_md5``: the policy's identity, ``md5:<DVC md5>`` of the model folder the answers came
+  from (:func:`reappreg.lm.model_fingerprint`, the md5 ``dvc.lock`` and the training metrics
+  record): the stats stage counts its looks at a policy by it (``reappreg.stats.looks``),
+  whatever vignettes, evals, samples or seeds a run used
 """
 
 from __future__ import annotations
@@ -59,7 +63,7 @@ from typing import Any, Protocol
 import numpy as np
 
 from reappreg.errors import InputError
-from reappreg.lm import load_causal_lm, load_tokenizer, resolve_model
+from reappreg.lm import load_causal_lm, load_tokenizer, model_fingerprint, resolve_model
 from reappreg.eval.plan import POOLS, Sample, plan_samples, sampling_seed, select_vignettes
 from reappreg.settings.generate import GenerateSettings
 
@@ -76,6 +80,7 @@ class Completion:
 class Generator(Protocol):
     backend: str
     model: str
+    model_md5: str   # the policy's identity (every generation records it)
 
     @property
     def tokenizer(self) -> Any: ...
@@ -134,6 +139,14 @@ class TransformersGenerator:
         self.device = device
         self._tokenizer = None
         self._model = None
+        self._md5: str | None = None
+
+    @property
+    def model_md5(self) -> str:
+        """The policy's identity: DVC md5 of its folder (every byte read once, then cached)."""
+        if self._md5 is None:
+            self._md5 = model_fingerprint(self.location)
+        return self._md5
 
     @property
     def tokenizer(self):
@@ -192,10 +205,19 @@ class VllmGenerator:
 
     def __init__(self, model_path: str | os.PathLike, config: GenerateSettings):
         os.environ.setdefault("HF_HUB_OFFLINE", "1")
-        self.path = resolve_model(model_path, "generate: policy").path
+        self.location = resolve_model(model_path, "generate: policy")
+        self.path = self.location.path
         self.model = str(model_path)
         self.config = config
         self._llm = None
+        self._md5: str | None = None
+
+    @property
+    def model_md5(self) -> str:
+        """The policy's identity: DVC md5 of its folder (every byte read once, then cached)."""
+        if self._md5 is None:
+            self._md5 = model_fingerprint(self.location)
+        return self._md5
 
     def _engine(self):
         if self._llm is None:
@@ -261,6 +283,7 @@ def generate_evaluations(vignettes: Sequence[dict], generator: Any, config: Gene
     if missing_close_tag not in ("penalize", "score_whole"):
         raise InputError(f"missing_close_tag must be 'penalize' or 'score_whole', got {missing_close_tag!r}")
     by_id = {v["vignette_id"]: v for v in vignettes}
+    model_md5 = generator.model_md5
     prompts = {vid: render_prompt(generator.tokenizer, v["scenario"], template) for vid, v in by_id.items()}
     samples = plan_samples(list(by_id), config, id_prefix)
     completions = generator.generate([prompts[x.vignette_id] for x in samples], samples, progress=progress)
@@ -296,6 +319,7 @@ def generate_evaluations(vignettes: Sequence[dict], generator: Any, config: Gene
             "rm_score": None,
             "backend": generator.backend,
             "model": generator.model,
+            "model_md5": model_md5,
             "prompt_sha256": hashlib.sha256(prompts[sample.vignette_id].encode("utf-8")).hexdigest(),
             "max_new_tokens": config.max_new_tokens,
             "temperature": config.temperature,

@@ -17,6 +17,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from reappreg.errors import InputError
+from reappreg.settings.conditions import FRESH_PREFIX
 from reappreg.settings.generate import GenerateSettings
 
 POOLS = {
@@ -58,7 +59,7 @@ def sampling_seed(base_seed: int, selection: str, eval_k: int, vignette_id: str,
 def fresh_pool_prefix(seed: int) -> str:
     """The id prefix of a fresh confirmation pool drawn with ``seed`` (``stats.fresh_pools``):
     its generations are new sequences, so they never carry the selection pool's ids."""
-    return f"fresh-s{seed}-"
+    return f"{FRESH_PREFIX}s{seed}-"
 
 
 def plan_samples(vignette_ids: Sequence[str], config: GenerateSettings, id_prefix: str = "") -> list[Sample]:

@@ -170,10 +170,11 @@ def samples(params: Params, files: SamplesFiles) -> Sampled:
     from reappreg.io import write_json
     from reappreg.policy.reward import EnsembleReward
     from reappreg.rm.ensemble import load_ensemble
+    from reappreg.settings.conditions import checkpoint_condition
 
     f = files
     # Model conditions only: a reference condition's answers are held out like the bar's.
-    names = [*params.stats.model_conditions, *(f"policy-step-{n}" for n in params.policy.train.checkpoint_steps)]
+    names = [*params.stats.model_conditions, *(checkpoint_condition(n) for n in params.policy.train.checkpoint_steps)]
     conditions = model_conditions(f.generations, f.judgments, f.conditions_dir, names)
     reward = EnsembleReward(load_ensemble(f.ensemble), params.policy.reward)
     result = collect_samples(conditions, reward, params.report.samples_per_vignette)

@@ -111,6 +111,9 @@ def audit(
     if detectors_section(settings) != detectors:
         report.problems.append("certificate detector settings do not round-trip (edited or from another version): "
                                f"certified {detectors}, re-checking would use {detectors_section(settings)}")
+    settings = _with_reference(report, settings, heldout_c.get("stock"), root)
+    if settings is None:
+        return report
     tokenizers = _audit_tokenizers(report, cert.get("tokenizers", []), root)
     if tokenizers is None:
         return report
@@ -198,6 +201,25 @@ def audit(
                 if sketch_digest(rebuilt) != sketch_digest(load_sketch(sketch_file)):
                     report.problems.append(f"sketch {cert['sketch']['path']} is not the sketch of the certified held-out set")
     return report
+
+
+def _with_reference(report: AuditReport, settings, certified: dict | None, root: Path):
+    """The settings with the stock weighting's reference corpus (``stock.reference``) found
+    under ``root``, when its md5 is the certified one (None: cannot re-check: the weights would
+    differ, and with them every score)."""
+    if settings.stock.reference is None:
+        return settings
+    recorded = (certified or {}).get("reference") or {}
+    path = root / settings.stock.reference
+    if not path.is_file():
+        report.problems.append(f"stock reference corpus {settings.stock.reference} is missing: the stock weights "
+                               "cannot be re-derived")
+        return None
+    if dvc_md5(path) != recorded.get("md5"):
+        report.problems.append(f"stock reference corpus {settings.stock.reference} has md5 {dvc_md5(path)}, the "
+                               f"certificate says {recorded.get('md5')} (changed since certified)")
+        return None
+    return settings.model_copy(update={"stock": settings.stock.model_copy(update={"reference": str(path)})})
 
 
 def _audit_tokenizers(report: AuditReport, entries: Sequence[dict], root: Path) -> list[TokenizerView] | None:

@@ -40,25 +40,16 @@ from __future__ import annotations
 import platform
 from collections.abc import Sequence
 from importlib import metadata
-from pathlib import Path
 from typing import Any
 
 from reappreg.errors import InputError
+from reappreg.guard.certified import CERTIFICATE_SCHEMA, read_certificate, require_certified
 from reappreg.guard.hashing import FastHasher
-from reappreg.guard.registry import settings_from_record, settings_record
-from reappreg.hashing import dvc_md5
-from reappreg.io import read_json
+from reappreg.guard.registry import REGISTERED, settings_from_record, settings_record
 from reappreg.settings.guard import GuardSettings
 
-CERTIFICATE_SCHEMA = "reappreg.guard.certificate/v2"
-
-
-def read_certificate(certificate_path: str | Path) -> dict[str, Any]:
-    """A guard certificate (InputError for anything else)."""
-    raw = read_json(certificate_path)
-    if not isinstance(raw, dict) or raw.get("schema") != CERTIFICATE_SCHEMA:
-        raise InputError(f"{certificate_path}: not a guard certificate (expected schema '{CERTIFICATE_SCHEMA}')")
-    return raw
+__all__ = ["CERTIFICATE_SCHEMA", "detector_rows", "detectors_section", "read_certificate", "require_certified",
+           "settings_from_certificate", "sketch_tokenizers", "versions"]
 
 
 def detectors_section(settings: GuardSettings) -> dict[str, Any]:
@@ -95,30 +86,8 @@ def sketch_tokenizers(entries: Sequence[dict]) -> list[dict]:
     return [{"name": e["name"], "files_sha256": e["files_sha256"]} for e in entries]
 
 
-def require_certified(certificate_path: str | Path, text_inputs: dict[str, str | Path]) -> dict:
-    """Refuse to train unless the guard passed and certified these exact text files.
-
-    Every training stage calls this. Each input's current md5 must equal the md5 of a
-    guarded copy listed in the certificate (compared by content, so the check does not
-    depend on where the files are). Returns the certificate.
-    """
-    from reappreg.errors import GuardViolation
-
-    raw = read_certificate(certificate_path)
-    if raw.get("result") != "pass":
-        raise GuardViolation(f"{certificate_path}: the separation guard did not pass (result {raw.get('result')!r}); not training")
-    entries = raw.get("training")
-    if not isinstance(entries, list):
-        raise InputError(f"{certificate_path}: 'training' must list the guarded sources")
-    certified = set()
-    for entry in entries:
-        if not isinstance(entry, dict) or not entry.get("guarded_md5"):
-            raise InputError(f"{certificate_path}: a 'training' entry of a passing certificate lacks 'guarded_md5'")
-        certified.add(str(entry["guarded_md5"]))
-    for name, path in text_inputs.items():
-        md5 = dvc_md5(path)
-        if md5 not in certified:
-            raise GuardViolation(
-                f"{path} ({name}, md5 {md5}) is not a guarded copy certified by {certificate_path}; re-run the guard"
-            )
-    return raw
+def detector_rows() -> list[dict[str, Any]]:
+    """The certificate's ``detector_rows``: each registered detector's row in the report's
+    detector table (what it matches, which recorded settings to show), declared by the
+    detector itself, so the report renders every detector the run had without importing one."""
+    return [d.report_row() for d in REGISTERED]

@@ -14,6 +14,7 @@ from reappreg.guard.containment import containment_hits
 from reappreg.guard.detector import Batch, Detector, RawHit
 from reappreg.guard.grams import GramTable
 from reappreg.guard.spans import letter_spans
+from reappreg.settings.guard import CharsSettings
 
 if TYPE_CHECKING:
     from reappreg.guard.detector import DetectorIndex
@@ -21,13 +22,22 @@ if TYPE_CHECKING:
 
 class CharsDetector(Detector):
     name = "chars"
+    settings_model = CharsSettings
+    label = "character n-grams"
+    shown = ("n", "min_run", "containment")
+
+    stock_part = "letter_sets"
+
+    def gram_keys(self, texts) -> tuple:
+        return texts.letter_grams
 
     def build(self, answers) -> dict[str, Any]:
-        return {"letter_sets": answers.sets(*answers.letter_grams)}
+        return {"letter_sets": answers.sets(*self.gram_keys(answers))}
 
     def derive(self, index: DetectorIndex) -> None:
-        # the letter windows' table; ``fragments`` reads it too
+        # the letter windows' table (with their stock weights); ``fragments`` reads it too
         index.letters = GramTable(index.letter_sets, index.letter_counts)
+        self.weigh(index, index.letters)
 
     def scan(self, index: DetectorIndex, batch: Batch, max_shared: int) -> tuple[list[RawHit], list[list[str]]]:
         s = index.settings.chars

@@ -1,5 +1,6 @@
 """Exact containment of held-out grams in texts: the scoring the ``ngram`` and ``chars``
-detectors share (sorted-key joins, longest shared runs, containment inside the best stretch)."""
+detectors share (sorted-key joins, longest shared runs, containment inside the best stretch),
+every shared gram counted at its stock weight (``stock``; ``GramTable.weights``)."""
 
 from __future__ import annotations
 
@@ -21,25 +22,32 @@ def letters_per_text(texts: np.ndarray, places: np.ndarray, n: int) -> tuple[np.
     return unique, np.add.reduceat(step, start)
 
 
-def _longest_runs(member: np.ndarray) -> np.ndarray:
-    """Longest run of True down each column of a (positions x answers) boolean matrix."""
+def _longest_runs(member: np.ndarray, weights: np.ndarray | None = None) -> np.ndarray:
+    """Longest run of True down each column of a (positions x answers) boolean matrix, each
+    position counted at its weight (``weights``, per row; 1 without)."""
     if not len(member):
-        return np.zeros(member.shape[1], dtype=np.int64)
+        return np.zeros(member.shape[1], dtype=np.float64)
     idx = np.arange(len(member))[:, None]
+    w = member.astype(np.float64) if weights is None else member * np.asarray(weights, dtype=np.float64)[:, None]
+    total = np.vstack([np.zeros((1, member.shape[1])), np.cumsum(w, axis=0)])  # total[i] = sum of rows < i
     last_false = np.maximum.accumulate(np.where(member, -1, idx), axis=0)
-    return (idx - last_false).max(axis=0)
+    run = total[idx[:, 0] + 1] - np.take_along_axis(total, last_false + 1, axis=0)
+    return run.max(axis=0)
 
 
-def _local_containment(member: np.ndarray, keys: np.ndarray, lengths: np.ndarray, counts: np.ndarray, *,
-                       n: int, span: float, letter_coverage: bool) -> np.ndarray:
+def _local_containment(member: np.ndarray, keys: np.ndarray, place_weights: np.ndarray, lengths: np.ndarray,
+                       answer_weight: np.ndarray, mean_weight: np.ndarray, *, n: int, span: float,
+                       letter_coverage: bool) -> np.ndarray:
     """Per column of ``member`` (text positions x answers): the containment inside the best
     stretch of the text ``span`` times the answer's length.
 
     Stretches start at every multiple of the answer's length L and are ``span * L`` long, so
     any part of the text up to ``(span - 1) * L`` long lies whole inside one of them (a
     copy with inserted words or filler around it included). Inside a stretch each distinct
-    gram counts once (at its first place there): distinct shared grams over the answer's
-    grams, or with ``letter_coverage`` the answer's letters covered by distinct shared windows.
+    gram counts once (at its first place there), at its stock weight (``place_weights``: the
+    weight of the gram at each text position): the shared grams' weight over the answer's
+    (``answer_weight``), or with ``letter_coverage`` the letters the distinct shared windows
+    cover, times their mean weight, over the answer's letters times its windows' mean weight.
     """
     out = np.zeros(member.shape[1])
     for c in range(member.shape[1]):
@@ -58,12 +66,15 @@ def _local_containment(member: np.ndarray, keys: np.ndarray, lengths: np.ndarray
         first = np.ones(len(k), dtype=bool)
         first[1:] = (k[1:] != k[:-1]) | (key[1:] != key[:-1])
         k, p = k[first], p[first]
+        w = place_weights[p]
         if letter_coverage:
             order = np.lexsort((p, k))
-            _, letters = letters_per_text(k[order], p[order], n)
-            out[c] = min(letters.max() / max(int(lengths[c]), 1), 1.0)
+            stretches, letters = letters_per_text(k[order], p[order], n)
+            mean_w = np.bincount(k, weights=w)[stretches] / np.bincount(k)[stretches]
+            denominator = max(int(lengths[c]), 1) * max(float(mean_weight[c]), 1e-12)
+            out[c] = min(float((letters * mean_w).max()) / denominator, 1.0)
         else:
-            out[c] = np.bincount(k).max() / max(int(counts[c]), 1)
+            out[c] = min(float(np.bincount(k, weights=w).max()) / max(float(answer_weight[c]), 1e-12), 1.0)
     return out
 
 
@@ -76,7 +87,9 @@ def containment_hits(table: GramTable, n_texts: int, grams: np.ndarray, offsets:
     ``letter_coverage`` the fraction of the answer's letters that lie inside shared windows,
     so pieces of an answer spread through a text add up to what they cover; both counted
     inside the best stretch of ``span`` times the answer's length (``_local_containment``),
-    so phrases shared with a long document far apart never add up.
+    so phrases shared with a long document far apart never add up, and both by stock weight
+    (``stock``): a gram of stock phrasing shared counts for its weight. A shared run is as
+    long as the weight of its grams plus ``n - 1``.
     """
     from scipy.sparse import csr_matrix
 
@@ -90,18 +103,21 @@ def containment_hits(table: GramTable, n_texts: int, grams: np.ndarray, offsets:
     distinct = positions.copy()
     distinct.data[:] = 1  # a repeated gram in the text counts once
     shared_csr = distinct @ table.matrix
+    weighted_csr = distinct @ table.weighted
+    _check_aligned(weighted_csr, shared_csr)
     shared = shared_csr.tocoo()  # entries in CSR order (row by row)
     if letter_coverage:
-        # a window covers at most n letters: pairs that cannot reach the threshold are skipped
-        need_score = shared.data * n >= containment * table.lengths[shared.col]
+        # a window covers at most n letters at weight at most 1: pairs that cannot reach the
+        # threshold are skipped
+        need_score = shared.data * n >= containment * table.lengths[shared.col] * table.mean_weight[shared.col]
         score = np.zeros(len(shared.data))
     else:
-        with np.errstate(divide="ignore", invalid="ignore"):
-            score = shared.data / table.counts[shared.col]
+        # the shared grams' weight over the whole text bounds the weight in any stretch
+        score = weighted_csr.data / np.maximum(table.answer_weight[shared.col], 1e-12)
         need_score = np.zeros(len(shared.data), dtype=bool)
     # Longest shared run for every pair that is a hit by containment or could be one by run:
-    # a run of R units is R - n + 1 consecutive matched positions, so only pairs with at
-    # least that many matched positions (counted with multiplicity) can have one.
+    # a run of R units is R - n + 1 consecutive matched positions (weight at most 1 each), so
+    # only pairs with at least that many matched positions (with multiplicity) can have one.
     run_needed = (score >= containment) | need_score
     if min_run:
         need = max(min_run - n + 1, 1)
@@ -109,10 +125,9 @@ def containment_hits(table: GramTable, n_texts: int, grams: np.ndarray, offsets:
         # `positions` and `distinct` share one sparsity structure, so the two products do too
         # and their entries align one to one; checked, because the alignment is what makes
         # this right.
-        if not (np.array_equal(with_mult.indptr, shared_csr.indptr) and np.array_equal(with_mult.indices, shared_csr.indices)):
-            raise RuntimeError("guard: gram count matrices lost alignment (scipy sparse behaviour changed)")
+        _check_aligned(with_mult, shared_csr)
         run_needed |= with_mult.data >= need
-    longest = np.zeros(len(shared.data), dtype=np.int64)
+    longest = np.zeros(len(shared.data), dtype=np.float64)
     candidate = np.flatnonzero(run_needed)  # row-major order: grouped by text
     groups = np.split(candidate, np.flatnonzero(np.diff(shared.row[candidate])) + 1) if len(candidate) else []
     for js in groups:
@@ -122,15 +137,22 @@ def containment_hits(table: GramTable, n_texts: int, grams: np.ndarray, offsets:
         member = np.zeros((hi - lo, len(js)), dtype=bool)
         present = np.flatnonzero(matched[lo:hi])
         member[present] = table.matrix[pos[lo:hi][present]][:, cols].toarray() > 0
-        runs = _longest_runs(member)
-        units = np.where(runs > 0, runs + n - 1, 0)
+        place_weights = np.where(matched[lo:hi], table.weights[pos[lo:hi]], 0.0)
+        runs = _longest_runs(member, place_weights)
+        units = np.where(runs > 0, runs + n - 1, 0.0)
         longest[js] = np.minimum(units, table.lengths[cols])
-        score[js] = _local_containment(member, grams[lo:hi], table.lengths[cols], table.counts[cols], n=n,
-                                       span=span, letter_coverage=letter_coverage)
+        score[js] = _local_containment(member, grams[lo:hi], place_weights, table.lengths[cols],
+                                       table.answer_weight[cols], table.mean_weight[cols], n=n, span=span,
+                                       letter_coverage=letter_coverage)
     by_containment = score >= containment
     by_run = longest >= min_run if min_run else np.zeros(len(longest), dtype=bool)
     return [
         (int(shared.row[j]), int(shared.col[j]), detector, float(score[j]),
-         "containment" if by_containment[j] else "min_run", int(shared.data[j]), int(longest[j]))
+         "containment" if by_containment[j] else "min_run", int(shared.data[j]), int(np.floor(longest[j] + 1e-9)))
         for j in np.flatnonzero(by_containment | by_run)
     ]
+
+
+def _check_aligned(product, reference) -> None:
+    if not (np.array_equal(product.indptr, reference.indptr) and np.array_equal(product.indices, reference.indices)):
+        raise RuntimeError("guard: gram count matrices lost alignment (scipy sparse behaviour changed)")

@@ -36,7 +36,9 @@ from typing import Any
 import numpy as np
 
 from reappreg.errors import InputError
+from reappreg.guard.attribution import attribute
 from reappreg.guard.decode import decode_views
+from reappreg.guard.decode import warm as warm_decoders
 from reappreg.guard.detector import TEXT_VIEW, Batch, GroupContext, Hit, RawHit
 from reappreg.guard.fragments import Group
 from reappreg.guard.index import AnswerMeta, HeldoutIndex, TextView
@@ -73,6 +75,9 @@ class ScanResult:
     # index; ``fragments``: (text index, held-out letter-gram position, place in the text))
     collected: dict[str, np.ndarray]
     spans: list[list[str]] = field(default_factory=list)  # shared passages per hit (with max_shared > 0)
+    # per hit: the answers its matched text is closest to and the separation (``attribution``),
+    # computed where the text is (in the worker), with ``attributed``
+    attributed: list[tuple[list[str], float | None]] = field(default_factory=list)
     # The texts scanned after the inputs: view round trips that change an input's words, each
     # with its input's index and its view. Hits and ``collected`` index the inputs, then these.
     extra: list[str] = field(default_factory=list)
@@ -128,6 +133,9 @@ def _scan_chunk(index: HeldoutIndex, texts: list[str], views: Sequence[TextView]
     """``_scan`` of ``texts`` and of their view round trips (``_expand_views``)."""
     scanned, source, view_of, normalised = _expand_views(texts, views)
     result = _scan(index, scanned, max_shared, normalised)
+    pairs = list(dict.fromkeys((h[0], h[1]) for h in result.hits))  # one attribution per (text, answer)
+    found = dict(zip(pairs, attribute(index, scanned, [((t,), a) for t, a in pairs])))
+    result.attributed = [found[(h[0], h[1])] for h in result.hits]
     n = len(texts)
     result.extra, result.extra_of, result.extra_view = scanned[n:], source[n:], view_of[n:]
     return result
@@ -183,6 +191,7 @@ def scan_batches(index: HeldoutIndex, texts: Sequence[str], *, views: Sequence[T
             if progress:
                 progress(len(chunk))
     else:
+        warm_decoders()  # built once here, shared by the forked workers
         _WORKER_INDEX, _WORKER_VIEWS = index, views
         if views:
             # The tokenizers ran threaded for the index; a forked worker then switches their
@@ -207,7 +216,7 @@ def _merge(results: dict[int, ScanResult], n: int, max_shared: int) -> ScanResul
     """One ``ScanResult`` of ``n`` inputs from the chunks' (keyed by their first input), in
     chunk order: an input keeps its global index, the extra texts follow every input."""
     merged = ScanResult([], {})
-    found: list[tuple[RawHit, list[str]]] = []
+    found: list[tuple[RawHit, list[str], tuple]] = []
     collected: dict[str, list[np.ndarray]] = {d.name: [np.zeros((3, 0), dtype=np.int64)] for d in REGISTERED if d.groupwise}
     starts = sorted(results)
     for start, end in zip(starts, [*starts[1:], n]):
@@ -216,7 +225,9 @@ def _merge(results: dict[int, ScanResult], n: int, max_shared: int) -> ScanResul
         shift = (start, end - start, n + len(merged.extra))
         spans = result.spans or [[] for _ in result.hits]
         places = _global_index(np.array([h[0] for h in result.hits], dtype=np.int64), *shift).tolist()
-        found += [((place, *rest), shared) for place, (_, *rest), shared in zip(places, result.hits, spans)]
+        attributed = result.attributed or [([], None)] * len(result.hits)
+        found += [((place, *rest), shared, closest)
+                  for place, (_, *rest), shared, closest in zip(places, result.hits, spans, attributed)]
         for name, state in result.collected.items():
             collected[name].append(np.vstack([_global_index(state[0], *shift), state[1:]]))
         merged.extra += result.extra
@@ -226,8 +237,9 @@ def _merge(results: dict[int, ScanResult], n: int, max_shared: int) -> ScanResul
     for name, parts in collected.items():
         state = np.concatenate(parts, axis=1)
         merged.collected[name] = state[:, np.lexsort((state[2], state[0]))]
-    merged.hits = [hit for hit, _ in found]
-    merged.spans = [shared for _, shared in found] if max_shared else []
+    merged.hits = [hit for hit, _, _ in found]
+    merged.spans = [shared for _, shared, _ in found] if max_shared else []
+    merged.attributed = [closest for _, _, closest in found]
     return merged
 
 
@@ -303,12 +315,17 @@ def check_units(
         if current is None or (hit.score, hit.view == TEXT_VIEW) > (current.score, current.view == TEXT_VIEW):
             best[key] = hit
 
-    for (ti, ai, detector, score, reason, shared_count, longest_run), shared in zip(result.hits, result.spans or [[]] * len(result.hits)):
+    # every per-text hit names the answers its matched text is closest to (``attribution``,
+    # computed in the scan; groupwise detectors attribute their own hits)
+    attributed = result.attributed or [([], None)] * len(result.hits)
+    for (ti, ai, detector, score, reason, shared_count, longest_run), shared, (closest, separation) in zip(
+            result.hits, result.spans or [[]] * len(result.hits), attributed):
         unit, meta = units[unit_of[ti]], index.answers[ai]
         hit = Hit(source=unit.source, record_id=unit.record_id, field=unit.field, answer_id=meta.answer_id,
                   answer_source=meta.source, detector=detector, score=score, threshold=thresholds[detector],
                   reason=reason, shared_count=shared_count, longest_run=longest_run,
-                  answer_grams=BY_NAME[detector].answer_grams(index, ai), view=view_of[ti], shared=shared)
+                  answer_grams=BY_NAME[detector].answer_grams(index, ai), view=view_of[ti], shared=shared,
+                  closest=closest, separation=separation)
         offer((unit.source, unit.record_id, unit.field, meta.answer_id, detector), hit)
 
     if groups:

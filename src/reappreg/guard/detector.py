@@ -3,8 +3,12 @@
 A detector is one class in one module of ``reappreg.guard`` (``ngram``, ``minhash``,
 ``chars``, ``fragments``, ``edits``), registered in ``registry.REGISTERED``. It names:
 
-* ``name``: its name in hits, counts, the certificate and the sketch (and its params
-  section ``guard.<name>``, a ``settings.guard`` section model);
+* ``name``: its name in hits, counts, the certificate and the sketch;
+* ``settings_model``: its params section, ``guard.<name>``, a ``settings.guard.DetectorSection``
+  (``GuardSettings`` has a field of that name and type; ``registry`` refuses to load otherwise);
+* ``label`` / ``shown``: its row in the report's detector table (what it matches, which of
+  its settings the row shows), recorded in the certificate (``detector_rows``) so the report
+  renders what the run declared without importing a detector;
 * ``record`` / ``read_record``: what the certificate and the sketch record of its settings
   under ``detectors.<name>`` (the section's values plus anything derived, such as the LSH
   error rates or a version), and reading that back for an audit (complete, same version);
@@ -60,6 +64,8 @@ class DetectorIndex(Protocol):
     answers: list[AnswerMeta]
     token_counts: list[int]
     letter_counts: list[int]
+    reference: Any            # the honest reference corpus's counts (``stock.Reference``) or None
+    stock_tables: dict[str, Any]
 
     def __getattr__(self, name: str) -> Any: ...
 
@@ -87,6 +93,10 @@ class Hit:
     members: list[str] = field(default_factory=list)  # fragments: the records that together hold it
     shared: list[str] = field(default_factory=list)   # shared passages, normalised words, in text order
     group: str | None = None  # fragments: the group ("author_id=a7", "file") whose records hold it
+    # attribution (``attribution``): every answer the matched text is closest to (this one among
+    # them; two that match equally both), and the share of the matched text only they hold
+    closest: list[str] = field(default_factory=list)
+    separation: float | None = None
 
     def to_record(self, with_shared: bool = True) -> dict[str, Any]:
         record = asdict(self)
@@ -171,11 +181,18 @@ class Batch:
 
 
 class Detector:
-    """One detector (see the module docstring); subclasses set ``name`` and override."""
+    """One detector (see the module docstring); subclasses set ``name``, ``settings_model``,
+    ``label`` and ``shown``, and override."""
 
     name: ClassVar[str]
+    settings_model: ClassVar[type]           # its params section (a settings.guard.DetectorSection)
+    label: ClassVar[str]                     # what it matches, as the report's detector table says
+    shown: ClassVar[tuple[str, ...]]         # the recorded settings that row shows
     derived: ClassVar[tuple[str, ...]] = ()  # recorded keys computed from the settings (not params)
     groupwise: ClassVar[bool] = False        # hits from groups of records (``collect`` per batch), not per text
+    # the field of its index part whose per-answer key sets carry stock weights (``stock``;
+    # ``gram_keys`` gives the same kind of keys for other texts, the reference corpus), or None
+    stock_part: ClassVar[str | None] = None
 
     # -- settings, as params give them and as the certificate and sketch record them
 
@@ -194,7 +211,7 @@ class Detector:
     def read_record(self, entry: Any, source: str) -> dict[str, Any]:
         """The section's values from a recorded ``detectors.<name>``: every field present, no
         unknown key, derived keys of this version (InputError otherwise)."""
-        fields = type(self.section_model()).model_fields
+        fields = self.settings_model.model_fields
         if not isinstance(entry, dict):
             raise InputError(f"{source}: guard detector settings incomplete: 'detectors.{self.name}' is missing or not a mapping")
         missing = [f for f in fields if f not in entry] + [d for d in self.derived if d not in entry]
@@ -203,10 +220,9 @@ class Detector:
         self.check_derived(entry, source)
         return {k: v for k, v in entry.items() if k not in self.derived}
 
-    def section_model(self) -> Any:
-        from reappreg.settings.guard import GuardSettings
-
-        return self.section(GuardSettings())
+    def report_row(self) -> dict[str, Any]:
+        """Its row in the report's detector table, as the certificate records it."""
+        return {"detector": self.name, "what": self.label, "shown": list(self.shown)}
 
     # -- its part of the held-out index
 
@@ -219,6 +235,19 @@ class Detector:
     def derive(self, index: DetectorIndex) -> None:
         """Set on ``index`` what the scan derives from the stored part (tables, LSH index),
         when the index is built or unpickled (detectors derive in registry order)."""
+
+    def gram_keys(self, texts: Any) -> tuple[np.ndarray, np.ndarray]:
+        """(keys, offsets) of the grams it weights as stock (``stock_part``), for ``texts``
+        (an ``index.AnswerTexts``: the answers, or the reference corpus)."""
+        raise NotImplementedError(f"detector '{self.name}' weighs no grams")
+
+    def weigh(self, index: DetectorIndex, table: Any) -> None:
+        """Set the stock weights of its gram table (``stock.gram_weights``) and list the table
+        for the certificate's stock summary."""
+        from reappreg.guard.stock import gram_weights
+
+        table.set_weights(gram_weights(table, index.answers, self.name, index.reference, index.settings.stock))
+        index.stock_tables[self.name] = table
 
     def from_sketch(self, fields: dict[str, list]) -> dict[str, Any]:
         """Its stored part from the per-answer values ``read_sketch_entry`` gave."""

@@ -80,6 +80,7 @@ from reappreg.errors import InputError
 from reappreg.guard.detector import Batch, Detector, RawHit
 from reappreg.guard.hashing import _mix64, _mix64_int, token_key, token_keys
 from reappreg.guard.normalise import skeleton
+from reappreg.settings.guard import EditsSettings
 
 MIN_TYPO_LETTERS = 4  # a word of this many letters is keyed by its one-letter deletions too
 # ... and at most this many: a word's deletions cost its length squared, and a "word" of a
@@ -123,7 +124,7 @@ def _stemmer_version() -> str:
 EDITS_VERSION = (
     f"reappreg-guard-edits/v1;snowball-english=snowballstemmer{_stemmer_version()};"
     f"stop={hashlib.sha256(' '.join(sorted(STOP_WORDS)).encode()).hexdigest()[:12]};"
-    f"typo=del1>={MIN_TYPO_LETTERS}<={MAX_TYPO_LETTERS};positions-masked"
+    f"typo=del1>={MIN_TYPO_LETTERS}<={MAX_TYPO_LETTERS};stem<={MAX_TYPO_LETTERS};positions-masked"
 )
 
 
@@ -147,7 +148,11 @@ def content_strings(token: str) -> tuple[str, tuple[str, ...]] | None:
     if not skel or token in STOP_WORDS or skel in _stop_skeletons():
         return None
     variants = {skel}
-    if MIN_TYPO_LETTERS <= len(skel) <= MAX_TYPO_LETTERS:
+    if len(skel) > MAX_TYPO_LETTERS:
+        # no English word is that long: a "word" of a million letters (a run of symbol letters,
+        # a blob) is its own stem; the pure-Python stemmer would take seconds per megabyte
+        return skel, tuple(variants)
+    if MIN_TYPO_LETTERS <= len(skel):
         variants.update(skel[:i] + skel[i + 1 :] for i in range(len(skel)))
     return _stemmer().stemWord(skel), tuple(sorted(variants))
 
@@ -412,6 +417,9 @@ def _runs(toks: Sequence[str], positions: Sequence[int], limit: int, gap: int = 
 
 class EditsDetector(Detector):
     name = "edits"
+    settings_model = EditsSettings
+    label = "edited copies: content words in order"
+    shown = ("enabled", "threshold", "min_answer_words", "span")
     derived = ("version",)
 
     def enabled(self, settings) -> bool:

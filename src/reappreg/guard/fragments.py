@@ -6,9 +6,11 @@ Each record contributes its *pieces*: runs of shared letter windows at least
 ``fragments.min_piece`` letters long (a short stock phrase is not a piece). A hit when the
 pieces of two or more records of a group together cover at least ``fragments.coverage`` of
 an answer's letters while no single record does (that one is the per-record detectors'
-case); the hit names every contributing record. Stock phrasing does not count: windows found
-in at least ``fragments.stock_answers`` held-out answers (an opener or closer many answers
-share, decided from the held-out side alone) are removed before pieces are measured. Exact.
+case); the hit names every contributing record. Stock phrasing counts at its stock weight
+(``stock``: measured from the held-out answers and the honest reference corpus, never from
+training records): a run of shared windows is a piece only when its letters times their
+mean weight reach ``min_piece``, and coverage counts covered letters at their windows' mean
+weight over the answer's letters at its windows' mean weight. Exact.
 """
 
 from __future__ import annotations
@@ -18,34 +20,43 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
+from reappreg.guard.attribution import attribute
 from reappreg.guard.containment import letters_per_text
 from reappreg.guard.detector import TEXT_VIEW, Batch, Detector, GroupContext, Hit
 from reappreg.guard.grams import GramTable
 from reappreg.guard.spans import letter_spans
 from reappreg.guard.text import Group, SourceTexts, record_ids
+from reappreg.settings.guard import FragmentsSettings
 
 if TYPE_CHECKING:
-    from reappreg.guard.detector import AnswerMeta, DetectorIndex
-
-
-STOCK_RUN_SHARE = 0.8  # a shared run this much stock is an opener/closer (tests: both directions)
+    from reappreg.guard.detector import DetectorIndex
 
 
 def fragment_hits(index: DetectorIndex, pieces: np.ndarray, groups: Sequence[tuple[int, Sequence[int]]],
-                  n_texts: int, record_of: np.ndarray | None = None,
-                  flagged: np.ndarray | None = None) -> list[tuple[int, int, float, int, list[int]]]:
+                  n_texts: int, record_of: np.ndarray | None = None, flagged: np.ndarray | None = None,
+                  windows: Sequence[int | None] | None = None) -> list[tuple[int, int, float, int, list[int]]]:
     """(group index, answer index, coverage, shared windows, contributing texts) for every group
     whose members' pieces cover >= ``fragments.coverage`` of an answer's letters while no
     single member does, with >= 2 contributors.
 
-    Stock phrasing is decided from the held-out answers alone (``index.stock``: letter windows
-    found in >= ``fragments.stock_answers`` answers), never from how often training records
-    use a window: the training records are the attacker's to write, so counting them would
-    let filler records repeating pieces of an answer turn those pieces into "stock". A stock
-    window covers nothing, and coverage is measured on the letters outside stock phrasing
-    (an answer made mostly of stock phrasing is then covered by its own words only).
+    ``windows`` (per group, records; None: the whole group): only pieces within that many
+    consecutive records of the group (its texts' order, a record's texts and views counted as
+    one record) are put together; the hit's coverage is the best such run of records', and it
+    names the records of every run that reaches the threshold.
 
-    Records the per-record detectors flagged (``flagged``, per text: its record has a hit)
+    Stock phrasing is weighed from the held-out answers and the reference corpus alone
+    (``index.letters.weights``, ``stock``), never from how often training records use a
+    window: the training records are the attacker's to write, so counting them would let
+    filler records repeating pieces of an answer turn those pieces into "stock". A run of
+    shared windows whose letters times their mean weight fall short of ``min_piece`` is an
+    opener or closer (with a few letters of what follows it), not a piece; coverage is the
+    letters the pieces cover times their windows' mean weight over the answer's letters times
+    its windows' mean weight (an answer made mostly of stock phrasing is covered by its own
+    words).
+
+    A record whose pieces are all stock phrasing (windows weighing less than 1) counts towards
+    the coverage but is not named. Records the per-record detectors flagged (``flagged``, per
+    text: its record has a hit)
     count towards the group's coverage but are not named again (they are blocked already,
     and held-out answers of one vignette share phrases, so a copy of one answer holds pieces
     of its neighbours): the hit names the other contributing texts, and is dropped when
@@ -57,21 +68,16 @@ def fragment_hits(index: DetectorIndex, pieces: np.ndarray, groups: Sequence[tup
     from scipy.sparse import csr_matrix
 
     table = index.letters
-    n, threshold = index.settings.chars.n, index.settings.fragments.coverage
-    # Coverage is measured on the letters outside stock phrasing: each stock window takes
-    # about one letter off its answer's length, and stock windows cover nothing.
-    lengths = np.maximum(table.lengths - np.asarray(table.matrix.T @ index.stock.astype(np.int64)).ravel(), 1)
+    n, threshold, min_piece = index.settings.chars.n, index.settings.fragments.coverage, index.settings.fragments.min_piece
+    lengths, weights = table.lengths, table.weights
+    denominators = np.maximum(lengths * table.mean_weight, 1e-12)
     if pieces.shape[1]:
-        # A run of shared windows at least 80% stock is an opener or closer with a few letters
-        # of what follows it, not a piece (those boundary windows are in no other answer, but
-        # they are mostly the stock phrase); in the runs kept, the stock windows themselves do
-        # not count.
         new_run = np.ones(pieces.shape[1], dtype=bool)
         new_run[1:] = (np.diff(pieces[0]) != 0) | (np.diff(pieces[2]) != 1)
         run_id = np.cumsum(new_run) - 1
-        is_stock = index.stock[pieces[1]]
-        stock_share = np.bincount(run_id, weights=is_stock) / np.bincount(run_id)
-        pieces = pieces[:, (stock_share[run_id] < STOCK_RUN_SHARE) & ~is_stock]
+        run_windows = np.bincount(run_id)
+        content = (run_windows + n - 1) * np.bincount(run_id, weights=weights[pieces[1]]) / run_windows
+        pieces = pieces[:, content[run_id] >= min_piece]
     if not pieces.shape[1] or not groups:
         return []
     records = np.arange(n_texts) if record_of is None else np.asarray(record_of)
@@ -85,11 +91,13 @@ def fragment_hits(index: DetectorIndex, pieces: np.ndarray, groups: Sequence[tup
     covered = membership @ text_pieces
     covered.data[:] = 1
     shared = (covered @ table.matrix).tocoo()
-    # a window covers at most n letters: only pairs that could reach the threshold are scored
-    candidates = np.flatnonzero(shared.data * n >= threshold * lengths[shared.col])
+    # a window covers at most n letters at weight at most 1: only pairs that could reach the
+    # threshold are scored
+    candidates = np.flatnonzero(shared.data * n >= threshold * denominators[shared.col])
     if not len(candidates):
         return []
     members_of: dict[int, np.ndarray] = {}
+    rank_of: dict[int, dict[int, int]] = {}
     in_answer: dict[int, np.ndarray] = {}
     out = []
     for j in candidates:
@@ -102,36 +110,48 @@ def fragment_hits(index: DetectorIndex, pieces: np.ndarray, groups: Sequence[tup
         sel = sel[np.isin(pieces[0, sel], members_of[g])]
         if len(set(records[np.unique(pieces[0, sel])].tolist())) < 2:
             continue  # one record alone (in any of its views) is the per-record detectors' case
-        # pieces are sorted by (text, place): the first occurrence of a window in the group wins
-        first = np.zeros(len(sel), dtype=bool)
-        first[np.unique(pieces[1, sel], return_index=True)[1]] = True
-        _, fresh_letters = letters_per_text(pieces[0, sel][first], pieces[2, sel][first], n)
-        coverage = min(int(fresh_letters.sum()) / int(lengths[a]), 1.0)
-        if coverage < threshold:
+        window = windows[g] if windows is not None else None
+        if window is None:
+            runs = [sel]
+        else:
+            if g not in rank_of:  # each text's record's place in the group (a record's texts: one place)
+                places = dict.fromkeys(records[members_of[g]].tolist())
+                place = {r: k for k, r in enumerate(places)}
+                rank_of[g] = {int(t): place[int(records[t])] for t in members_of[g]}
+            ranks = np.fromiter((rank_of[g][int(t)] for t in pieces[0, sel]), dtype=np.int64, count=len(sel))
+            runs = [sel[(ranks >= r) & (ranks < r + window)] for r in np.unique(ranks).tolist()]
+        best, named = 0.0, set()
+        for run in runs:
+            if len(set(records[np.unique(pieces[0, run])].tolist())) < 2:
+                continue
+            coverage = _coverage(pieces, run, n, weights, float(denominators[a]))
+            if coverage >= threshold:
+                best = max(best, coverage)
+                # every record holding a piece of the answer's own wording is named (copies of one
+                # piece over many records too); a record whose pieces are all stock phrasing
+                # (every window weighs less than 1) counts but is not named: honest writing says
+                # those phrases too, and its neighbours are not its doing
+                own = weights[pieces[1, run]] >= 1.0
+                named.update(np.unique(pieces[0, run][own]).tolist())
+        if not named:
             continue
-        # every record holding a piece is named (copies of one piece over many records too)
-        texts = np.unique(pieces[0, sel])
-        named = texts[~flagged[texts]]  # flagged records count, but are reported on their own
-        if len(named):
-            out.append((g, a, coverage, int(shared.data[j]), sorted(named.tolist())))
+        texts = np.array(sorted(named), dtype=np.int64)
+        named_texts = texts[~flagged[texts]]  # flagged records count, but are reported on their own
+        if len(named_texts):
+            out.append((g, a, best, int(shared.data[j]), sorted(named_texts.tolist())))
     return out
 
 
-def stock_windows(table: GramTable, answers: Sequence[AnswerMeta], min_answers: int) -> np.ndarray:
-    """Mask over ``table.keys``: the held-out answers' stock phrasing, decided from the answers
-    alone: letter windows found in >= ``min_answers`` distinct answers and, where every answer
-    names its vignette, in answers to >= 2 vignettes (an opener or closer is said about any
-    scenario; a phrase only answers to one vignette share is its content, and a piece of it
-    must count). A piece made only of such windows never counts towards a fragment."""
-    ids = np.unique(np.array([a.answer_id for a in answers], dtype=object), return_inverse=True)[1].ravel()
-    coo = table.matrix.tocoo()
-    pairs = np.unique(np.stack([coo.row.astype(np.int64), ids[coo.col].astype(np.int64)]), axis=1)
-    stock = np.bincount(pairs[0], minlength=len(table.keys)) >= min_answers
-    if all(a.vignette_id is not None for a in answers):
-        vignettes = np.unique(np.array([str(a.vignette_id) for a in answers], dtype=object), return_inverse=True)[1].ravel()
-        per_vignette = np.unique(np.stack([coo.row.astype(np.int64), vignettes[coo.col].astype(np.int64)]), axis=1)
-        stock &= np.bincount(per_vignette[0], minlength=len(table.keys)) >= 2
-    return stock
+def _coverage(pieces: np.ndarray, run: np.ndarray, n: int, weights: np.ndarray, denominator: float) -> float:
+    """The share of an answer the pieces ``run`` (columns of ``pieces``) cover: letters covered
+    by distinct windows (each at its first place: pieces are sorted by text and place) times
+    their mean stock weight, over the answer's ``denominator`` (its letters times its windows'
+    mean weight)."""
+    first = np.zeros(len(run), dtype=bool)
+    first[np.unique(pieces[1, run], return_index=True)[1]] = True
+    _, fresh_letters = letters_per_text(pieces[0, run][first], pieces[2, run][first], n)
+    mean_weight = float(weights[pieces[1, run][first]].mean())
+    return min(int(fresh_letters.sum()) * mean_weight / denominator, 1.0)
 
 
 def pieces(table: GramTable, grams: np.ndarray, offsets: np.ndarray, n: int, min_piece: int, looked_up=None) -> np.ndarray:
@@ -153,7 +173,9 @@ def pieces(table: GramTable, grams: np.ndarray, offsets: np.ndarray, n: int, min
 def fragment_groups(sources: Sequence[SourceTexts], settings) -> list[Group]:
     """The groups whose records may together hold one answer, over the units of ``sources``
     in order: a record's several text fields, each value of each ``fragments.group_fields``
-    field, and (``fragments.whole_file``) each source file."""
+    field (the grouping the input declares: an author, a conversation, a source; the whole
+    group), and each source file's adjacent records (``fragments.adjacent``: pieces within
+    that many consecutive records are put together; 0 turns it off)."""
 
     fragments = settings.fragments
     groups: list[Group] = []
@@ -173,8 +195,8 @@ def fragment_groups(sources: Sequence[SourceTexts], settings) -> list[Group]:
                     by_value.setdefault(str(value), []).append(rid)
             groups += [Group(path, f"{field_name}={value}", tuple(u for rid in rids for u in by_record[rid]))
                        for value, rids in sorted(by_value.items()) if len(rids) > 1]
-        if fragments.whole_file and len(src.units) > 1:
-            groups.append(Group(path, "file", tuple(range(start, start + len(src.units)))))
+        if fragments.adjacent >= 2 and len(by_record) > 1:
+            groups.append(Group(path, "adjacent", tuple(range(start, start + len(src.units))), window=fragments.adjacent))
         start += len(src.units)
     return groups
 
@@ -193,11 +215,10 @@ class FragmentsDetector(Detector):
     (``fragment_hits``, called by ``detect.check_units`` once every batch is scanned)."""
 
     name = "fragments"
+    settings_model = FragmentsSettings
+    label = "an answer's pieces over records"
+    shown = ("min_piece", "coverage", "adjacent", "group_fields")
     groupwise = True
-
-    def derive(self, index: DetectorIndex) -> None:
-        # after ``chars`` (registry order): stock windows over its letter table
-        index.stock = stock_windows(index.letters, index.answers, index.settings.fragments.stock_answers)
 
     def collect(self, index: DetectorIndex, batch: Batch) -> np.ndarray:
         grams, offsets = batch.letter_grams
@@ -218,12 +239,15 @@ class FragmentsDetector(Detector):
         record_of_unit = np.fromiter(map(record_number.__getitem__, record_keys), dtype=np.int64, count=len(units))
         record_of = record_of_unit[np.asarray(unit_of, dtype=np.int64)]
         flagged = np.isin(record_of, record_of[[ti for ti, *_ in context.hits]])
-        found = fragment_hits(index, collected, expanded, len(context.texts), record_of, flagged)
+        found = fragment_hits(index, collected, expanded, len(context.texts), record_of, flagged,
+                              [g.window for g in groups])
         spans_of = self.spans(index, context.texts, [(t, f[1]) for f in found for t in f[4]], max_shared)
+        # the matched text of a group's hit is its pieces in every contributing record
+        attributed = attribute(index, context.texts, [(f[4], f[1]) for f in found])
         threshold = self.threshold(index.settings)
         out: list[tuple[tuple, Hit]] = []
         position = 0
-        for gi, ai, coverage, shared_count, contributors in found:
+        for (gi, ai, coverage, shared_count, contributors), (closest, separation) in zip(found, attributed):
             group, meta = groups[gi], index.answers[ai]
             member_ids = list(dict.fromkeys(units[unit_of[t]].record_id for t in contributors))
             spans = [span for found_spans in spans_of[position : position + len(contributors)] for span in found_spans]
@@ -237,7 +261,8 @@ class FragmentsDetector(Detector):
                           threshold=threshold, reason="coverage", shared_count=shared_count,
                           longest_run=0, answer_grams=self.answer_grams(index, ai),
                           view=TEXT_VIEW if views_used == [TEXT_VIEW] else "+".join(views_used),
-                          members=member_ids, shared=list(dict.fromkeys(spans))[:max_shared], group=group.label)
+                          members=member_ids, shared=list(dict.fromkeys(spans))[:max_shared], group=group.label,
+                          closest=closest, separation=separation)
                 out.append(((group.source, member, "*", meta.answer_id, self.name), hit))
         return out
 

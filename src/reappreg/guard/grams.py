@@ -1,5 +1,7 @@
 """Held-out gram keys of one kind and which answers have them (``GramTable``): a sorted key
-array and a (keys x answers) matrix for exact joins, with a bitmap prefilter."""
+array and a (keys x answers) matrix for exact joins, with a bitmap prefilter, and each key's
+stock weight (``stock``: 1 unless the gram is stock phrasing, set by the detector that owns
+the table when the index is derived)."""
 
 from __future__ import annotations
 
@@ -30,11 +32,26 @@ class GramTable:
                                  shape=(len(self.keys), len(sets)))
 
         self._by_answer = self.matrix.tocsc()
+        self.set_weights(np.ones(len(self.keys), dtype=np.float64))
 
         # A bitmap over the low bits of the keys rules most grams out before the exact
         # sorted-key search (a prefilter only: every candidate is then compared exactly).
         self._bits = np.zeros(1 << _PREFILTER_BITS, dtype=bool)
         self._bits[(self.keys & _U64_MASK).astype(np.intp)] = True
+
+    def set_weights(self, weights: np.ndarray) -> None:
+        """Each key's stock weight (``stock.gram_weights``), and per answer the weight of its
+        grams (``answer_weight``) and their mean (``mean_weight``)."""
+        from scipy.sparse import csr_matrix
+
+        self.weights = np.asarray(weights, dtype=np.float64)
+        self.answer_weight = np.asarray(self.matrix.T @ self.weights).ravel()
+        self.mean_weight = self.answer_weight / np.maximum(self.counts, 1)
+        # held-out grams x answers, the gram's weight where the answer has it: the same sparsity
+        # structure as ``matrix`` entry for entry, so products with either align one to one
+        rows = np.repeat(np.arange(len(self.keys)), np.diff(self.matrix.indptr))
+        self.weighted = csr_matrix((self.weights[rows] * self.matrix.data, self.matrix.indices, self.matrix.indptr),
+                                   shape=self.matrix.shape)
 
     def answer_keys(self, answer: int) -> np.ndarray:
         """The sorted gram keys of one answer."""

@@ -4,9 +4,11 @@
 letter counts and, per registered detector, the part of the index that detector built
 (``Detector.build``: e.g. ``ngram`` the keys of its word n-grams, ``minhash`` its shingle keys
 and MinHash signature, ``chars`` its letter windows, ``edits`` its content-word keys) and
-what each derives from that part when the index is loaded (``Detector.derive``: gram tables,
-datasketch's LSH index, the stock windows, ...). Built from held-out texts (``build``) or
-from a keyed sketch (``sketch.index_from_sketch``); ``grams.GramTable`` is the exact-join table.
+what each derives from that part when the index is loaded (``Detector.derive``: gram tables
+with their stock weights, datasketch's LSH index, ...). Built from held-out texts (``build``)
+or from a keyed sketch (``sketch.index_from_sketch``); ``grams.GramTable`` is the exact-join
+table. ``reference`` holds what the honest reference corpus says of the held-out grams
+(``stock.Reference``: document counts of the grams it shares with them), read once here.
 """
 
 from __future__ import annotations
@@ -21,6 +23,7 @@ import numpy as np
 from reappreg.errors import InputError
 from reappreg.guard.detector import AnswerMeta
 from reappreg.guard.normalise import text_views
+from reappreg.guard.stock import Reference, document_counts, read_reference
 from reappreg.settings.guard import GuardSettings
 
 
@@ -30,6 +33,22 @@ class TextView(Protocol):
     name: str
 
     def roundtrip(self, texts: Sequence[str]) -> list[str]: ...
+
+
+def reference_of(settings: GuardSettings, hasher: Any, parts: dict[str, dict[str, Any]],
+                 specs: Sequence[tuple[int, int]]) -> Reference | None:
+    """The reference corpus (``stock.reference``) hashed like the answers: per detector that
+    weighs grams, the documents holding each of the answers' grams; None without a corpus."""
+    from reappreg.guard.registry import REGISTERED
+
+    texts, md5, path = read_reference(settings.stock)
+    if not texts:
+        return None
+    both = [text_views(t) for t in texts]
+    corpus = AnswerTexts(settings, hasher, [b[0] for b in both], [b[1] for b in both], specs)
+    counts = {d.name: document_counts(*d.gram_keys(corpus), parts[d.name][d.stock_part])
+              for d in REGISTERED if d.stock_part}
+    return Reference(len(texts), md5, path, counts)
 
 
 class AnswerTexts:
@@ -77,6 +96,7 @@ class HeldoutIndex:
     letter_counts: list[int]
     view_names: tuple[str, ...] = ()  # tokenizer views the answers were expanded with
     parts: dict[str, dict[str, Any]] = field(default_factory=dict)
+    reference: Reference | None = None  # the reference corpus's counts of held-out grams (``stock``)
 
     def __post_init__(self) -> None:
         from reappreg.guard.registry import REGISTERED
@@ -96,6 +116,7 @@ class HeldoutIndex:
     def _derive(self) -> None:
         from reappreg.guard.registry import REGISTERED
 
+        self.stock_tables = {}  # detector name -> its weighted gram table (``Detector.weigh``)
         for detector in REGISTERED:
             detector.derive(self)
 
@@ -108,7 +129,7 @@ class HeldoutIndex:
 
     def __getstate__(self) -> dict:
         return {k: self.__dict__[k] for k in ("settings", "hasher", "answers", "token_counts", "letter_counts",
-                                              "view_names", "parts")}
+                                              "view_names", "parts", "reference")}
 
     def __setstate__(self, state: dict) -> None:
         self.__dict__.update(state)
@@ -141,8 +162,8 @@ class HeldoutIndex:
                     metas.append(AnswerMeta(meta.answer_id, meta.source, meta.vignette_id, view.name))
                     token_lists.append(view_tokens)
                     views_text.append(view_letters)
-        texts_of = AnswerTexts(settings, hasher, token_lists, views_text,
-                               [spec for d in REGISTERED for spec in d.word_grams(settings)])
+        specs = [spec for d in REGISTERED for spec in d.word_grams(settings)]
+        texts_of = AnswerTexts(settings, hasher, token_lists, views_text, specs)
         parts = {d.name: d.build(texts_of) for d in REGISTERED}
         return cls(settings, hasher, metas, [len(t) for t in token_lists], [len(v) for v in views_text],
-                   tuple(v.name for v in views), parts)
+                   tuple(v.name for v in views), parts, reference_of(settings, hasher, parts, specs))

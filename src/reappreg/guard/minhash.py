@@ -19,6 +19,7 @@ from reappreg.guard.detector import Batch, Detector, RawHit
 from reappreg.guard.grams import GramTable
 from reappreg.guard.hashing import _SHINGLE, _U64
 from reappreg.guard.spans import word_spans
+from reappreg.settings.guard import MinHashSettings
 
 if TYPE_CHECKING:
     from reappreg.guard.detector import DetectorIndex
@@ -169,10 +170,14 @@ def lsh_error_rates(threshold: float, bands: int, rows: int) -> dict[str, float]
 
 
 def minhash_hits(index: DetectorIndex, n_texts: int, sh: np.ndarray, sh_off: np.ndarray) -> list[RawHit]:
-    """LSH candidates (datasketch's index, looked up in batch), each scored by exact Jaccard
-    of the shingle sets."""
+    """LSH candidates (datasketch's index, looked up in batch), each scored by the exact
+    Jaccard of the shingle sets, shingles of stock phrasing at their stock weight (``stock``):
+    J = w(S(A) & S(T)) / (w(S(A)) + |S(T) - S(A)|), w the summed weight (a text's own
+    shingles, which no answer has, weigh 1). A candidate's set sizes must be within the
+    threshold's ratio of each other, as the unweighted Jaccard requires."""
     t = index.settings.minhash.threshold
     answer_sizes, answer_sets = index.shingle_sizes, index.shingle_sets
+    answer_weight, stock = index.shingles.answer_weight, index.shingle_stock
     lo_size, hi_size = answer_sizes.min() * t, answer_sizes.max() / t
     counts = np.diff(sh_off)
     # J >= t needs t <= |S(A)| / |S(T)| <= 1/t, and |S(T)| <= count: texts that cannot reach
@@ -200,8 +205,10 @@ def minhash_hits(index: DetectorIndex, n_texts: int, sh: np.ndarray, sh_off: np.
         other_size = len(other)
         if size < lo_size or size > hi_size or other_size < size * t or size < other_size * t:
             continue
-        inter = len(text_set.intersection(other))
-        jaccard = inter / (size + other_size - inter)
+        shared = text_set.intersection(other)
+        inter = len(shared)
+        inter_weight = inter - sum(1.0 - stock[k] for k in shared if k in stock) if stock else float(inter)
+        jaccard = min(inter_weight / (float(answer_weight[a]) + size - inter), 1.0)  # 1.0 exactly for a copy
         if jaccard >= t:
             hits.append((row, a, "minhash", jaccard, "jaccard", inter, 0))
     return hits
@@ -209,6 +216,9 @@ def minhash_hits(index: DetectorIndex, n_texts: int, sh: np.ndarray, sh_off: np.
 
 class MinHashDetector(Detector):
     name = "minhash"
+    settings_model = MinHashSettings
+    label = "MinHash-LSH (datasketch)"
+    shown = ("threshold", "num_perm", "bands", "rows", "shingle_words")
     derived = ("scheme", "lsh")
 
     def record(self, settings) -> dict[str, Any]:
@@ -223,9 +233,14 @@ class MinHashDetector(Detector):
     def word_grams(self, settings) -> list[tuple[int, int]]:
         return [(settings.minhash.shingle_words, _SHINGLE)]
 
+    stock_part = "shingle_sets"
+
+    def gram_keys(self, texts) -> tuple:
+        return texts.word_grams(texts.settings.minhash.shingle_words, _SHINGLE)
+
     def build(self, answers) -> dict[str, Any]:
         s = answers.settings.minhash
-        keys, offsets = answers.word_grams(s.shingle_words, _SHINGLE)
+        keys, offsets = self.gram_keys(answers)
         return {"shingle_sets": answers.sets(keys, offsets),
                 "signatures": minhash_signatures(keys, offsets, minhash_permutations(s.num_perm, s.seed))}
 
@@ -236,6 +251,10 @@ class MinHashDetector(Detector):
 
         s = index.settings.minhash
         index.shingles = GramTable(index.shingle_sets, [len(x) for x in index.shingle_sets])
+        self.weigh(index, index.shingles)
+        # the shingles weighing less than 1 (stock phrasing), for the exact weighted Jaccard
+        light = np.flatnonzero(index.shingles.weights < 1)
+        index.shingle_stock = dict(zip(index.shingles.keys[light].tolist(), index.shingles.weights[light].tolist()))
         index.shingle_sizes = np.array([len(x) for x in index.shingle_sets], dtype=np.int64)
         index._permutations = minhash_permutations(s.num_perm, s.seed)
         lsh = MinHashLSH(num_perm=s.num_perm, params=(s.bands, s.rows))

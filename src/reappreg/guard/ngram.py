@@ -13,6 +13,7 @@ from reappreg.guard.detector import Batch, Detector, RawHit
 from reappreg.guard.grams import GramTable
 from reappreg.guard.hashing import _NGRAM
 from reappreg.guard.spans import word_spans
+from reappreg.settings.guard import NgramSettings
 
 if TYPE_CHECKING:
     from reappreg.guard.detector import DetectorIndex
@@ -20,15 +21,24 @@ if TYPE_CHECKING:
 
 class NgramDetector(Detector):
     name = "ngram"
+    settings_model = NgramSettings
+    label = "exact word n-grams"
+    shown = ("n", "min_run", "containment")
 
     def word_grams(self, settings) -> list[tuple[int, int]]:
         return [(settings.ngram.n, _NGRAM)]
 
+    stock_part = "ngram_sets"
+
+    def gram_keys(self, texts) -> tuple:
+        return texts.word_grams(texts.settings.ngram.n, _NGRAM)
+
     def build(self, answers) -> dict[str, Any]:
-        return {"ngram_sets": answers.sets(*answers.word_grams(answers.settings.ngram.n, _NGRAM))}
+        return {"ngram_sets": answers.sets(*self.gram_keys(answers))}
 
     def derive(self, index: DetectorIndex) -> None:
         index.ngrams = GramTable(index.ngram_sets, index.token_counts)
+        self.weigh(index, index.ngrams)
 
     def scan(self, index: DetectorIndex, batch: Batch, max_shared: int) -> tuple[list[RawHit], list[list[str]]]:
         s = index.settings.ngram

@@ -150,10 +150,16 @@ def _strip_comments(text: str) -> str:
         start = closed + 3
 
 
+_BIDI_CONTROL = re.compile(f"[{_RLO}{_LRO}{_PDF}]")
+
+
 def apply_bidi_overrides(text: str) -> str:
     """Characters inside a right-to-left override (U+202E ... U+202C) in the order they are
     displayed: reversed, with a nested run kept as one unit in its own display order (UAX #9,
-    rule L2, for explicit overrides). Nesting is bounded by UAX #9's depth: linear time."""
+    rule L2, for explicit overrides). Nesting is bounded by UAX #9's depth: linear time. The
+    text is walked from one control that matters to the next (at the depth limit only a PDF
+    matters: further overrides are characters), a run at a time; a run inside a right-to-left
+    override is reversed as it is put on the stack."""
     if _RLO not in text and _LRO not in text:
         return text
     stack: list[tuple[str, list[str]]] = [("", [])]
@@ -162,13 +168,30 @@ def apply_bidi_overrides(text: str) -> str:
         kind, items = stack.pop()
         stack[-1][1].append("".join(reversed(items) if kind == _RLO else items))
 
-    for ch in text:
-        if ch in (_RLO, _LRO) and len(stack) <= _MAX_BIDI_DEPTH:
-            stack.append((ch, []))
-        elif ch == _PDF and len(stack) > 1:
-            close()
+    def put(run: str) -> None:
+        if run:
+            stack[-1][1].append(run[::-1] if stack[-1][0] == _RLO else run)
+
+    at = 0
+    while at < len(text):
+        if len(stack) <= _MAX_BIDI_DEPTH:
+            found = _BIDI_CONTROL.search(text, at)
+            next_at = found.start() if found else -1
         else:
-            stack[-1][1].append(ch)
+            next_at = text.find(_PDF, at)
+        if next_at < 0:
+            put(text[at:])
+            break
+        control = text[next_at]
+        if control == _PDF and len(stack) == 1:
+            put(text[at : next_at + 1])  # a PDF that closes nothing is a character
+        else:
+            put(text[at:next_at])
+            if control == _PDF:
+                close()
+            else:
+                stack.append((control, []))
+        at = next_at + 1
     while len(stack) > 1:  # an override closes at the end of the text (of the paragraph)
         close()
     return "".join(stack[0][1])

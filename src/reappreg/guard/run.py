@@ -19,6 +19,7 @@ from typing import Any
 from reappreg.errors import InputError
 from reappreg.guard.certificate import (
     CERTIFICATE_SCHEMA,
+    detector_rows,
     detectors_section,
     sketch_tokenizers,
     versions,
@@ -30,6 +31,7 @@ from reappreg.guard.hashing import FastHasher
 from reappreg.guard.normalise import NORMALISATION
 from reappreg.guard.registry import REGISTERED
 from reappreg.guard.scripts import scripts_folded
+from reappreg.guard.stock import summary as stock_summary
 from reappreg.guard.sketch import (
     build_sketch,
     derive_key,
@@ -176,9 +178,15 @@ def run_guard(
     units = _all_units(sources)
     check_sizes(units, settings.max_text_chars)
     groups = fragment_groups(sources, settings)
-    hits = check_units(index, units, groups=groups, views=tokenizers, workers=settings.workers,
-                       chunk_size=settings.chunk_size, max_shared=settings.max_shared_reported,
-                       progress=_progress_adapter(progress, len(units)))
+    if settings.engine == "ray":
+        from reappreg.guard.distributed import check_shards
+
+        hits = check_shards(index, [src.spec for src in sources], settings=settings, views=tokenizers,
+                            workers=settings.workers, max_shared=settings.max_shared_reported, address=settings.ray_address)
+    else:
+        hits = check_units(index, units, groups=groups, views=tokenizers, workers=settings.workers,
+                           chunk_size=settings.chunk_size, max_shared=settings.max_shared_reported,
+                           progress=_progress_adapter(progress, len(units)))
     tokenizer_entries = [t.describe() for t in tokenizers]
     tokenizer_names = {t.name for t in tokenizers}
     semantic_section = _semantic(held, units, settings.semantic)
@@ -249,11 +257,13 @@ def run_guard(
             "answers_by_source": dict(sorted(by_source.items())),
             **{k: v for d in REGISTERED for k, v in d.heldout_summary(index, len(held.answers)).items()},
             "answer_variants": len(index.answers),
+            "stock": stock_summary(index),
         },
         "training": training_entries,
         "guarded_dir": {"path": str(guarded_dir), "md5": dvc_md5(guarded_dir) if passed else None},
         "normalisation": NORMALISATION,
         "detectors": detectors_section(settings),
+        "detector_rows": detector_rows(),
         "tokenizers": tokenizer_entries,
         "decode_views": list(DECODE_VIEW_NAMES),
         "views": scripts_folded(tokenizers),

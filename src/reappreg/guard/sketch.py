@@ -21,8 +21,11 @@ Design
   and one-edit typo variants, each paired with the word's position XOR-masked by a keyed
   value (``edits``: the pairs are sorted by hash, so without the key nobody can tell which
   hashes belong to one word, how long the words are, or their order); plus the
-  normalisation version, the detector settings, the tokenizers (by file hash) and a key
-  fingerprint. It contains no held-out text (tests check that no answer n-gram, word
+  normalisation version, the detector settings (the stock weighting's among them), the
+  tokenizers (by file hash), a key fingerprint, and for the stock weights (``stock``) the
+  reference corpus's size and md5 with, per weighted gram kind, the keyed hashes of the
+  held-out grams it holds and in how many of its documents (how common a phrase is in honest
+  writing: no held-out text, and no text of the reference either). It contains no held-out text (tests check that no answer n-gram, word
   sequence or answer text appears in it, and the leak scan checks it again).
 * To check texts, a team needs the sketch *and* the key (``reappreg guard check --sketch S
   --key K texts.jsonl``). Publish the sketch freely; hand the key only to teams that need
@@ -50,10 +53,13 @@ from reappreg.guard.hashing import KeyedHasher
 from reappreg.guard.index import AnswerMeta, HeldoutIndex
 from reappreg.guard.normalise import NORMALISATION
 from reappreg.guard.registry import REGISTERED, settings_from_record, settings_record
+from reappreg.guard.stock import Reference
 from reappreg.io import read_versioned, write_text
 from reappreg.settings.guard import GuardSettings
 
-SKETCH_SCHEMA = "reappreg.guard.sketch/v3"  # v3: the ``edits`` detector's keys (a v2 sketch lacks them: refused)
+# v4: the reference corpus's document counts of held-out grams, for the stock weights (``stock``;
+# a v3 sketch lacks them: refused); v3: the ``edits`` detector's keys
+SKETCH_SCHEMA = "reappreg.guard.sketch/v4"
 SECRET_FILE = "secret.key"
 _HEX_KEY = re.compile(r"^[0-9a-f]{64}$")
 
@@ -111,6 +117,7 @@ def build_sketch(answers: list[AnswerMeta], texts: list[str], settings: GuardSet
         for detector in REGISTERED:
             entry.update(detector.sketch_entry(index, i))
         entries.append(entry)
+    reference = index.reference
     return {
         "schema": SKETCH_SCHEMA,
         "hasher": KeyedHasher.kind,
@@ -119,6 +126,10 @@ def build_sketch(answers: list[AnswerMeta], texts: list[str], settings: GuardSet
         "normalisation": NORMALISATION,
         "detectors": settings_record(settings),
         "tokenizers": tokenizers or [],
+        "reference": None if reference is None else {
+            "documents": reference.docs, "md5": reference.md5,
+            "counts": {kind: [[f"{int(k):016x}", int(c)] for k, c in zip(*found)] for kind, found in sorted(reference.counts.items())},
+        },
         "answers": entries,
     }
 
@@ -166,7 +177,25 @@ def index_from_sketch(sketch: dict[str, Any], key: bytes, source: str = "sketch"
         detector.verify_sketch(fields[detector.name], answers, settings, source)
     views = tuple(t["name"] for t in sketch.get("tokenizers", []))
     return HeldoutIndex(settings, KeyedHasher(key), answers, words, letter_counts, views,
-                        {d.name: d.from_sketch(fields[d.name]) for d in REGISTERED})
+                        {d.name: d.from_sketch(fields[d.name]) for d in REGISTERED}, _reference(sketch, source))
+
+
+def _reference(sketch: dict[str, Any], source: str) -> Reference | None:
+    """The reference corpus's counts a sketch carries (``stock.Reference``), or None."""
+    import numpy as np
+
+    entry = sketch.get("reference")
+    if entry is None:
+        return None
+    try:
+        counts = {}
+        for kind, pairs in entry["counts"].items():
+            keys = np.array([int(k, 16) for k, _ in pairs], dtype=np.uint64)
+            order = np.argsort(keys)
+            counts[kind] = keys[order], np.array([int(c) for _, c in pairs], dtype=np.int64)[order]
+        return Reference(int(entry["documents"]), entry.get("md5"), None, counts)
+    except (KeyError, TypeError, ValueError, AttributeError) as exc:
+        raise InputError(f"{source}: the sketch's reference counts are malformed ({exc!r})") from exc
 
 
 def sketch_digest(sketch: dict[str, Any]) -> str:

@@ -1,4 +1,4 @@
-"""Reading the texts the guard checks (JSONL, CSV, plain text) into text units.
+"""Reading the texts the guard checks (JSONL, CSV, Parquet, plain text) into text units.
 
 Normalisation lives in ``reappreg.guard.normalise`` (re-exported here for callers that read
 sources and tokenise in one place).
@@ -24,12 +24,15 @@ __all__ = ["NORMALISATION", "SourceSpec", "SourceTexts", "TextUnit", "check_size
 
 @dataclass(frozen=True)
 class Group:
-    """Records that may together hold one answer: one author, one conversation, one file
-    (``fragments.fragment_groups`` forms them; ``fragments`` checks them together)."""
+    """Records that may together hold one answer: one author, one conversation, the adjacent
+    records of one file (``fragments.fragment_groups`` forms them; ``fragments`` checks them
+    together). With a ``window``, only pieces within that many consecutive records of the
+    group (in its order) are put together; without, the whole group's."""
 
     source: str
-    label: str                 # "author_id=a7", "file", ...
-    members: tuple[int, ...]   # unit indices
+    label: str                 # "author_id=a7", "adjacent", ...
+    members: tuple[int, ...]   # unit indices, in the group's order
+    window: int | None = None  # records
 
 
 @dataclass(frozen=True)
@@ -144,9 +147,9 @@ def _paragraphs(text: str) -> list[tuple[int, str]]:
 
 
 def read_source(spec: SourceSpec) -> SourceTexts:
-    """Read a JSONL, CSV or plain-text file into text units.
+    """Read a JSONL, CSV, Parquet or plain-text file into text units.
 
-    JSONL and CSV need ``spec.text_fields``; a missing ``spec.id_field`` means records are
+    JSONL, CSV and Parquet need ``spec.text_fields``; a missing ``spec.id_field`` means records are
     named by line (``line:N``). Plain text (any other suffix) is split into blank-line
     separated paragraphs, each one text named ``line:N`` by its first line.
     """
@@ -158,6 +161,15 @@ def read_source(spec: SourceSpec) -> SourceTexts:
         records = read_jsonl(path)
         fmt = "jsonl"
         where = lambda i: f"record {i + 1}"  # noqa: E731 - records are numbered, blank lines skipped
+    elif suffix == ".parquet":
+        import pyarrow.parquet as pq
+
+        try:
+            records = pq.read_table(path).to_pylist()
+        except Exception as exc:  # pyarrow raises its own error types for a damaged file
+            raise InputError(f"{path}: not a readable Parquet file ({exc})") from exc
+        fmt = "parquet"
+        where = lambda i: f"row {i + 1}"  # noqa: E731
     elif suffix == ".csv":
         try:
             text = path.read_text(encoding="utf-8-sig")

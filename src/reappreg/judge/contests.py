@@ -22,8 +22,10 @@ hiding it.
 - ``policy_score``: 1.0 policy won, 0.5 tie, 0.0 policy lost, ``null`` when unparseable
   (:func:`reappreg.verdicts.score`; an unparseable output is never a tie or a win)
 - ``policy_chars``, ``opponent_chars``: the two answers' lengths in characters
-- ``judge_model``, ``judge_fingerprint``: the judge (model name or folder; DVC md5 of the
-  local model, or the served model's identity as the server reports it)
+- ``judge_model``, ``judge_fingerprint``: the judge (model name or folder: a label; its identity
+  is the fingerprint: ``md5:<DVC md5>`` of a local model's weights, or
+  ``served:<model id>:<provider>:<digest>`` as an API server reports the model, which the
+  reference bar's pinned judge is matched on, ``reappreg.evidence.reference``)
 - ``selection``: ``none`` | ``best_of_n_fresh`` | ``best_of_n_selection_pool``
 """
 

@@ -277,7 +277,13 @@ class OpenAICompatibleJudge:
         # What the server reports about the model, less volatile fields (created = request time in vLLM).
         identity = {k: match[0].get(k) for k in ("id", "root", "parent", "owned_by", "max_model_len")}
         digest = hashlib.sha256(json.dumps(identity, sort_keys=True, default=str).encode()).hexdigest()[:16]
-        return self.redact(f"served:{self.model}:{digest}")
+        # The provider (the entry's owned_by) is kept in clear: an API judge is pinned beside the
+        # reference bar by provider and model id (reappreg.evidence.reference.JudgeIdentity). A server
+        # that reports none, or one with a colon, records no provider and so matches no pin.
+        provider = match[0].get("owned_by")
+        named = isinstance(provider, str) and provider.strip() and ":" not in provider
+        return self.redact(f"served:{self.model}:{provider.strip()}:{digest}" if named
+                           else f"served:{self.model}:{digest}")
 
     def fingerprint(self) -> str:
         return asyncio.run(self._fingerprint())

@@ -122,7 +122,7 @@ def prepare_work_dir(work_dir: str | os.PathLike, fingerprint: str, max_steps: i
 
 def check_certified(certificate_path: str | os.PathLike, inputs: Mapping[str, str | os.PathLike]) -> dict[str, Any]:
     """Refuse to train unless the guard passed and these exact files are its guarded copies."""
-    from reappreg.guard.certificate import require_certified
+    from reappreg.guard.certified import require_certified
 
     return require_certified(certificate_path, dict(inputs))
 

@@ -1,6 +1,7 @@
 """The model registry on MLflow: signed registration, gates from signed evidence, atomic promotion, audit, enforcement, verified pulls.
 
-Declarations (:mod:`.declarations`). ``registry/models.yaml`` names every registered model,
+Declarations (:mod:`reappreg.evidence.declarations`, below the card and the registry).
+``registry/models.yaml`` names every registered model,
 the folder that is its artifact, the training inputs that must match a passing guard
 certificate, the card front matter, and the gates (one line each). Aliases under
 ``ungated_aliases`` (``candidate``) need only valid signed evidence; every other alias --
@@ -26,7 +27,6 @@ What the ``reappreg registry`` commands run, given the settings (:mod:`.stage`; 
 
 from reappreg.registry.audit import AliasFinding, Audit, audit, check_alias
 from reappreg.registry.connection import RegistryUnavailable, bounded_http, connect, registration_lock
-from reappreg.registry.declarations import FrontMatter, Gate, ModelDecl, RegistryDecl, declared, load_declarations, parse_spec
 from reappreg.registry.gates import SIGNED_GATE, GateCheck, evaluate_gates, failed
 from reappreg.trust.keys import SignatureInvalid, SigningKey, signing_key, signing_keys
 from reappreg.trust import Trust, TrustVersion, load_trust
@@ -57,13 +57,13 @@ from reappreg.registry.verification import VersionCheck, gates_for, get_version,
 from reappreg.registry.watch import WebhookListener, verify_signature, watch_poll, watch_webhook
 
 __all__ = [
-    "AliasFinding", "AliasMoved", "ChainBroken", "HeadMemory", "AttestedVersion", "Audit", "CONTENT_TAG", "ENVELOPE_TAG", "FrontMatter", "Gate",
-    "GateCheck", "IntegrityError", "KEYID_TAG", "KEY_TAG", "MANIFEST_TAG", "ModelDecl", "Promotion",
-    "PromotionRequest", "Provenance", "Pulled", "Registration", "RegistrationHooks", "RegistryDecl", "RegistrySession",
+    "AliasFinding", "AliasMoved", "ChainBroken", "HeadMemory", "AttestedVersion", "Audit", "CONTENT_TAG", "ENVELOPE_TAG",
+    "GateCheck", "IntegrityError", "KEYID_TAG", "KEY_TAG", "MANIFEST_TAG", "Promotion",
+    "PromotionRequest", "Provenance", "Pulled", "Registration", "RegistrationHooks", "RegistrySession",
     "RegistryUnavailable", "SIGNED_GATE", "STATUS_TAG", "SignatureInvalid", "SigningKey", "Trust", "TrustVersion", "VersionCheck", "VersionContent",
     "WebhookListener", "audit", "bounded_http", "check_alias", "check_certificate", "check_metrics_describe", "connect",
-    "declared", "evaluate_gates", "evidence_of", "failed", "folder_md5", "for_ui", "gates_for", "get_version",
-    "load_declarations", "load_trust", "manifest_of", "parse_spec", "promote", "pull", "read_history", "readable_tags",
+    "evaluate_gates", "evidence_of", "failed", "folder_md5", "for_ui", "gates_for", "get_version",
+    "load_trust", "manifest_of", "promote", "pull", "read_history", "readable_tags",
     "register_version", "registration_key", "registration_lock", "require_passed", "resolve_version", "signing_key", "signing_keys",
     "statement", "verify_signature", "verify_version", "watch_poll", "watch_webhook",
 ]

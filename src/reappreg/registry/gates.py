@@ -1,6 +1,6 @@
 """Gates evaluated from signed evidence only.
 
-Each declared :class:`~reappreg.registry.declarations.Gate` compares one key of the flat
+Each declared :class:`~reappreg.evidence.declarations.Gate` compares one key of the flat
 evidence dict recorded in a version's signed statement with a fixed value or with another
 evidence key. A missing key, a null, or a non-number under a numeric comparison fails the
 gate and says so. The implicit first gate, ``signed_evidence``, passes only when the
@@ -16,7 +16,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from reappreg.registry.declarations import Gate
+from reappreg.evidence.declarations import Gate
 
 _OPS = {"==": operator.eq, "!=": operator.ne, ">=": operator.ge, ">": operator.gt, "<=": operator.le, "<": operator.lt}
 SIGNED_GATE = "signed_evidence"

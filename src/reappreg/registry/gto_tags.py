@@ -127,7 +127,7 @@ def plan_tags(root: str | Path, *, receipt: str, models: str, dvc_yaml: str = "d
 
     Paths are relative to ``root``, the repository root."""
     from reappreg.hashing import file_md5
-    from reappreg.registry.declarations import load_declarations
+    from reappreg.evidence.declarations import load_declarations
 
     root = Path(root)
     top = Path(_git(root, "rev-parse", "--show-toplevel").stdout.strip())

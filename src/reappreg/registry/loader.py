@@ -24,7 +24,7 @@ from pathlib import Path
 from typing import Any
 
 from reappreg.errors import InputError
-from reappreg.registry.declarations import parse_spec
+from reappreg.evidence.declarations import parse_spec
 from reappreg.registry.pull import Pulled, pull
 
 

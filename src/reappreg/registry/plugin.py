@@ -77,7 +77,7 @@ class VerifiedModelsArtifactRepository(ModelsArtifactRepository):
         if self.is_logged_model_uri or self.model_name is None:
             return False
         if repo is not None:
-            from reappreg.registry.declarations import load_declarations
+            from reappreg.evidence.declarations import load_declarations
 
             if self.model_name in load_declarations(repo / "registry" / "models.yaml").models:
                 return True

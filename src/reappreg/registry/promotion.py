@@ -22,7 +22,7 @@ from types import EllipsisType
 from typing import Any
 
 from reappreg.errors import GateFailed, InputError
-from reappreg.registry.declarations import RegistryDecl, declared
+from reappreg.evidence.declarations import RegistryDecl, declared
 from reappreg.registry.history import (
     AliasMoved,
     Chain,

@@ -23,6 +23,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
+from reappreg.evidence.flat import flatten
 from reappreg.hashing import dvc_md5
 from reappreg.registry.slsa import SLSA_PROVENANCE_V1 as PREDICATE_TYPE
 from reappreg.registry.slsa import STATEMENT_TYPE
@@ -34,15 +35,6 @@ GATES_BYPRODUCT = "reappreg.gates_at_registration"
 # The card: its artifact path in the registration run, its sha256 and the sha256 of the version's
 # description (the card as the UI shows it). ``pull`` prints only this card.
 CARD_BYPRODUCT = "reappreg.card"
-
-
-def _flat(obj: Any, prefix: str) -> dict[str, Any]:
-    if isinstance(obj, Mapping):
-        out: dict[str, Any] = {}
-        for key, value in obj.items():
-            out.update(_flat(value, f"{prefix}.{key}" if prefix else str(key)))
-        return out
-    return {prefix: obj}
 
 
 def evidence_of(kind: str, evidence: Any, *, health: Any, max_completion_length: int | None) -> dict[str, Any]:
@@ -60,7 +52,7 @@ def evidence_of(kind: str, evidence: Any, *, health: Any, max_completion_length:
     cert = evidence.certificate
     out: dict[str, Any] = {"model.kind": kind, "guard.result": cert.result, "guard.certificate_md5": cert.md5}
     out.update({f"guard.{k}": v for k, v in cert.summary.items()})
-    out.update(_flat(evidence.calibration, "judge"))
+    out.update(flatten(evidence.calibration, "judge"))
     out["judge.trusted"] = evidence.judge_trusted
     out["judge.model"] = evidence.judge_model
     out.update({f"eval.{k}": v for k, v in evidence.eval_metrics.items() if not isinstance(v, (dict, list))})

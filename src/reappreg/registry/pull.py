@@ -21,7 +21,7 @@ from pathlib import Path
 from typing import Any
 
 from reappreg.errors import GateFailed, InputError, ReappregError
-from reappreg.registry.declarations import parse_spec
+from reappreg.evidence.declarations import parse_spec
 from reappreg.registry.verification import VersionCheck, gates_for, get_version, is_gated, verify_version
 
 

@@ -44,7 +44,7 @@ from typing import TYPE_CHECKING, Any
 from reappreg.errors import GateFailed, InputError
 from reappreg.hashing import dir_entries
 from reappreg.registry.connection import RegistryUnavailable, short
-from reappreg.registry.declarations import ModelDecl
+from reappreg.evidence.declarations import ModelDecl
 from reappreg.registry.history import Chain, ChainRace, append, retract_entry, settle
 from reappreg.trust.keys import SigningKey, sign_folder, sign_statement
 from reappreg.registry.layout import ENVELOPE_TAG, MAX_DESCRIPTION, attestation_paths, fit_description, for_ui, subject_digests

@@ -24,7 +24,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from reappreg.registry.declarations import ui_policy
+from reappreg.evidence.declarations import ui_policy
 from reappreg.registry.history import History, read_history
 from reappreg.registry.promotion import Decision, RegistrySession, record_decision
 from reappreg.registry.verification import VersionCheck

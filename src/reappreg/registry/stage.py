@@ -123,7 +123,7 @@ def open_session(settings: Params, files: RegistryFiles, client: Any, uri: str, 
                  announce: Callable[[str], None] | None = None):
     """The registry session every command acts through: declarations, trust, this clone's memory of
     the chains' heads at ``uri`` (beside its local key), and the signing key(s) when ``signing``."""
-    from reappreg.registry import load_declarations
+    from reappreg.evidence.declarations import load_declarations
     from reappreg.registry.history import HeadMemory
     from reappreg.trust.keys import signing_keys
     from reappreg.registry.promotion import RegistrySession
@@ -237,15 +237,14 @@ def register_models(
         evaluate_gates,
         evidence_of,
         folder_md5,
-        load_declarations,
         readable_tags,
         register_version,
         registration_key,
         registration_lock,
         statement,
     )
+    from reappreg.evidence.declarations import gate_table, load_declarations
     from reappreg.registry.audit import alias_rows
-    from reappreg.registry.declarations import gate_table
     from reappreg.registry.lineage import check_claims_lineage, check_outputs_in_lock
     from reappreg.registry.provenance import Provenance, material, params_md5
     from reappreg.registry.registration import (

@@ -35,7 +35,7 @@ from pathlib import Path
 from typing import Any
 
 from reappreg.errors import InputError
-from reappreg.registry.declarations import Gate, RegistryDecl
+from reappreg.evidence.declarations import Gate, RegistryDecl
 from reappreg.registry.gates import GateCheck, check_gate, evaluate_gates, failed
 from reappreg.trust.keys import SignatureInvalid, verify_folder
 from reappreg.trust import Signer, Trust, trust_version_of

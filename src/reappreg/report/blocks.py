@@ -9,8 +9,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from reappreg.card.build import fmt
 from reappreg.errors import InputError
+from reappreg.evidence.formatting import fmt
 from reappreg.io import read_json
 
 

@@ -1,12 +1,14 @@
 """Facts the report reads from the tracked files, shared by its sections and its summary lines:
 a reward model's comparisons (and the length gate's test on them, against the strongest trivial
-rival the metrics name), the judge's trust criteria.
+rival the metrics name), the judge's trust criteria, the policy's training health (also what the
+headline metrics write).
 Their own module, so the sections (which include the summary) and the summary import them
 without importing each other."""
 
 from __future__ import annotations
 
 from collections.abc import Mapping
+from pathlib import Path
 from typing import Any
 
 from reappreg.report.blocks import num, walk
@@ -103,4 +105,16 @@ def judge_trust(calib: Mapping[str, Any], policy: Any) -> tuple[bool | None, str
     return trust.trusted, "recomputed from the calibration's numbers"
 
 
-__all__ = ["beats_length", "judge_criteria", "judge_trust", "rm_scores"]
+def policy_health(folder: Path, health: Any, max_completion_length: int | None) -> tuple[bool | None, Any]:
+    """The training monitor's flag and (with ``health``, CardHealthSettings) the training-health verdict
+    (a ``reappreg.evidence.health.TrainingHealth``, else None), from the policy metrics folder read as
+    the card's evidence reads it: the headline metrics, the policy section and the summary line all
+    state these, so they can never disagree with each other, the card or the registry gate. Raises
+    InputError when a file of the folder is unreadable."""
+    from reappreg.evidence.health import monitor_healthy, read_metrics_folder, training_health
+
+    flat = read_metrics_folder(folder)
+    return monitor_healthy(flat), (None if health is None else training_health(flat, health, max_completion_length))
+
+
+__all__ = ["beats_length", "judge_criteria", "judge_trust", "policy_health", "rm_scores"]

@@ -12,8 +12,18 @@ from reappreg.report.sections import ReportSources
 HEADLINE_MAX_KEYS = 100
 
 
-def headline(sources: ReportSources) -> dict[str, Any]:
-    """The few numbers compared between experiments (nested; ``dvc metrics show`` dots the keys)."""
+def headline(sources: ReportSources, *, health: Any = None, max_completion_length: int | None = None,
+             trust_policy: Any = None) -> dict[str, Any]:
+    """The few numbers compared between experiments (nested; ``dvc metrics show`` dots the keys).
+
+    ``policy.healthy`` is the training-health verdict the report, the cards and the registry's
+    ``healthy_training`` gate state (:func:`reappreg.report.facts.policy_health`, with ``health``:
+    CardHealthSettings): 1 only when it is "healthy". Without ``health`` no verdict is written.
+    The training monitor's own flag is ``policy.monitor_healthy``. ``judge.trusted`` is the trust the
+    report states (:func:`reappreg.report.facts.judge_trust`: recomputed under ``trust_policy``), never
+    the calibration's cached flag when a policy is given."""
+    from reappreg.report.facts import judge_trust, policy_health, rm_scores
+
     out: dict[str, dict[str, Any]] = {}
 
     def put(group: str, key: str, value: Any) -> None:
@@ -33,19 +43,28 @@ def headline(sources: ReportSources) -> dict[str, Any]:
     if sources.rm_metrics.is_dir():
         for file in sorted(sources.rm_metrics.glob("*.json")):
             obj = read_if_present(file)
-            holdout = obj.get("holdout") if isinstance(obj, dict) else None
-            if isinstance(holdout, dict):
-                put("rm", file.stem, (holdout.get("ranking") or holdout).get("pairwise_accuracy"))
+            if isinstance(obj, dict) and isinstance(obj.get("holdout"), dict):
+                # The report's reading of a reward model's held-out accuracy (an ensemble's is its `ranking`).
+                put("rm", file.stem, rm_scores(obj)["holdout.acc"][0])
     train = read_if_present(sources.policy_metrics / "train.json")
     if isinstance(train, dict):
         final = train.get("final") if isinstance(train.get("final"), dict) else {}
-        put("policy", "healthy", train.get("healthy"))
+        try:
+            monitor, verdict = policy_health(sources.policy_metrics, health, max_completion_length)
+        except InputError:
+            monitor, verdict = None, None
+        put("policy", "monitor_healthy", monitor)
+        if verdict is not None:
+            put("policy", "healthy", verdict.verdict == "healthy")
+            for gate in verdict.gates:  # the values the verdict was judged on
+                put("policy", gate.name.replace("-", "_").replace(" ", "_"), gate.value)
         for key in ("format_gate_hit_rate", "kl", "reward_mean"):
-            put("policy", key, final.get(f"health/{key}"))
+            if key not in out.get("policy", {}):
+                put("policy", key, final.get(f"health/{key}"))
     calib = read_if_present(sources.calibration)
     if isinstance(calib, dict):
         put("judge", "agreement", calib.get("agreement"))
-        put("judge", "trusted", calib.get("trusted"))
+        put("judge", "trusted", judge_trust(calib, trust_policy)[0])
     metrics = read_if_present(sources.eval_metrics)
     if isinstance(metrics, dict):
         for key in sorted(metrics):

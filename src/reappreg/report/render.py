@@ -7,7 +7,7 @@ import html
 from collections.abc import Sequence
 from typing import Any
 
-from reappreg.card.build import fmt
+from reappreg.evidence.formatting import fmt
 from reappreg.report.blocks import Details, Figure, Section, Summary, Table
 
 

@@ -10,12 +10,14 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from reappreg.card.build import calibration_rows, flatten, fmt, metric_label, training_health
+from reappreg.card.build import calibration_rows, metric_label
 from reappreg.errors import InputError
+from reappreg.evidence.flat import flatten
+from reappreg.evidence.formatting import fmt
 from reappreg.io import read_json, read_jsonl
 from reappreg.report.blocks import (Details, Section, Table, count, curves_figure, dot_figure, empty_reason,
                                     forest_figure, is_number, num)
-from reappreg.report.facts import beats_length, judge_criteria, judge_trust, rm_scores
+from reappreg.report.facts import beats_length, judge_criteria, judge_trust, policy_health, rm_scores
 
 
 @dataclass(frozen=True)
@@ -187,13 +189,26 @@ def _validation_binding(r: _Reader, report: Mapping[str, Any]) -> str:
             "match what the report validated.")
 
 
-DETECTOR_SETTINGS = {
-    "ngram": ("exact word n-grams", ("n", "min_run", "containment"), "hits_ngram"),
-    "minhash": ("MinHash-LSH (datasketch)", ("threshold", "num_perm", "bands", "rows", "shingle_words"), "hits_minhash"),
-    "chars": ("character n-grams", ("n", "min_run", "containment"), "hits_chars"),
-    "fragments": ("fragments spread over records", ("min_piece", "coverage", "group_fields"), "hits_fragments"),
-    "edits": ("edited copies: content words in order", ("enabled", "threshold", "min_answer_words", "span"), "hits_edits"),
-}
+def _detector_rows(cert: Mapping, detectors: Mapping, counts: Mapping) -> list[list[Any]]:
+    """The detector table's rows as the certificate declares them (``detector_rows``: each
+    detector's own label and the settings it shows, ``reappreg.guard.certificate``); a
+    certificate without them (made before detectors declared their rows) shows every
+    recorded setting of each detector under "not declared"."""
+    declared = cert.get("detector_rows")
+    if isinstance(declared, list):
+        wanted = [(str(r.get("detector")), str(r.get("what")), [str(k) for k in r.get("shown") or []])
+                  for r in declared if isinstance(r, Mapping)]
+    else:
+        wanted = [(name, "not declared in the certificate", [k for k, v in section.items() if not isinstance(v, Mapping)])
+                  for name, section in detectors.items() if isinstance(section, Mapping)]
+    rows = []
+    for name, label, keys in wanted:
+        settings = detectors.get(name)
+        if isinstance(settings, Mapping):
+            setting = ", ".join(f"{k}={_cell(settings[k]) if isinstance(settings[k], list) else fmt(settings[k])}"
+                                for k in keys if k in settings)
+            rows.append([name, label, setting, counts.get(f"hits_{name}")])
+    return rows
 
 
 def guard_section(r: _Reader) -> Section:
@@ -205,20 +220,15 @@ def guard_section(r: _Reader) -> Section:
                           f"schema `{cert.get('schema')}`). The certificate covers only the sources listed here.")
     detectors = cert.get("detectors") if isinstance(cert.get("detectors"), Mapping) else {}
     counts = cert.get("counts") if isinstance(cert.get("counts"), Mapping) else {}
-    rows = []
-    for name, (label, keys, hits_key) in DETECTOR_SETTINGS.items():
-        settings = detectors.get(name)
-        if isinstance(settings, Mapping):
-            setting = ", ".join(f"{k}={_cell(settings[k]) if isinstance(settings[k], list) else fmt(settings[k])}"
-                                for k in keys if k in settings)
-            rows.append([name, label, setting, counts.get(hits_key)])
+    rows = _detector_rows(cert, detectors, counts)
     tokenizers = [t.get("name") for t in cert.get("tokenizers") or [] if isinstance(t, Mapping)]
     if tokenizers or "hits_in_tokenizer_views" in counts:
         rows.append(["tokenizer views", "every detector again on the text as each tokenizer sees it",
                      ", ".join(map(str, tokenizers)) or "none", counts.get("hits_in_tokenizer_views")])
     decode_views = cert.get("decode_views")
     if isinstance(decode_views, list):
-        rows.append(["decoding views", "every detector again on the text decoded (escapes, markup, transliteration, leetspeak)",
+        rows.append(["decoding views", "every detector again on the text decoded (escapes, HTML source, markup, "
+                     "upside-down text, transliteration, leetspeak)",
                      ", ".join(map(str, decode_views)) or "none", counts.get("hits_in_decode_views")])
     semantic = cert.get("semantic") if isinstance(cert.get("semantic"), Mapping) else None
     if semantic is not None and semantic.get("enabled"):
@@ -366,11 +376,15 @@ def policy_section(r: _Reader) -> Section:
     if not isinstance(train, dict):
         section.missing.append(f"`{display(train_path, r.root)}`: expected a JSON object")
         return section
-    verdict = {True: "healthy", False: "UNHEALTHY"}.get(train.get("healthy"), "not recorded")
+    try:
+        monitor, health = policy_health(r.path("policy_metrics"), r.health, r.max_completion_length)
+    except InputError as exc:
+        section.missing.append(f"`{r.shown('policy_metrics')}`: unreadable ({exc})")
+        return section
+    verdict = {True: "healthy", False: "UNHEALTHY"}.get(monitor, "not recorded")
     reason = f" ({train['unhealthy_reason']})" if train.get("unhealthy_reason") else ""
     section.blocks.append(f"Training monitor verdict: **{verdict}**{reason} after {fmt(train.get('steps_run'))} steps.")
-    if r.health is not None:
-        health = training_health(flatten(train, "train"), r.health, r.max_completion_length)
+    if health is not None:
         section.blocks.append(f"Verdict with the format-gate and truncation gates (as on the model card): "
                               f"**{health.verdict}**.")
         section.blocks.append(Table(

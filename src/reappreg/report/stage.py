@@ -62,7 +62,8 @@ def report(params: Params, sources: ReportSources, outputs: ReportOutputs) -> li
     # the page is checked with the guard's own detectors before it is written.
     scanned = scan_for_heldout(sources.heldout, settings.guard, markdown, str(out.markdown))
     subtitle += f" {scanned}"
-    numbers = headline(sources)
+    numbers = headline(sources, health=settings.card.health,
+                       max_completion_length=settings.policy.train.max_completion_length, trust_policy=trust_policy)
     with stage_run("report", tracking=settings.tracking):
         write_text(out.html, render_html(sections, TITLE, subtitle))
         write_text(out.markdown, render_markdown(sections, TITLE, subtitle))

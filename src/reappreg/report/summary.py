@@ -13,8 +13,8 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-from reappreg.card.build import fmt
 from reappreg.errors import InputError
+from reappreg.evidence.formatting import fmt
 from reappreg.io import read_jsonl
 from reappreg.report.blocks import Fact, Section, Summary, SummaryLine, read_if_present, slug, walk
 
@@ -148,26 +148,28 @@ def rm_line(r: Any, anchor: str) -> list[SummaryLine]:
 
 
 def policy_line(r: Any, anchor: str) -> SummaryLine:
-    from reappreg.card.build import flatten
-    from reappreg.card.health import training_health
+    from reappreg.report.facts import policy_health
 
     line = _Line("Policy training", anchor)
     path = r.path("policy_metrics") / "train.json"
     train, src = read_if_present(path), r.display(path)
     if not isinstance(train, dict):
         return _missing(line.title, anchor, "no readable train.json")
-    monitor = train.get("healthy")
-    line.sentences.append(f"{line.f(src, train, 'steps_run')} step(s); training monitor (reward spread, KL): "
-                          f"{'healthy' if monitor else 'UNHEALTHY'}"
+    try:
+        monitor, health = policy_health(r.path("policy_metrics"), r.health, r.max_completion_length)
+    except InputError as exc:
+        return _missing(line.title, anchor, f"unreadable policy metrics ({exc})")
+    word = {True: "healthy", False: "UNHEALTHY"}.get(monitor, "not recorded")
+    line.sentences.append(f"{line.f(src, train, 'steps_run')} step(s); training monitor (reward spread, KL): {word}"
                           + (f" ({train['unhealthy_reason']})" if train.get("unhealthy_reason") else "") + "; final KL "
                           f"{line.f(src, train, 'final', 'health/kl')}, mean reward {line.f(src, train, 'final', 'health/reward_mean')}.")
     if isinstance(train.get("reward"), Mapping):
         # What the policy was paid for (policy.reward; the RM's residual part unless the prior was added).
         line.sentences.append(f"Reward: {line.f(src, train, 'reward', 'reads')} (length prior weight "
                               f"{line.f(src, train, 'reward', 'length_prior_weight')}).")
-    if r.health is None:
-        return line.done("healthy" if monitor else "UNHEALTHY", bool(monitor))
-    health = training_health(flatten(train, "train"), r.health, r.max_completion_length)
+    if health is None:
+        # Without the card.health params no verdict can be stated: only the monitor's flag, named as such.
+        return line.done(f"monitor: {word}", monitor)
     cuts = []
     for gate in health.gates:
         if gate.passed is None:

@@ -20,6 +20,7 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
+from reappreg.evidence.flat import flatten
 from reappreg.io import atomic_path
 from reappreg.rm.dataset import preference_pairs
 
@@ -237,12 +238,6 @@ def write_csv(frame: pd.DataFrame, path: str | Path) -> None:
 
 
 def flat_metrics(metrics: dict, prefix: str = "") -> dict[str, float]:
-    """Numeric leaves of a nested metrics dict as dotted keys (for mlflow.log_metrics)."""
-    out: dict[str, float] = {}
-    for key, value in metrics.items():
-        name = f"{prefix}.{key}" if prefix else str(key)
-        if isinstance(value, dict):
-            out.update(flat_metrics(value, name))
-        elif isinstance(value, (int, float)) and not isinstance(value, bool) and value is not None and np.isfinite(value):
-            out[name] = float(value)
-    return out
+    """The finite numeric leaves of a nested metrics dict as dotted keys (for mlflow.log_metrics)."""
+    return {key: float(value) for key, value in flatten(metrics, prefix).items()
+            if isinstance(value, (int, float)) and not isinstance(value, bool) and np.isfinite(value)}

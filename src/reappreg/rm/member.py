@@ -60,7 +60,7 @@ FORMAT = "reappreg-rm-member/2"
 
 def check_certificate(certificate_path: str | Path, text_inputs: dict[str, str | Path]) -> dict:
     """Refuse to train unless the guard passed and certified these exact text files."""
-    from reappreg.guard.certificate import require_certified
+    from reappreg.guard.certified import require_certified
 
     return require_certified(certificate_path, text_inputs)
 

@@ -14,7 +14,14 @@ def _problems(section: str, problems: list[str]) -> None:
         raise ValueError(f"invalid guard.{section} settings: " + "; ".join(problems))
 
 
-class NgramSettings(Section):
+class DetectorSection(Section):
+    """The params section of one detector (``guard.<name>``). Each detector class names its
+    section model (``guard.detector.Detector.settings_model``), and ``GuardSettings`` has one
+    field per detector, named like it, typed with that model: ``guard.registry`` refuses to
+    load when a registered detector has no such field or a field of this kind no detector."""
+
+
+class NgramSettings(DetectorSection):
     # Exact word n-gram containment of a held-out answer in a training text.
     n: int = Field(5, ge=1)
     containment: float = Field(0.5, gt=0, le=1)   # fraction of the answer's n-grams found in the text
@@ -28,7 +35,7 @@ class NgramSettings(Section):
         return self
 
 
-class MinHashSettings(Section):
+class MinHashSettings(DetectorSection):
     # MinHash LSH near-duplicates: exact Jaccard of word-shingle sets, LSH-candidate pairs only.
     shingle_words: int = Field(2, ge=1)
     threshold: float = Field(0.3, gt=0, le=1)
@@ -62,7 +69,7 @@ class MinHashSettings(Section):
         return self
 
 
-class CharsSettings(Section):
+class CharsSettings(DetectorSection):
     # Exact containment of windows of n letters of the letter view (skeleton, no spaces/punctuation).
     n: int = Field(25, ge=4)
     containment: float = Field(0.5, gt=0, le=1)   # fraction of the answer's letters inside windows the text shares
@@ -76,20 +83,18 @@ class CharsSettings(Section):
         return self
 
 
-class FragmentsSettings(Section):
+class FragmentsSettings(DetectorSection):
     # An answer spread over several records of one group: pieces of >= min_piece letters that
-    # together cover >= coverage of the answer's letter windows (no single record does).
+    # together cover >= coverage of the answer's letters (no single record does). The groups:
+    # records sharing a value of a group_fields field (the whole group), and the adjacent
+    # records of a file (any `adjacent` consecutive records). Both bounds are certified.
     coverage: float = Field(0.5, gt=0, le=1)
-    min_piece: int = Field(30, ge=4)
-    group_fields: tuple[str, ...] = ("author_id", "conversation_id")   # record fields that define a group
-    whole_file: bool = True                                            # every source file is a group too
-    # Stock phrasing, decided from the held-out answers alone (training records are the
-    # attacker's to write): a letter window found in >= stock_answers answers is an
-    # opener/closer, and a piece made mostly of such windows is not a piece.
-    stock_answers: int = Field(3, ge=2)
+    min_piece: int = Field(25, ge=4)
+    group_fields: tuple[str, ...] = ("author_id", "conversation_id", "source_id")  # record fields that define a group
+    adjacent: int = Field(12, ge=0)                                    # records; 0 = no adjacency groups
 
 
-class EditsSettings(Section):
+class EditsSettings(DetectorSection):
     # A copy with an edit in many of its words (typos, inserted words, function words swapped,
     # tenses shifted): the answer's content words (function words dropped, Snowball stems,
     # one-edit typo neighbourhoods) matched in order (LCS) inside a stretch of span x the
@@ -98,6 +103,18 @@ class EditsSettings(Section):
     threshold: float = Field(0.75, gt=0, le=1)    # matched fraction of the answer's content words
     min_answer_words: int = Field(10, ge=2)       # answers with fewer content words: the exact detectors only
     span: float = Field(3.0, ge=2)                # in-order match counted inside a stretch of span x the answer's content words
+
+
+class StockSettings(Section):
+    # Stock phrasing weighted by measured frequency (``reappreg.guard.stock``): a held-out gram
+    # that more than `contexts` answers to two or more scenarios hold, or found in more than
+    # `reference_rate` of the documents of an honest reference corpus, weighs contexts / answers
+    # (resp. rate x documents / documents holding it) in every count of shared grams.
+    enabled: bool = True
+    contexts: int = Field(2, ge=1)                 # answers (to several scenarios) a gram may be in at full weight
+    reference: str | None = None                   # honest reference corpus (JSONL/CSV/text), read in place; null = none
+    reference_field: str = "text"                  # its text field (JSONL/CSV)
+    reference_rate: float = Field(0.005, gt=0, le=1)  # share of reference documents a gram may be in at full weight
 
 
 class SemanticSettings(Section):
@@ -118,8 +135,14 @@ class GuardSettings(Section):
     chars: CharsSettings = CharsSettings()
     fragments: FragmentsSettings = FragmentsSettings()
     edits: EditsSettings = EditsSettings()
+    stock: StockSettings = StockSettings()
     semantic: SemanticSettings = SemanticSettings()
-    workers: int = Field(2, ge=1)                # processes for large inputs (one per core)
+    workers: int = Field(2, ge=1)                # processes for large inputs (one per core); with engine ray, actors
+    # The scan's engine: "local" (worker processes on this machine) or "ray" (Ray Data over the
+    # training files as shards, the index broadcast once; ``reappreg.guard.distributed``). Same
+    # hits, same certificate.
+    engine: Literal["local", "ray"] = "local"
+    ray_address: str | None = None               # engine ray: a running cluster's address; null = a local one with `workers` CPUs
     chunk_size: int = Field(2000, ge=1)          # texts per work unit; inputs of one chunk run in-process
     max_shared_reported: int = Field(10, ge=1)   # shared grams spelled out per hit
     max_hits_in_certificate: int = Field(200, ge=0)

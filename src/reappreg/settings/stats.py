@@ -4,6 +4,8 @@ from typing import Literal
 from pydantic import Field, model_validator
 
 from reappreg.settings.base import Section
+from reappreg.settings.conditions import (CHECKPOINT_NAME, CHECKPOINT_PREFIX, FRESH_PREFIX, OOD_PREFIX, RESERVED_PREFIXES,
+                                          ood_condition)
 
 
 class StatsSettings(Section):
@@ -33,7 +35,7 @@ class StatsSettings(Section):
     lc_bootstrap_iterations: int = Field(400, ge=50)
     seed: int = 0
 
-    # --- conditions and the results table (reappreg.eval.results, reappreg.eval.conditions) ---
+    # --- conditions and the results table (reappreg.stats.results, reappreg.eval.conditions) ---
     # Model conditions besides the GRPO `policy`: models/policy/<name> answers and is judged
     # like it (dvc.yaml matrix stages generate_condition / judge_condition). Interpolated
     # into dvc.yaml from the top-level params: a profile lists its own, the matrix runs these.
@@ -58,7 +60,7 @@ class StatsSettings(Section):
     @model_validator(mode="after")
     def _condition_names(self) -> "StatsSettings":
         names = ["policy", *self.model_conditions, *(r.name for r in self.reference_conditions),
-                 *(f"ood-{o.name}" for o in self.ood_sets)]
+                 *(ood_condition(o.name) for o in self.ood_sets)]
         dup = sorted({n for n in names if names.count(n) > 1})
         if dup:
             raise ValueError(f"condition name(s) used twice (policy, model_conditions, reference_conditions): {dup}")
@@ -71,14 +73,14 @@ class StatsSettings(Section):
         if len({f.seed for f in self.fresh_pools}) != len(self.fresh_pools):
             raise ValueError("fresh_pools: every fresh pool needs its own seed")
         reserved = [n for n in [*self.model_conditions, *(r.name for r in self.reference_conditions)]
-                    if n.startswith(("fresh-", "ood-", "policy-step-"))]
+                    if n.startswith(RESERVED_PREFIXES)]
         if reserved:
-            raise ValueError("condition names starting fresh-, ood- or policy-step- (kept checkpoints) are reserved "
-                             f"(their folders): {reserved}")
+            raise ValueError(f"condition names starting {FRESH_PREFIX}, {OOD_PREFIX} or {CHECKPOINT_PREFIX} "
+                             f"(kept checkpoints) are reserved (their folders): {reserved}")
         # A kept checkpoint (policy-step-<n>) may be a candidate too; the results stage checks that
         # <n> is one of policy.train.checkpoint_steps (that list is another section's).
         unknown = [c for c in self.selection_candidates
-                   if c not in names and not re.fullmatch(r"policy-step-[1-9][0-9]*", c)]
+                   if c not in names and not CHECKPOINT_NAME.fullmatch(c)]
         if unknown:
             raise ValueError(f"selection_candidates {unknown} are not conditions ({names})")
         return self

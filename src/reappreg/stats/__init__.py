@@ -23,11 +23,20 @@ generations, one dominant vignette, a moved bar, relabelled pools. Each is close
   cluster-robust (Satterthwaite df), Wilson-over-generations and vignette-bootstrap lower bounds, never an iid
   SE; n_eff is capped by the contests and the independent generations.
 * **Trust is recomputed** (``trust``) from the calibration's numbers; the calibration must name
-  the judgments' judge model and fingerprint; ``trusted`` is a cache that must agree.
+  the judgments' judge model and fingerprint; ``trusted`` is a cache that must agree. A bar
+  claim also needs the calibration size the bar pins (``calibration_too_small``), and must
+  clear the bar once corrected for the judge's error (``correction``: Rogan–Gladen, with the
+  calibration's Jeffreys posterior uncertainty, which stays wide at perfect agreement).
+* **Looks** (``looks``): every evaluation of one policy (its model md5) against one bar
+  (opponent, threshold) is a look, whatever vignettes, evals, samples or seeds it used; a
+  claim drawn after earlier looks says so (``repeated_looks``) and lists what each used; under
+  ``dvc repro`` the step's signed custody link records them too (``byproducts.looks``).
   Position bias is also measured on the judgments themselves (``position_biased`` blocks).
 * **Reference bar** (``reference``): pinned in registry/models.yaml with its source and the
-  judge it was measured with; another bar or opponent (``stats.bar`` / ``stats.bar_opponent``)
-  gives ``custom_bar`` claims, and a bar claim decided by another judge is ``judge_mismatch``.
+  judge it was measured with, by name and by identity (its weights' md5, or an API's provider
+  and model id); another bar or opponent (``stats.bar`` / ``stats.bar_opponent``) gives
+  ``custom_bar`` claims, and a bar claim whose judgments' fingerprint is not the pinned
+  identity is ``judge_mismatch``, whatever the rows call the judge.
 * **Pools**: fresh and selection pools may not share generations or seeds, identical pools
   are an error, a fresh-pool claim needs its selection pool and reports ``selection_minus_fresh``.
 * **Length** (``length``): an AlpacaEval-style length-controlled win-rate (GLM read at zero
@@ -63,45 +72,58 @@ Outputs
 ``plots/eval/forest.csv`` / ``forest.png`` -- per (condition, opponent): each vignette
 (generation clusters) and the pooled estimand with the iid Wilson and the claim interval.
 
-``reports/claims.json`` -- a JSON LIST of claim objects, schema version 2 (each object carries
+``reports/claims.json`` -- a JSON LIST of claim objects, schema version 3 (each object carries
 ``schema_version``; version 2 added ``schema_version``, ``kind: custom_bar``,
 ``reference_bar``, ``blocking_flags`` and the evidence fields ``estimand``, ``clustering``,
 ``binding_interval``, ``worst_case_low``, ``observed_low/high``, order-level, weighted and
-length-controlled figures; ``n`` now counts contests)::
+length-controlled figures; ``n`` now counts contests; version 3 added ``judge_fingerprint``,
+``reference_bar.judge_identity`` and ``.calibration_min_pairs``, the Jeffreys figures of
+``evidence.judge_corrected`` and, stamped by the stage (``looks``), ``looks`` keyed by the
+policy and the bar instead of the generations' md5)::
 
     {
-      "schema_version": 2,
+      "schema_version": 3,
       "claim_id":    "{kind}/{condition}/{opponent}",
       "kind":        "bar" (the reference bar) | "custom_bar" | "beats_opponent",
       "condition":   "policy" | "best_of_n_fresh_pool" | "best_of_n_selection_pool",
       "opponent":    str,
       "statement":   str,   # the sentence a card may print if supported ("[custom_bar: ...]" prefix)
       "threshold":   float,
-      "reference_bar": {"bar", "opponent", "judge", "source"},
+      "reference_bar": {"bar", "opponent", "judge", "judge_identity": {"weights_md5"} | {"provider", "model_id"},
+                        "calibration_min_pairs", "source"},
       "metric_refs": [str], # keys of metrics/eval.json backing the claim
       "supported":   bool,  # status == "confirmed" and no blocking flag
       "status":      "confirmed" | "inconclusive" | "refuted" | "not_tested",
       "reason":      str,
       "flags":       [str], # claims.FLAGS
       "blocking_flags": [str],
-      "judge_model": str, "judge_trusted": bool,   # trust as recomputed
+      "judge_model": str,   # a label
+      "judge_fingerprint": str,   # the judge's identity, matched against reference_bar.judge_identity
+      "judge_trusted": bool,      # trust as recomputed
       "evidence": {"estimand", "clustering", "binding_interval", "confidence", "n", "n_orders",
                    "n_unparseable", "n_missing_orders", "unparseable_rate", "order_disagreement_rate",
                    "n_clusters", "n_generations", "n_eff", "n_eff_cap", "win_rate", "win_rate_pooled",
                    "win_rate_orders", "weighted_win_rate", "lc_win_rate", "lc_low", "lc_high",
                    "cluster_low", "cluster_high", "worst_case_low", "observed_low", "observed_high",
-                   "selection_pool_win_rate", "fresh_pool_win_rate", "selection_minus_fresh"}
+                   "selection_pool_win_rate", "fresh_pool_win_rate", "selection_minus_fresh",
+                   "judge_corrected": {"raw", "corrected", "low", "high", "informative", "reason",
+                                       "calibration_pairs", "agreement_low", "agreement_high"}},
+      # added by the stats stage (stats.looks):
+      "inputs": {role: md5}, "decision_settings": {params key: value},
+      "looks": {"earlier", "look_number", "keyed_by": {"policy_model_md5", "opponent", "threshold"},
+                "this_look": {evals, samples_per_vignette, best_of_n, seed, n_vignettes, vignettes, contests, ...},
+                "earlier_looks": [{"run_id", "design"}], "summary", "checked"}
     }
 
 Across conditions
 -----------------
-``reappreg.eval.results`` (stage ``results``) reads the judgments of every condition -- the policy,
+``reappreg.stats.results`` (stage ``results``) reads the judgments of every condition -- the policy,
 the other model conditions, reference answer files, off-distribution sets; all under this same
 judgments contract, judged by one judge -- and summarises each with ``summarize_contests``
 into ``metrics/results.json`` / ``reports/results.md``: the iid interval (screening only)
 beside the worst-case cluster interval, the bar read from the cluster bound only, the
 best-of-K optimism of a selected condition and its fresh-pool promotability, opponent
-strengths and ``weak_opponent`` generalisation claims (schema in ``reappreg.eval.results``).
+strengths and ``weak_opponent`` generalisation claims (schema in ``reappreg.stats.results``).
 
 Status: ``confirmed`` = worst-case cluster lower bound > threshold; ``refuted`` = best-case
 upper bound < threshold; ``inconclusive`` otherwise; ``not_tested`` = no contests, fewer than
@@ -146,7 +168,7 @@ from reappreg.stats.outputs import (
     write_forest_plot,
     write_outputs,
 )
-from reappreg.stats.reference import ReferenceBar, load_reference_bar
+from reappreg.evidence.reference import ReferenceBar, load_reference_bar
 from reappreg.stats.trust import Trust, TrustPolicy, recompute_trust
 
 __all__ = [

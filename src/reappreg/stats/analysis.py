@@ -29,7 +29,7 @@ from reappreg.stats.intervals import (
     wilson_interval,
 )
 from reappreg.stats.length import length_controlled
-from reappreg.stats.reference import ReferenceBar
+from reappreg.evidence.reference import ReferenceBar
 from reappreg.stats.trust import TrustPolicy, recompute_trust
 
 SUMMARY_METRICS = (
@@ -141,14 +141,15 @@ def _check_pools(contests: pd.DataFrame) -> None:
 
 
 def judge_error_of(calibration: Mapping[str, Any]):
-    """The judge's error from its calibration (agreement with people over pairs judged in both orders: the
-    two sides exchangeable); None when the calibration does not record both numbers."""
+    """The judge's error from its calibration (agreement with people over pairs judged in both orders, with
+    its Jeffreys posterior uncertainty: ``stats.correction``); None when the calibration does not record
+    both numbers."""
     from reappreg.stats.correction import JudgeError
 
     agreement, pairs = calibration.get("agreement"), calibration.get("n_pairs")
     if not isinstance(agreement, (int, float)) or isinstance(agreement, bool) or not isinstance(pairs, int) or pairs < 1:
         return None
-    return JudgeError.exchangeable(float(agreement), pairs)
+    return JudgeError.from_calibration(float(agreement), pairs)
 
 
 def analyze(judgments: pd.DataFrame, calibration: Mapping[str, Any], *, settings: StatsSettings,
@@ -232,7 +233,8 @@ def analyze(judgments: pd.DataFrame, calibration: Mapping[str, Any], *, settings
         metrics.update({f"best_of_n/{opponent}/{k}": v for k, v in pools[opponent].items()})
 
     ctx = ClaimContext(settings=settings, reference=reference, trust=trust, judge_model=judge_model,
-                       position_bias_reason=bias_reason if biased else None, judge_error=judge_error_of(calibration))
+                       position_bias_reason=bias_reason if biased else None, judge_error=judge_error_of(calibration),
+                       judge_fingerprint=fingerprint)
     custom = (settings.bar if settings.bar is not None else reference.bar,
               settings.bar_opponent if settings.bar_opponent is not None else reference.opponent)
     has_custom = custom != (reference.bar, reference.opponent)

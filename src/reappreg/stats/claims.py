@@ -11,10 +11,10 @@ from dataclasses import dataclass
 from typing import Any
 
 from reappreg.settings.stats import StatsSettings
-from reappreg.stats.reference import ReferenceBar, judge_key
+from reappreg.evidence.reference import ReferenceBar, judge_matches
 from reappreg.stats.trust import Trust
 
-CLAIMS_SCHEMA_VERSION = 2
+CLAIMS_SCHEMA_VERSION = 3
 STATUSES = ("confirmed", "inconclusive", "refuted", "not_tested")
 KINDS = ("bar", "custom_bar", "beats_opponent")
 POLICY, FRESH_POOL, SELECTION_POOL = "policy", "best_of_n_fresh_pool", "best_of_n_selection_pool"
@@ -35,7 +35,7 @@ FLAGS = {
     "selection_pool": True,           # in-sample best-of-N rows (winner's curse)
     "no_selection_pool": True,        # a fresh-pool claim without the selection pool it confirms
     "missing_opponent": True,         # no judgments at all against this opponent
-    "judge_mismatch": True,           # a bar claim decided by another judge than the one the bar was measured with
+    "judge_mismatch": True,           # a bar claim whose judgments' judge identity is not the one pinned with the bar
     # informative: printed with the claim, not blocking by themselves
     "unparseable_worst_case": False,  # some orders unparseable or missing: the bound counts them as losses
     "incomplete_contests": False,     # some contests lack an order (scored worst case, never dropped)
@@ -43,13 +43,19 @@ FLAGS = {
     "unbalanced_vignettes": False,    # vignette sizes differ (the equal-weight estimand handles it)
     "best_of_n": False,               # the answer was chosen by best-of-N selection
     "custom_bar": False,              # not the reference bar: never satisfies the promotion gate
-    "repeated_looks": False,          # earlier stats runs read the same generations (stats.looks)
+    "repeated_looks": False,          # earlier stats runs tested the same policy against the same bar (stats.looks)
     # A length-only win is not a win: the length-controlled rate must clear the bar as well.
     "length_sensitive": True,         # confirmed on the raw rate, not on the length-controlled one
     "length_unchecked": True,         # the length-controlled win-rate could not be computed
     # An imperfect judge pulls win-rates towards 0.5 and its error is only estimated: the bar test must also
     # hold once the win-rate is corrected for the judge's calibrated error (stats.correction).
     "judge_error_sensitive": True,    # confirmed on the raw rate, not on the judge-error-corrected one
+    # The bar pins the calibration size a claim against it needs (reference_bar.decision.calibration_min_pairs),
+    # checked on the claim itself, whatever trust policy the caller recomputed trust with.
+    "calibration_too_small": True,    # a bar claim whose judge was calibrated on fewer pairs than the bar pins
+    # results (reappreg.eval.results): a fresh pool whose answers near-duplicate its selection pool's
+    # (the guard's detectors) re-judges the pool the candidate was picked on: no confirmation.
+    "fresh_pool_near_duplicates": True,
 }
 BLOCKING_FLAGS = tuple(f for f, blocking in FLAGS.items() if blocking)
 ESTIMAND = ("equal-weight mean over vignettes of contest scores (a contest = one policy answer vs one "
@@ -67,9 +73,10 @@ class ClaimContext:
     settings: StatsSettings
     reference: ReferenceBar
     trust: Trust
-    judge_model: str | None
+    judge_model: str | None            # a label: printed, never matched against the bar's judge
     position_bias_reason: str | None   # None = the judgments show no position bias
     judge_error: Any = None            # stats.correction.JudgeError from the calibration; None: not estimable
+    judge_fingerprint: str | None = None   # the judgments' judge identity (reference.judge_matches)
 
 
 def _fmt(value: Any, digits: int = 3) -> str:
@@ -168,15 +175,22 @@ def build_claim(*, kind: str, condition: str, opponent: str, threshold: float, s
             flags.append("length_sensitive")
             reason += (f"; length-sensitive: the length-controlled win-rate {_fmt(summary.get('lc_win_rate'))} "
                        f"has lower bound {lc_low:.3f} <= {threshold:.3f}")
-    corrected = _judge_corrected(summary, ctx)
-    if status == "confirmed" and corrected is not None and not corrected.low > threshold:
-        flags.append("judge_error_sensitive")
-        reason += (f"; judge-error-sensitive: corrected for the judge's calibrated error ({corrected.reason}) the "
-                   f"interval is [{corrected.low:.3f}, {corrected.high:.3f}], not above {threshold:.3f}")
-    if kind == "bar" and (ctx.judge_model is None or judge_key(ctx.judge_model) != judge_key(reference.judge)):
-        flags.append("judge_mismatch")
-        reason += (f"; judge_mismatch: the bar {reference.bar:.3f} was measured with judge {reference.judge!r}, these "
-                   f"verdicts come from {ctx.judge_model!r}: win-rates under different judges are not comparable")
+    corrected, more_flags, more_reason = judge_error_gate(status, summary, threshold, ctx.judge_error,
+                                                          settings.confidence)
+    flags += more_flags
+    reason += more_reason
+    if kind == "bar":
+        too_small = calibration_size_problem(reference, ctx.judge_error)
+        if too_small:
+            flags.append("calibration_too_small")
+            reason += f"; calibration_too_small: {too_small}"
+    if kind == "bar":
+        same_judge, why = judge_matches(reference, ctx.judge_fingerprint)
+        if not same_judge:
+            flags.append("judge_mismatch")
+            reason += (f"; judge_mismatch: the bar {reference.bar:.3f} was measured with judge {reference.judge!r}, these "
+                       f"verdicts come from {ctx.judge_model!r} ({why}): win-rates under different judges are not "
+                       "comparable")
     if not ctx.trust.trusted:
         flags.append("untrusted_judge")
         reason += f"; judge untrusted on recomputation: {ctx.trust.reason}"
@@ -194,6 +208,9 @@ def build_claim(*, kind: str, condition: str, opponent: str, threshold: float, s
         "statement": statement,
         "threshold": float(threshold),
         "reference_bar": {"bar": reference.bar, "opponent": reference.opponent, "judge": reference.judge,
+                          "judge_identity": reference.judge_identity.model_dump(exclude_none=True),
+                          "calibration_min_pairs": (reference.decision.calibration_min_pairs
+                                                    if reference.decision is not None else None),
                           "source": reference.source},
         "metric_refs": [*metric_refs, "judge/trusted"],
         "supported": supported,
@@ -202,6 +219,7 @@ def build_claim(*, kind: str, condition: str, opponent: str, threshold: float, s
         "flags": flags,
         "blocking_flags": blocking,
         "judge_model": ctx.judge_model,
+        "judge_fingerprint": ctx.judge_fingerprint,
         "judge_trusted": ctx.trust.trusted,
         "evidence": {
             "estimand": ESTIMAND,
@@ -239,11 +257,34 @@ def build_claim(*, kind: str, condition: str, opponent: str, threshold: float, s
     }
 
 
-def _judge_corrected(summary: Mapping[str, Any], ctx: ClaimContext):
-    """The Rogan-Gladen correction of the claim's estimate (None when the judge's error or the interval is unknown)."""
+def judge_error_gate(status: str, summary: Mapping[str, Any], threshold: float, judge_error: Any,
+                     confidence: float) -> tuple[Any, list[str], str]:
+    """(the Rogan-Gladen correction of ``summary``'s estimate or None, flags, text for the reason): a result
+    confirmed on the raw interval must also clear ``threshold`` once corrected for the judge's calibrated error
+    (``stats.correction``), else ``judge_error_sensitive``. The claims and the results table share this rule."""
     from reappreg.stats.correction import correct_summary
 
     values = [summary.get(k) for k in ("win_rate", "cluster_low", "cluster_high", "n_clusters")]
-    if ctx.judge_error is None or any(v is None for v in values) or values[3] < 2:
-        return None
-    return correct_summary(*values, ctx.judge_error, ctx.settings.confidence)
+    if judge_error is None or any(v is None for v in values) or values[3] < 2:
+        return None, [], ""
+    corrected = correct_summary(*values, judge_error, confidence)
+    if status == "confirmed" and not corrected.low > threshold:
+        return corrected, ["judge_error_sensitive"], (
+            f"; judge-error-sensitive: corrected for the judge's calibrated error ({corrected.reason}) the "
+            f"interval is [{corrected.low:.3f}, {corrected.high:.3f}], not above {threshold:.3f}")
+    return corrected, [], ""
+
+
+def calibration_size_problem(reference: ReferenceBar, judge_error: Any) -> str | None:
+    """Why the judge's calibration is too small for a claim against the bar (None when it is not): the bar
+    pins the fewest calibration pairs a decision may rest on (``reference_bar.decision.calibration_min_pairs``)."""
+    pinned = reference.decision.calibration_min_pairs if reference.decision is not None else None
+    if pinned is None:
+        return "the reference bar pins no decision floors (reference_bar.decision), so no calibration size either"
+    pairs = getattr(judge_error, "n_pairs", None)
+    if pairs is None:
+        return f"the calibration records no pairs; the bar needs at least {pinned}"
+    if pairs < pinned:
+        return (f"the judge was calibrated on {pairs} pairs; the bar pins at least {pinned} "
+                "(reference_bar.decision.calibration_min_pairs)")
+    return None

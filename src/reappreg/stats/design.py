@@ -23,6 +23,9 @@ re-derives the design from the outputs it came from, and binds every judged orde
   refused with its rows named. Every vignette of the split's vignette list must be planned.
 * **Identity.** Ids that differ only by Unicode compatibility form, case, whitespace or
   invisible characters are one id to a reader; two such ids in the inputs are refused.
+* **One policy.** Every generation names the model it came from (``model_md5``, the generate
+  stage's md5 of the policy folder): one file mixing two models is refused, and the one md5 is
+  the policy whose looks the stats stage counts (``stats.looks``).
 * **Missing is worst case.** A planned order with no judged row enters the bounds as a loss
   (lower) and a win (upper), exactly like an unparseable one: dropping rows, generations or
   whole vignettes can only make a claim harder.
@@ -172,6 +175,18 @@ def check_sampling_plan(generations: Sequence[Mapping[str, Any]], vignettes: Seq
                          f"{generate.best_of_n} over {len(rows)} vignette(s), seed {generate.seed}: {len(planned)} "
                          f"sequences): {_examples(problems)}")
     return [v["vignette_id"] for v in rows]
+
+
+def policy_identity(generations: Sequence[Mapping[str, Any]], source: str = "generations") -> str | None:
+    """The one ``model_md5`` every generation records (None when none records one: answers that were not
+    sampled from a model folder, or written before the field); a mix is refused, naming the models."""
+    found = sorted({str(g.get("model_md5")) if g.get("model_md5") is not None else "(none)" for g in generations})
+    if found == ["(none)"] or not found:
+        return None
+    if len(found) > 1:
+        raise InputError(f"{source}: the generations come from more than one policy model (model_md5: "
+                         f"{', '.join(found[:MAX_EXAMPLES])}): one generations file is one policy's answers")
+    return found[0]
 
 
 def _verdict_problem(row: Mapping[str, Any], labels: tuple[str, ...]) -> str | None:
@@ -341,8 +356,9 @@ def load_bound_judgments(judgments: str, generations: str, answers: str, vignett
     sampling = ({"evals": generate.evals, "samples_per_vignette": generate.samples_per_vignette,
                  "best_of_n": generate.best_of_n, "seed": generate.seed} if generate is not None else None)
     return bound, {**summary, "verdict_methods": methods, "opponents": opponents,
-                   "answers_per_generation": judge.answers_per_generation, "sampling_plan": sampling}
+                   "answers_per_generation": judge.answers_per_generation, "sampling_plan": sampling,
+                   "policy_model_md5": policy_identity(generation_rows, str(generations))}
 
 
 __all__ = ["ARGMAX_TOLERANCE", "DesignSources", "Plan", "bind", "bind_files", "canonical_id", "check_distinct_ids", "check_sampling_plan", "check_verdicts",
-           "derive_plan", "load_bound_judgments"]
+           "derive_plan", "load_bound_judgments", "policy_identity"]

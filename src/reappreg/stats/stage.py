@@ -3,9 +3,12 @@
 One function per command (``reappreg stats run|results``). :func:`stats_stage` binds the
 judgments to the design re-derived from the upstream files (``stats.design``), draws every
 interval and claim (``stats.analysis``), stamps each claim with its inputs, looks and decision
-settings (``stats.looks``), writes the outputs and logs them to the stage's MLflow run.
+settings (``stats.looks``), writes the outputs and logs them to the stage's MLflow run. A look is
+keyed by the policy (the model md5 its generations record) and the bar: generations that name no
+policy model are refused, since their looks could not be counted. Under ``dvc repro`` the looks
+are also signed into the step's custody link (``byproducts.looks``, ``custody.notes``).
 :func:`results_stage` binds every condition's judgments to its own design and writes the results
-table (``eval.results``: one row per condition, both interval kinds) under the same pinned
+table (``stats.results``: one row per condition, both interval kinds) under the same pinned
 reference bar and decision settings.
 """
 
@@ -20,7 +23,7 @@ from typing import TYPE_CHECKING, Any
 from reappreg.settings import Params
 
 if TYPE_CHECKING:
-    from reappreg.eval.results import ResultsFiles
+    from reappreg.stats.results import ResultsFiles
 
 
 @dataclass(frozen=True)
@@ -52,8 +55,10 @@ def stats_stage(params: Params, files: StatsFiles, *,
 
     from reappreg.stats import TrustPolicy, analyze, load_calibration, load_reference_bar, mlflow_metrics, write_outputs
     from reappreg.stats.design import load_bound_judgments
-    from reappreg.stats.looks import GENERATIONS_TAG, earlier_looks, stamp_claims
-    from reappreg.stats.reference import check_decision_settings, decision_values
+    from reappreg.errors import InputError
+    from reappreg.custody import notes
+    from reappreg.stats.looks import earlier_looks, keys_of, link_record, look_design, look_tags, stamp_claims
+    from reappreg.evidence.reference import check_decision_settings, decision_values
     from reappreg.tracking import stage_run
 
     p, f = params, files
@@ -64,15 +69,27 @@ def stats_stage(params: Params, files: StatsFiles, *,
                    outputs={"claims": f.claims, "metrics": f.metrics}) as stage:
         frame, design = load_bound_judgments(f.judgments, f.generations, f.answers, f.vignettes, p.judge,
                                              generate=p.generate)
+        policy = design["policy_model_md5"]
+        if policy is None:
+            raise InputError(f"{f.generations}: the generations name no policy model (model_md5, written by "
+                             "`generate run`): the looks at this policy cannot be counted; re-run generate")
         calib = load_calibration(f.calibration)
         with (status or (lambda _: nullcontext()))(f"stats: intervals for {len(frame)} judged orders"):
             report = analyze(frame, calib, settings=p.stats, reference=reference, trust_policy=trust_policy,
                              design=design)
             recorded = {k: v for k, v in mlflow.get_run(stage.info.run_id).data.tags.items() if k.startswith("input.")}
-            earlier = earlier_looks(mlflow.MlflowClient(), stage.info.experiment_id,
-                                    recorded[GENERATIONS_TAG], stage.info.run_id)
-            stamp_claims(report["claims"], inputs={k[len("input."):-len(".md5")]: v for k, v in recorded.items()},
-                         earlier=earlier, decision_settings=decided)
+            inputs = {k[len("input."):-len(".md5")]: v for k, v in recorded.items()}
+            keys = keys_of(report["claims"], policy)
+            this_look = look_design(design, inputs)
+            client = mlflow.MlflowClient()
+            earlier = {key.digest: earlier_looks(client, stage.info.experiment_id, key, stage.info.run_id)
+                       for key in {k.digest: k for k in keys.values()}.values()}
+            stamp_claims(report["claims"], inputs=inputs, keys=keys, earlier=earlier, design=this_look,
+                         decision_settings=decided)
+            # This run is a look for every later one: tagged with each question it tested (searched only
+            # among FINISHED runs, so a run that fails before writing its claims counts for nothing).
+            mlflow.set_tags(look_tags(keys, policy, this_look))
+            notes.note("looks", link_record(report["claims"], keys, this_look))   # signed into the step's link
             write_outputs(report, metrics_path=f.metrics, plot_path=f.plot, plot_data_path=f.plot_data,
                           claims_path=f.claims)
         mlflow.set_tag("judge_trusted", str(report["judge"]["trusted"]).lower())
@@ -86,10 +103,10 @@ def stats_stage(params: Params, files: StatsFiles, *,
 def results_stage(params: Params, files: ResultsFiles, *, calibration: Path, models: Path, out_json: Path,
                   markdown: Path, plot: Path) -> dict[str, Any]:
     """The ``results`` stage: every condition bound to its design, the table written; returns it."""
-    from reappreg.eval.results import DeclaredStrength, ResultsInputs, build_results, condition_inputs
-    from reappreg.eval.results_outputs import write_results
+    from reappreg.stats.results import DeclaredStrength, ResultsInputs, build_results, condition_inputs
+    from reappreg.stats.results_outputs import write_results
     from reappreg.stats import TrustPolicy, load_calibration, load_reference_bar
-    from reappreg.stats.reference import check_decision_settings, decision_values
+    from reappreg.evidence.reference import check_decision_settings, decision_values
 
     s = params.stats
     reference = load_reference_bar(models)
@@ -100,7 +117,7 @@ def results_stage(params: Params, files: ResultsFiles, *, calibration: Path, mod
         trust_policy=TrustPolicy.from_settings(s, params.judge), judge=params.judge,
         selection_candidates=s.selection_candidates, fresh_pools=fresh,
         declared_strengths={k: DeclaredStrength(v.win_rate, v.source) for k, v in s.opponent_strength.items()},
-        optimism_iterations=s.optimism_bootstrap_iterations))
+        optimism_iterations=s.optimism_bootstrap_iterations, guard=params.guard))
     write_results(results, json_path=out_json, markdown_path=markdown, plot_path=plot, settings=s)
     return results
 

@@ -10,13 +10,23 @@ confidence, the minimum number of contests, the judge's agreement floor and mini
 calibration pairs, the position-bias and unparseable ceilings. params.yaml may make them
 stricter, never looser: :func:`check_decision_settings` fails the stats stages at load,
 naming every loosened key, before anything is computed.
+
+The judge the bar was measured with is pinned by IDENTITY, not by name (``judge_identity:``):
+a win-rate is on one judge's scale, and a name is a label anyone can give any weights (a
+local folder named like the bar's judge, rows that say so). A local judge is its weights'
+fingerprint (``reappreg.lm.model_fingerprint``: DVC's md5 of the folder or GGUF file, what
+the judge stage records as ``judge_fingerprint``); an API judge is the provider and model id
+its server reports (``reappreg.judge.http``). A bar claim whose judgments' fingerprint is not
+the pinned identity is ``judge_mismatch``, whatever ``judge_model`` says (:func:`judge_matches`).
 """
 
 from __future__ import annotations
 
 from pathlib import Path
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError
+import re
+
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
 from reappreg.errors import InputError
 
@@ -45,26 +55,86 @@ DECISION_KEYS = {
 }
 
 
+# A local judge's fingerprint: DVC's md5 of its GGUF file or of its whole folder (``.dir``).
+WEIGHTS_FINGERPRINT = re.compile(r"md5:[0-9a-f]{32}(\.dir)?")
+# An API judge's fingerprint (reappreg.judge.http): ``served:<model id>:<provider>:<digest>``,
+# the digest over everything else the server reports about the model (16 hex characters).
+SERVED_FINGERPRINT = re.compile(r"served:(?P<model_id>.+):(?P<provider>[^:]+):(?P<digest>[0-9a-f]{16})")
+
+
+class JudgeIdentity(BaseModel):
+    """Who a judge is, beyond its name: exactly one of
+
+    * ``weights_md5``: a local judge (transformers or vLLM backend), the fingerprint of its
+      weights; a folder named like the bar's judge with other weights has another md5;
+    * ``provider`` + ``model_id``: an API judge, as its server reports the model (the
+      ``owned_by`` and ``id`` of its ``GET /models`` entry). Only as strong as the provider's word:
+      whoever serves other weights under the pinned id and provider is not detected here.
+    """
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    weights_md5: str | None = Field(None, pattern=WEIGHTS_FINGERPRINT.pattern)
+    provider: str | None = Field(None, min_length=1, pattern=r"^[^:]+$")
+    model_id: str | None = Field(None, min_length=1)
+
+    @model_validator(mode="after")
+    def _one_kind(self) -> "JudgeIdentity":
+        api = (self.provider is not None, self.model_id is not None)
+        if self.weights_md5 is not None and any(api):
+            raise ValueError("give weights_md5 (a local judge) or provider + model_id (an API judge), not both")
+        if self.weights_md5 is None and api != (True, True):
+            raise ValueError("a judge identity needs weights_md5 (a local judge) or both provider and model_id "
+                             "(an API judge)")
+        return self
+
+    @classmethod
+    def of_fingerprint(cls, fingerprint: str | None) -> "JudgeIdentity | None":
+        """The identity a judge stage's ``judge_fingerprint`` records; None when it records none
+        (an unknown format, or a served fingerprint written before providers were recorded)."""
+        if not isinstance(fingerprint, str):
+            return None
+        if WEIGHTS_FINGERPRINT.fullmatch(fingerprint):
+            return cls(weights_md5=fingerprint)
+        served = SERVED_FINGERPRINT.fullmatch(fingerprint)
+        if served:
+            return cls(provider=served["provider"], model_id=served["model_id"])
+        return None
+
+    def describe(self) -> str:
+        if self.weights_md5 is not None:
+            return f"local weights {self.weights_md5}"
+        return f"API model {self.model_id!r} of provider {self.provider!r}"
+
+
 class ReferenceBar(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True)
 
     bar: float = Field(gt=0.0, lt=1.0)
     opponent: str = Field(min_length=1)
-    # The judge the bar was measured with: a win-rate is on one judge's scale (a weak judge pulls
-    # it towards 0.5), so a claim decided by another judge is `judge_mismatch` and never supported.
+    # The judge the bar was measured with, by name (what the card prints) and by identity (what a
+    # bar claim is matched on): a win-rate is on one judge's scale (a weak judge pulls it towards
+    # 0.5), so a claim decided by another judge is `judge_mismatch` and never supported.
     judge: str = Field(min_length=1)
+    judge_identity: JudgeIdentity
     source: str = Field(min_length=1)
     decision: DecisionFloors | None = None
 
 
-def judge_key(model: str) -> str:
-    """A judge model's name for comparison: its last path component (a served model id, a hub id
-    ``org/name`` or a local folder all end in the model's name), NFKC-normalised and case-folded.
-    Names are what a judge's records carry; a different model served under the bar judge's name
-    is not detected here (README, statistics)."""
-    import unicodedata
+def judge_matches(reference: ReferenceBar, fingerprint: str | None) -> tuple[bool, str]:
+    """(whether judgments with this ``judge_fingerprint`` were judged by the bar's pinned judge, why).
 
-    return unicodedata.normalize("NFKC", model).strip().rstrip("/").rsplit("/", 1)[-1].casefold()
+    Only the identity counts: the judgments' ``judge_model`` is a label (a folder name, a served
+    name) and is not consulted, so rows naming the bar's judge, or a local folder named like it,
+    match only with the pinned weights (or the pinned provider and model id)."""
+    pinned = reference.judge_identity
+    found = JudgeIdentity.of_fingerprint(fingerprint)
+    if found is None:
+        return False, (f"the judgments' fingerprint {fingerprint!r} names no judge identity (local weights md5 or "
+                       f"served provider and model id); the bar's judge is {pinned.describe()}")
+    if found == pinned:
+        return True, f"the judgments' judge is the bar's: {pinned.describe()}"
+    return False, f"the bar's judge is {pinned.describe()}; these judgments come from {found.describe()}"
 
 
 def decision_values(stats, judge) -> dict[str, float]:

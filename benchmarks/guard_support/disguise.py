@@ -1,5 +1,6 @@
 """A seeded generator of disguised leaks: what an adversary does to slip a held-out answer past
-the guard. The tests and ``benchmarks/guard_bench.py`` share it.
+the guard. The tests and ``benchmarks/guard_bench.py`` share it (test and benchmark support,
+not the library: see ``guard_support``).
 
 ``disguise(kind, rng, answer, filler)`` returns a ``Plant``: one or more training records that
 together carry ``answer``. ``filler(n_words)`` supplies innocent text to hide it in. Classes:
@@ -96,7 +97,7 @@ def _words_map(text: str, fn: Callable[[str], str]) -> str:
 
 
 # The smallest piece an adversary may cut and still be promised a catch: a passage of this
-# many letters, the guard's documented resolution (``guard.fragments.min_piece``; the README's
+# many letters, the guard's documented resolution (``guard.fragments.min_piece``; docs/guard.md,
 # "what the guard cannot see"). A shorter piece shares too little with its answer to tell it
 # from ordinary language. Pieces are cut at word boundaries.
 MIN_PIECE_LETTERS = 30

@@ -1,6 +1,6 @@
 """The results table's files: metrics/results.json, reports/results.md and the forest plot of every row.
 
-The schema is ``reappreg.eval.results``'s. The markdown and the plot show the iid interval (marked
+The schema is ``reappreg.stats.results``'s. The markdown and the plot show the iid interval (marked
 screening only) and the worst-case cluster interval side by side; the bar column reads the
 cluster lower bound only.
 """

@@ -16,7 +16,7 @@ import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
 from reappreg.errors import InputError
-from reappreg.stats.reference import ReferenceBar
+from reappreg.evidence.reference import ReferenceBar
 
 
 class _Strict(BaseModel):

@@ -1,4 +1,4 @@
-"""The results table (reappreg.eval.results): rows, both interval kinds, winner's curse, opponent strength."""
+"""The results table (reappreg.stats.results): rows, both interval kinds, winner's curse, opponent strength."""
 
 from __future__ import annotations
 
@@ -13,7 +13,7 @@ import pytest
 from reappreg.errors import InputError
 from reappreg.settings.judge import JudgeSettings
 from reappreg.io import write_json, write_jsonl
-from reappreg.eval.results import (
+from reappreg.stats.results import (
     ConditionInput,
     DeclaredStrength,
     FreshPool,
@@ -22,7 +22,7 @@ from reappreg.eval.results import (
     build_results,
     missing_rows,
 )
-from reappreg.eval.results_outputs import render_markdown, write_results
+from reappreg.stats.results_outputs import render_markdown, write_results
 from reappreg.stats import contest_table, validate_judgments
 from stats_fixtures import (
     FAST,
@@ -283,6 +283,36 @@ def test_selected_candidate_promotable_only_on_a_fresh_pool_that_clears_the_bar(
     results = build_results(inputs_for(tmp_path / "c", {"policy": strong, "base": base},
                                        candidates=("policy", "base"), fresh=("policy", good_fresh)))
     assert results["selection"]["promotable"] is True
+    assert results["selection"]["fresh_pool_near_duplicates"] == []   # answers of their own (the guard's view)
+
+
+def test_bar_rows_and_promotion_need_the_bars_pinned_judge_and_calibration_size(tmp_path):
+    """The same judgments that promote under the bar's pinned judge (the control) promote nothing when the
+    bar pins another judge's weights: every bar row and the promotion carry judge_mismatch; a parity
+    (generalisation) claim is not about the bar and is untouched."""
+    from reappreg.evidence.reference import JudgeIdentity
+
+    rng = np.random.default_rng(11)
+    strong = random_judgments([0.92, 0.9, 0.95, 0.9, 0.93, 0.91], rng=rng, prefix="p-")
+    good_fresh = random_judgments([0.92, 0.9, 0.95, 0.9, 0.93, 0.91], rng=rng, prefix="f-", seed_offset=700_000)
+    inputs = inputs_for(tmp_path, {"policy": strong}, fresh=("policy", good_fresh))
+    assert build_results(inputs)["selection"]["promotable"] is True   # the control
+    inputs.reference = REFERENCE.model_copy(update={"judge_identity": JudgeIdentity(
+        weights_md5="md5:99999999999999999999999999999999.dir")})
+    results = build_results(inputs)
+    assert results["judge"]["bar_judge"] is False and "local weights md5:9999" in results["judge"]["bar_judge_reason"]
+    bar_row = row(results, "policy/gpt-4-0314")
+    assert bar_row["bar_cleared"] and not bar_row["bar_supported"] and "judge_mismatch" in bar_row["flags"]
+    sel = results["selection"]
+    assert sel["promotable"] is False and "judge_mismatch" in sel["fresh_pool_flags"]
+    # the bar's judge, trusted by a policy without a floor, on a calibration below the bar's pinned 16 pairs
+    inputs.reference = REFERENCE
+    inputs.calibration = {**TRUSTED, "n_pairs": 12, "min_pairs": 10}
+    results = build_results(inputs)
+    assert results["judge"]["trusted"] and "calibrated on 12 pairs" in results["judge"]["calibration_too_small"]
+    assert "calibration_too_small" in row(results, "policy/gpt-4-0314")["flags"]
+    assert results["selection"]["promotable"] is False
+    assert "calibration_too_small" in results["selection"]["fresh_pool_flags"]
 
 
 def test_fresh_pool_that_reuses_selection_generations_is_refused(tmp_path):
@@ -304,7 +334,9 @@ def test_fresh_pool_that_repeats_the_selection_pools_answers_under_new_ids_and_s
     strong = random_judgments(0.9, rng=rng, prefix="p-")
     renamed = [{**r, "generation_id": "n" + r["generation_id"], "contest_id": "n" + r["contest_id"],
                 "sampling_seed": r["sampling_seed"] + 10_000_000} for r in strong]
-    own = {g: f"Answer {g}: a reading of its own." for g in {r["generation_id"] for r in strong}}
+    from stats_fixtures import answer_text
+
+    own = {g: answer_text(g) for g in {r["generation_id"] for r in strong}}   # the selection pool's words
     reused = {"n" + g: text for g, text in own.items()}
     reused = {g: (t.upper().replace(" ", "  ") if i % 2 else t) for i, (g, t) in enumerate(sorted(reused.items()))}
     with pytest.raises(InputError, match=r"repeats \d+ answer text\(s\) of its selection pool under other ids "
@@ -313,6 +345,43 @@ def test_fresh_pool_that_repeats_the_selection_pools_answers_under_new_ids_and_s
     # the same labels with words of their own are fresh
     results = build_results(inputs_for(tmp_path / "b", {"policy": strong}, fresh=("policy", renamed)))
     assert results["selection"]["fresh_pools"] == ["policy"]
+
+
+def _sentences_reversed(text: str) -> str:
+    return " ".join(reversed([f"{part.strip()}." for part in text.split(".") if part.strip()]))
+
+
+@pytest.mark.parametrize("edit,share", [
+    (lambda text: text + " Indeed", 1.0),                       # one word appended
+    (_sentences_reversed, 1.0),                                  # sentences swapped
+    (lambda text: _sentences_reversed(text).upper(), 1.0),      # case changed and sentences swapped (a case
+                                                                 # change alone is the same text: refused above)
+    (lambda text: text.replace(".", ", truly.", 1), 1 / 3),      # a word inserted, a third of the answers
+])
+def test_a_fresh_pool_that_near_duplicates_the_selection_pool_is_no_confirmation(tmp_path, edit, share):
+    """New ids, seeds and contests, a fresh pool that clears the bar, and answers that are the selection pool's
+    lightly edited: no exact text is repeated, but the guard's detectors see the copies, so the pool is not a
+    confirmation: flagged, not promotable, the reason naming the pairs. Honest answers of their own promote
+    (the control, and test_selected_candidate_promotable_only_on_a_fresh_pool_that_clears_the_bar)."""
+    from stats_fixtures import answer_text
+
+    rng = np.random.default_rng(11)
+    strong = random_judgments([0.92, 0.9, 0.95, 0.9, 0.93, 0.91], rng=rng, prefix="p-")
+    good_fresh = random_judgments([0.92, 0.9, 0.95, 0.9, 0.93, 0.91], rng=rng, prefix="f-", seed_offset=700_000)
+    fresh_ids = sorted({r["generation_id"] for r in good_fresh})
+    copied = fresh_ids[:: round(1 / share)]
+    texts = {gid: edit(answer_text("p-" + gid[len("f-"):])) for gid in copied}
+    results = build_results(inputs_for(tmp_path / "edited", {"policy": strong}, fresh=("policy", good_fresh),
+                                       fresh_texts=texts))
+    sel = results["selection"]
+    assert sel["fresh_pool_status"] == "confirmed" and sel["promotable"] is False
+    assert "fresh_pool_near_duplicates" in sel["fresh_pool_flags"]
+    found = {d["fresh"]: d["selection"] for d in sel["fresh_pool_near_duplicates"]}
+    assert found == {gid: "p-" + gid[len("f-"):] for gid in copied}
+    first = sel["fresh_pool_near_duplicates"][0]
+    assert (f"fresh_pool_near_duplicates: {len(copied)} of {len(fresh_ids)} fresh answer(s) near-duplicate the "
+            f"selection pool's by the guard's detectors ({first['fresh']} ~ {first['selection']} "
+            f"({first['detector']} ") in sel["reason"]
 
 
 def test_fresh_pool_of_another_candidate_does_not_promote_the_selected_one(tmp_path):
@@ -496,7 +565,7 @@ def test_each_row_says_how_its_verdicts_were_read(tmp_path):
 
 def _stage(out, params, up):
     """The results stage over the upstream ``up`` (sampled_upstream), writing under ``out``."""
-    from reappreg.eval.results import ResultsFiles
+    from reappreg.stats.results import ResultsFiles
     from reappreg.stats.stage import results_stage
 
     repo = Path(__file__).resolve().parents[2]

@@ -17,7 +17,10 @@ length-controlled win-rate) and closes each of those holes:
   (resample vignettes, pick the best of K in the resample, take its resampled minus its
   full-sample win-rate). A selected candidate is ``promotable`` past ``candidate`` only if
   judgments of a FRESH pool (new generations, so new contests; no generation or sampling seed
-  shared with the selection pool) give a worst-case cluster bound that clears the bar.
+  shared with the selection pool) give a worst-case cluster bound that clears the bar, and
+  its answers are new words: a fresh answer that near-duplicates a selection-pool answer by
+  the separation guard's detectors (:func:`near_duplicates`) makes the pool no confirmation
+  (``fresh_pool_near_duplicates``, naming the pairs).
 * **Opponent strength** (:func:`opponent_strengths`): an opponent's strength is its own
   win-rate against the bar opponent on the in-distribution vignettes where the pipeline
   measured it (a reference condition whose answers come from that source), otherwise the
@@ -29,7 +32,9 @@ length-controlled win-rate) and closes each of those holes:
 ``metrics/results.json`` (schema version 1)::
 
     {"schema_version": 1, "confidence", "reference_bar": {bar, opponent, source},
-     "judge": {model, trusted, trust_reason},
+     "judge": {model, fingerprint, trusted, trust_reason, position_biased, bar_judge (its identity is the
+               bar's pinned judge: else every bar row and the promotion carry judge_mismatch), bar_judge_reason,
+               calibration_too_small (why the calibration is below the bar's pinned size, else null)},
      "rows": [{"row_id": "<condition>/<opponent>", "condition", "kind": policy|checkpoint|model|reference|ood,
                "checkpoint_step" (kind checkpoint: the kept GRPO checkpoint's step, condition policy-step-<n>),
                "pool": <stats condition: policy | best_of_n_fresh_pool | best_of_n_selection_pool>,
@@ -44,13 +49,14 @@ length-controlled win-rate) and closes each of those holes:
      "opponents": {name: {strength, measured, source}},
      "selection": {candidates, k, selected, selection_pool_win_rate, expected_optimism,
                    optimism_adjusted_win_rate, fresh_pool_win_rate, fresh_pool_cluster_low,
-                   selection_minus_fresh, promotable, reason},
+                   selection_minus_fresh, promotable, reason, fresh_pool_flags,
+                   fresh_pool_near_duplicates: [{fresh, selection, detector, score, threshold}]},
      "claims": [{claim_id: "generalisation/<condition>/<opponent>", kind: "generalisation",
                  label: supported|weak_opponent|not_confirmed, supported, reason, ...}],
      "complete": bool, "not_run": [condition names]}
 
 A card links to its row by ``rows[*].row_id`` and to the promotion evidence by
-``selection.promotable``. ``reappreg.eval.results_outputs`` writes the files.
+``selection.promotable``. ``reappreg.stats.results_outputs`` writes the files.
 """
 
 from __future__ import annotations
@@ -64,8 +70,11 @@ import numpy as np
 import pandas as pd
 
 from reappreg.errors import InputError
+from reappreg.evidence.reference import judge_matches
 from reappreg.io import read_jsonl
 from reappreg.settings import Params
+from reappreg.settings.conditions import CHECKPOINT_PREFIX, checkpoint_condition, fresh_condition, ood_condition
+from reappreg.settings.guard import GuardSettings
 from reappreg.settings.judge import JudgeSettings
 from reappreg.settings.stats import StatsSettings
 from reappreg.stats import (
@@ -77,6 +86,8 @@ from reappreg.stats import (
     recompute_trust,
     summarize_contests,
 )
+from reappreg.stats.analysis import judge_error_of
+from reappreg.stats.claims import calibration_size_problem, judge_error_gate
 from reappreg.stats.contests import order_figures, position_biased
 from reappreg.stats.design import DesignSources, bind_files
 from reappreg.stats.intervals import finite
@@ -129,6 +140,9 @@ class ResultsInputs:
     fresh_pools: Mapping[str, FreshPool] = field(default_factory=dict)
     declared_strengths: Mapping[str, DeclaredStrength] = field(default_factory=dict)
     optimism_iterations: int = 2000
+    # The guard's detectors and thresholds (params ``guard``): what "a near copy" of a selection-pool
+    # answer is when a fresh pool's answers are compared with it (``near_duplicates``).
+    guard: GuardSettings = field(default_factory=GuardSettings)
 
 
 @dataclass(frozen=True)
@@ -151,7 +165,6 @@ def condition_inputs(params: Params, files: ResultsFiles) -> tuple[list[Conditio
     condition (``stats.*``). Sampled conditions carry the generate settings (a fresh pool its
     own seed); a reference file was not sampled; an off-distribution set has its own vignettes,
     answers and opponent."""
-    from reappreg.eval.conditions import CHECKPOINT_PREFIX, checkpoint_condition
     from reappreg.eval.plan import fresh_pool_prefix
 
     s, generate, root = params.stats, params.generate, Path(files.conditions_dir)
@@ -181,13 +194,13 @@ def condition_inputs(params: Params, files: ResultsFiles) -> tuple[list[Conditio
                                                        files.vignettes))
                    for ref in s.reference_conditions]
     for o in s.ood_sets:
-        folder, data = root / f"ood-{o.name}", Path(files.ood_dir) / o.name
-        conditions.append(ConditionInput(f"ood-{o.name}", "ood", folder / "judgments.jsonl", ood=True, design=DesignSources(
+        folder, data = root / ood_condition(o.name), Path(files.ood_dir) / o.name
+        conditions.append(ConditionInput(ood_condition(o.name), "ood", folder / "judgments.jsonl", ood=True, design=DesignSources(
             folder / "generations.jsonl", data / "answers.jsonl", data / "vignettes.jsonl", opponents=(o.opponent,),
             generate=generate)))
     # fresh pools: <conditions_dir>/fresh-<candidate>/ (stages generate_fresh / judge_fresh), their own seed
-    fresh = {f.condition: FreshPool(root / f"fresh-{f.condition}" / "judgments.jsonl",
-                                    sampled(root / f"fresh-{f.condition}", seed=f.seed)) for f in s.fresh_pools}
+    fresh = {f.condition: FreshPool(root / fresh_condition(f.condition) / "judgments.jsonl",
+                                    sampled(root / fresh_condition(f.condition), seed=f.seed)) for f in s.fresh_pools}
     return conditions, fresh
 
 
@@ -204,7 +217,12 @@ def missing_rows(results: Mapping[str, Any], conditions: Sequence[str], opponent
 
 
 def _row(condition: ConditionInput, pool: str, opponent: str, summary: Mapping[str, Any] | None,
-         reference: ReferenceBar, settings: StatsSettings, blocked: list[str]) -> dict[str, Any]:
+         reference: ReferenceBar, settings: StatsSettings, blocked: list[str],
+         bar_blocked: Sequence[str] = (), judge_error: Any = None) -> dict[str, Any]:
+    """One row; ``blocked``: flags every row carries (an untrusted judge), ``bar_blocked``: flags only a
+    bar row carries (``judge_mismatch``: the bar is on its own judge's scale, a parity row is not;
+    ``calibration_too_small``). A bar row confirmed on the raw interval must also clear the bar once
+    corrected for ``judge_error`` (the calibration's, ``stats.correction``), as a bar claim must."""
     row: dict[str, Any] = {
         "row_id": f"{condition.name}/{opponent}" + ("" if pool == "policy" else f"/{pool}"),
         "condition": condition.name, "kind": condition.kind, "pool": pool, "opponent": opponent,
@@ -220,11 +238,16 @@ def _row(condition: ConditionInput, pool: str, opponent: str, summary: Mapping[s
         value = None if summary is None else summary.get(key)
         row[out] = finite(value) if isinstance(value, float) else value
     is_bar = opponent == reference.opponent and not condition.ood
+    if is_bar:
+        blocked = [*blocked, *bar_blocked]
     row["bar"] = reference.bar if is_bar else None
     row["bar_cleared"] = (row["cluster_low"] > reference.bar) if is_bar and row["cluster_low"] is not None else None
     if summary is not None and is_bar:
         status, reason, flags = assess(summary, reference.bar, settings)
-        flags = [*flags, *blocked]
+        _, corrected_flags, corrected_reason = judge_error_gate(status, summary, reference.bar, judge_error,
+                                                                settings.confidence)
+        flags = [*flags, *blocked, *corrected_flags]
+        reason += corrected_reason
         if pool == "best_of_n_selection_pool":
             flags.append("selection_pool")
         row.update(bar_status=status, bar_reason=reason, flags=flags,
@@ -243,23 +266,29 @@ def verdict_method_mix(orders: pd.DataFrame, contest_ids: pd.Series) -> dict[str
 
 
 def _judge_state(frames: Sequence[pd.DataFrame], calibration: Mapping[str, Any], trust_policy: TrustPolicy,
-                 settings: StatsSettings) -> tuple[dict[str, Any], list[str]]:
-    """Recomputed trust for the one judge every condition must share; blocking flags for every row."""
+                 settings: StatsSettings, reference: ReferenceBar) -> tuple[dict[str, Any], list[str], list[str]]:
+    """Recomputed trust for the one judge every condition must share; blocking flags for every row, and for
+    the bar rows and the promotion (``judge_mismatch``: the judgments' judge identity is not the bar's)."""
     models = sorted({str(m) for f in frames for m in f["judge_model"].unique()})
     prints = sorted({str(m) for f in frames for m in f["judge_fingerprint"].unique()})
     if len(models) > 1 or len(prints) > 1:
         raise InputError(f"results: conditions were judged by different judges or fingerprints ({models}, {prints}); "
                          "every condition must be judged by the same judge and protocol")
     if not models:
-        return {"model": None, "trusted": False, "trust_reason": "no judgments"}, ["untrusted_judge"]
+        return ({"model": None, "trusted": False, "trust_reason": "no judgments"}, ["untrusted_judge"],
+                ["judge_mismatch"])
     trust = recompute_trust(calibration, trust_policy, judge_model=models[0], judge_fingerprint=prints[0])
+    same_judge, judge_reason = judge_matches(reference, prints[0])
+    too_small = calibration_size_problem(reference, judge_error_of(calibration))
     blocked = [] if trust.trusted else ["untrusted_judge"]
     contests = pd.concat([contest_table(f) for f in frames], ignore_index=True)
     biased, bias_reason = position_biased(order_figures(contests), settings.max_position_bias)
     if biased:
         blocked.append("position_biased")
-    return {"model": models[0], "fingerprint": prints[0], "trusted": trust.trusted, "trust_reason": trust.reason,
-            "position_biased": biased, "position_bias_reason": bias_reason}, blocked
+    return ({"model": models[0], "fingerprint": prints[0], "trusted": trust.trusted, "trust_reason": trust.reason,
+             "position_biased": biased, "position_bias_reason": bias_reason, "bar_judge": same_judge,
+             "bar_judge_reason": judge_reason, "calibration_too_small": too_small}, blocked,
+            ([] if same_judge else ["judge_mismatch"]) + (["calibration_too_small"] if too_small else []))
 
 
 # ----------------------------------------------------------------------------- winner's curse
@@ -308,11 +337,9 @@ def best_of_k_optimism(selection: Mapping[str, pd.DataFrame], *, iterations: int
 
 
 def judged_answers(judgments: Path, generation_ids: Iterable[str]) -> dict[str, str]:
-    """{normalised answer text: generation id} of the judged generations, read from the
-    ``generations.jsonl`` the generate stage wrote next to ``judgments`` (ids alone can be
-    renamed; the words cannot be checked from a judgments file)."""
-    from reappreg.guard.normalise import normalise
-
+    """{generation id: answer text} of the judged generations with a non-empty answer, read from the
+    ``generations.jsonl`` the generate stage wrote next to ``judgments`` (ids alone can be renamed; the
+    words cannot be checked from a judgments file)."""
     path = Path(judgments).parent / "generations.jsonl"
     if not path.exists():
         raise InputError(f"results: no generations next to {judgments} ({path}): a fresh pool's answers cannot be "
@@ -323,10 +350,8 @@ def judged_answers(judgments: Path, generation_ids: Iterable[str]) -> dict[str, 
     for record in read_jsonl(path):
         gid = str(record.get("generation_id"))
         present.add(gid)
-        if gid in wanted:
-            text = normalise(str(record.get("answer") or ""))
-            if text:
-                texts.setdefault(text, gid)
+        if gid in wanted and str(record.get("answer") or "").strip():
+            texts[gid] = str(record["answer"])
     missing = wanted - present
     if missing:
         raise InputError(f"results: {path} lacks {len(missing)} judged generation(s) ({', '.join(sorted(missing)[:5])})")
@@ -336,16 +361,19 @@ def judged_answers(judgments: Path, generation_ids: Iterable[str]) -> dict[str, 
 def check_fresh_pool(selection: pd.DataFrame, fresh: pd.DataFrame, name: str,
                      texts: tuple[Mapping[str, str], Mapping[str, str]] | None = None) -> None:
     """A fresh pool shares no generation, sampling seed, contest or answer text with the
-    selection pool. ``texts`` are ({normalised answer: generation id}) of the selection pool
-    and of the fresh pool (``judged_answers``): the same answers under new ids and seeds are
-    the selection pool again, not fresh evidence."""
+    selection pool. ``texts`` are ({generation id: answer}) of the selection pool and of the
+    fresh pool (``judged_answers``): the same answers (after the guard's normalisation) under
+    new ids and seeds are the selection pool again, not fresh evidence. Answers that are
+    near, not exact, copies are found by :func:`near_duplicates` and block the promotion."""
+    from reappreg.guard.normalise import normalise
+
     for key in ("generation_id", "sampling_seed", "contest_id"):
         shared = sorted(set(selection[key]) & set(fresh[key]))
         if shared:
             raise InputError(f"results: the fresh pool of {name!r} shares {len(shared)} {key}(s) with its selection "
                              f"pool ({', '.join(map(str, shared[:5]))}): it is not fresh evidence")
     if texts is not None:
-        chosen, new = texts
+        chosen, new = ({normalise(t): gid for gid, t in sorted(pool.items(), reverse=True)} for pool in texts)
         same = sorted(set(chosen) & set(new))
         if same:
             pairs = ", ".join(f"{new[t]} = {chosen[t]}" for t in same[:5])
@@ -354,9 +382,45 @@ def check_fresh_pool(selection: pd.DataFrame, fresh: pd.DataFrame, name: str,
                              "fresh evidence")
 
 
+def near_duplicates(selection: Mapping[str, str], fresh: Mapping[str, str], guard: GuardSettings
+                    ) -> list[dict[str, Any]]:
+    """The fresh answers that near-duplicate a selection-pool answer, by the guard's own detectors.
+
+    A fresh pool confirms a selected candidate only if its answers are new draws: the selection
+    pool's answers with a word appended, sentences swapped, the case changed or a few words edited
+    meet the same opponent answers with the same merits, so the judge sees the pool it was picked on
+    again. Exact text misses all of that; the separation guard's detectors (word n-gram containment,
+    MinHash on word shingles, letter windows, in-order content words: ``reappreg.guard``, at the
+    ``guard`` params' thresholds) are what the project uses to say "a copy of this text" of held-out
+    answers, and here the selection pool's answers play the held-out set and each fresh answer is
+    checked against all of them. One entry per fresh answer that hits (its best hit): ``fresh``,
+    ``selection`` (generation ids), ``detector``, ``score``, ``threshold``. Honest fresh draws of a
+    policy that answers every vignette alike in long stock phrases can hit too: then the fresh pool
+    does not show the candidate is better than the answers it was picked on, which is the point."""
+    from reappreg.guard import AnswerMeta, FastHasher, HeldoutIndex, TextUnit, check_units
+    from reappreg.guard.normalise import tokens   # not in the guard's public entry: from its module
+
+    ids = sorted(gid for gid, text in selection.items() if tokens(text))   # the index needs words to hold
+    if not ids or not fresh:
+        return []
+    index = HeldoutIndex.build([AnswerMeta(gid, "selection pool") for gid in ids], [selection[g] for g in ids], guard,
+                               FastHasher())
+    units = [TextUnit(source="fresh pool", record_id=gid, field="answer", text=fresh[gid]) for gid in sorted(fresh)]
+    best: dict[str, Any] = {}
+    for hit in check_units(index, units, workers=1, chunk_size=guard.chunk_size, max_shared=0):
+        if hit.record_id not in best or hit.score / hit.threshold > best[hit.record_id].score / best[hit.record_id].threshold:
+            best[hit.record_id] = hit
+    return [{"fresh": gid, "selection": hit.answer_id, "detector": hit.detector, "score": round(float(hit.score), 4),
+             "threshold": float(hit.threshold)} for gid, hit in sorted(best.items())]
+
+
 def promotion(selected: str | None, fresh_summary: Mapping[str, Any] | None, reference: ReferenceBar,
-              settings: StatsSettings, blocked: Sequence[str]) -> dict[str, Any]:
-    """Whether the selected candidate may move past ``candidate``: only on fresh-pool evidence."""
+              settings: StatsSettings, blocked: Sequence[str], judge_error: Any = None,
+              duplicates: Sequence[Mapping[str, Any]] = (), n_fresh: int | None = None) -> dict[str, Any]:
+    """Whether the selected candidate may move past ``candidate``: only on fresh-pool evidence that clears the
+    bar on its worst-case cluster bound AND once corrected for the judge's calibrated error (``judge_error``),
+    from answers that do not near-duplicate the selection pool's (``duplicates``, :func:`near_duplicates`, of
+    ``n_fresh`` fresh answers)."""
     if selected is None:
         return {"promotable": False, "reason": "no selection candidates were evaluated"}
     if fresh_summary is None:
@@ -364,11 +428,21 @@ def promotion(selected: str | None, fresh_summary: Mapping[str, Any] | None, ref
                 "reason": f"no fresh-pool judgments for the selected {selected!r}: its evidence comes only from the "
                           "pool it was selected on"}
     status, reason, flags = assess(fresh_summary, reference.bar, settings)
-    flags = [*flags, *blocked]
+    _, corrected_flags, corrected_reason = judge_error_gate(status, fresh_summary, reference.bar, judge_error,
+                                                            settings.confidence)
+    flags = [*flags, *blocked, *corrected_flags]
+    reason += corrected_reason
+    if duplicates:
+        flags.append("fresh_pool_near_duplicates")
+        shown = ", ".join(f"{d['fresh']} ~ {d['selection']} ({d['detector']} {d['score']:.2f} >= {d['threshold']:g})"
+                          for d in duplicates[:5])
+        more = f", ... ({len(duplicates) - 5} more)" if len(duplicates) > 5 else ""
+        reason += (f"; fresh_pool_near_duplicates: {len(duplicates)} of {n_fresh} fresh answer(s) near-duplicate the "
+                   f"selection pool's by the guard's detectors ({shown}{more}): not a confirmation")
     ok = status == "confirmed" and not any(f in BLOCKING_FLAGS for f in flags)
     return {"promotable": ok, "fresh_pool_win_rate": finite(fresh_summary.get("win_rate")),
             "fresh_pool_cluster_low": finite(fresh_summary.get("cluster_low")), "fresh_pool_status": status,
-            "fresh_pool_flags": flags,
+            "fresh_pool_flags": flags, "fresh_pool_near_duplicates": list(duplicates),
             "reason": ("fresh pool clears the bar: " if ok else "fresh pool does not clear the bar: ") + reason}
 
 
@@ -438,7 +512,7 @@ def _bound(name: str, judgments: Path, design: DesignSources | None, judge: Judg
                          "(generations, answers, vignettes): its labels cannot be bound, so they are not counted")
     frame, summary = bind_files(judgments, design, judge, source=f"{name}: {judgments}")
     return frame, {k: summary[k] for k in ("planned_contests", "judged_orders", "missing_orders", "generations",
-                                            "opponents", "sampling_plan")}
+                                            "opponents", "sampling_plan", "policy_model_md5")}
 
 
 def build_results(inputs: ResultsInputs) -> dict[str, Any]:
@@ -459,13 +533,15 @@ def build_results(inputs: ResultsInputs) -> dict[str, Any]:
     fresh_frames = {}
     for name, pool in inputs.fresh_pools.items():
         if Path(pool.judgments).exists():
-            fresh_frames[name], _ = _bound(f"fresh-{name}", pool.judgments, pool.design, inputs.judge)
-    judge, blocked = _judge_state([*frames.values(), *fresh_frames.values()], inputs.calibration,
-                                  inputs.trust_policy, settings)
+            fresh_frames[name], _ = _bound(fresh_condition(name), pool.judgments, pool.design, inputs.judge)
+    judge, blocked, bar_blocked = _judge_state([*frames.values(), *fresh_frames.values()], inputs.calibration,
+                                               inputs.trust_policy, settings, reference)
+    judge_error = judge_error_of(inputs.calibration)
     rows, summaries, contests_of = [], {}, {}
     for cond in inputs.conditions:
         if cond.name not in frames:
-            rows.append(_row(cond, "policy", reference.opponent, None, reference, settings, blocked))
+            rows.append(_row(cond, "policy", reference.opponent, None, reference, settings, blocked, bar_blocked,
+                             judge_error))
             rows[-1]["reason"] = f"not run: no judgments at {cond.judgments}"
             continue
         contests = contest_table(frames[cond.name])
@@ -476,7 +552,8 @@ def build_results(inputs: ResultsInputs) -> dict[str, Any]:
                 summary = summarize_contests(part, settings)
                 summaries[(cond.name, pool, opponent)] = summary
                 contests_of[(cond.name, pool, opponent)] = part
-                rows.append(_row(cond, pool, opponent, summary, reference, settings, blocked))
+                rows.append(_row(cond, pool, opponent, summary, reference, settings, blocked, bar_blocked,
+                                 judge_error))
                 rows[-1]["verdict_methods"] = verdict_method_mix(frames[cond.name], part["contest_id"])
                 rows[-1]["design"] = designs[cond.name]
 
@@ -492,7 +569,7 @@ def build_results(inputs: ResultsInputs) -> dict[str, Any]:
     selection: dict[str, Any] = {"candidates": list(inputs.selection_candidates), "not_evaluated": missing}
     if candidates:
         selection.update(best_of_k_optimism(candidates, iterations=inputs.optimism_iterations, seed=settings.seed))
-    fresh_summary = None
+    fresh_summary, duplicates, n_fresh = None, [], None
     selection["fresh_pools"] = sorted(fresh_frames)
     judgments_of = {c.name: c.judgments for c in inputs.conditions}
     for name, frame in fresh_frames.items():
@@ -502,9 +579,12 @@ def build_results(inputs: ResultsInputs) -> dict[str, Any]:
             texts = (judged_answers(judgments_of[name], candidates[name]["generation_id"]),
                      judged_answers(inputs.fresh_pools[name].judgments, fresh["generation_id"]))
             check_fresh_pool(candidates[name], fresh, name, texts)
+            if name == selection.get("selected"):
+                duplicates, n_fresh = near_duplicates(*texts, inputs.guard), len(texts[1])
         if name == selection.get("selected"):
             fresh_summary = summarize_contests(fresh, settings)
-    selection.update(promotion(selection.get("selected"), fresh_summary, reference, settings, blocked))
+    selection.update(promotion(selection.get("selected"), fresh_summary, reference, settings,
+                               [*blocked, *bar_blocked], judge_error, duplicates, n_fresh))
     if fresh_summary is not None and selection.get("selection_pool_win_rate") is not None \
             and selection.get("fresh_pool_win_rate") is not None:
         selection["selection_minus_fresh"] = selection["selection_pool_win_rate"] - selection["fresh_pool_win_rate"]
@@ -518,5 +598,5 @@ def build_results(inputs: ResultsInputs) -> dict[str, Any]:
 
 __all__ = ["KINDS", "RESULTS_SCHEMA_VERSION", "ConditionInput", "DeclaredStrength", "FreshPool", "ResultsInputs",
            "ResultsFiles", "best_of_k_optimism", "build_results", "check_fresh_pool", "condition_inputs", "generalisation_claim",
-           "missing_rows", "opponent_strengths",
+           "missing_rows", "near_duplicates", "opponent_strengths",
            "promotion"]

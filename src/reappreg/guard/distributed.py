@@ -1,0 +1,118 @@
+"""The scan on Ray Data, for corpora beyond one machine (params ``guard.engine: ray``).
+
+The local scan (``detect.check_units``, worker processes on one machine) stays the default.
+On Ray the unit of work is one shard: a training file (JSONL, CSV, Parquet or text) as
+``text.read_source`` reads it. A Ray Data pipeline maps the shards over a pool of actors, each
+holding the held-out index (and the tokenizer views), which the driver builds once and puts in
+the object store (``ray.put``): every actor reads the same bytes once, nothing is rebuilt from
+the held-out texts. An actor runs ``check_units`` on its shard, with the shard's fragment
+groups (``fragments.fragment_groups`` of that file: its records' fields, the groups its input
+declares, its adjacent records), exactly what the local scan runs for that file: the local
+scan forms no group across files either. Only the hits come back to the driver, so a shard's
+texts never cross the network twice and the driver's memory holds hits, not the corpus.
+
+The hits (and with them the certificate ``run.run_guard`` writes) are the same as the local
+scan's (tested on a local two-worker cluster). What scales: shards are independent, so the
+throughput is the actors' sum; what does not: one file is one task (split a large corpus
+into many shards, as corpora at that size are), and a grouping the input declares is checked
+within a shard (keep an author's or a conversation's records in one shard, as the local scan
+keeps them in one file).
+
+Ray is an optional dependency (the ``distributed`` extra): imported here only, lazily.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import pickle
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+from reappreg.errors import InputError
+from reappreg.guard.detector import Hit
+from reappreg.guard.text import SourceSpec
+
+
+def _ray():
+    try:
+        import ray
+    except ImportError as exc:  # pragma: no cover - the distributed extra is not installed
+        raise InputError("guard.engine 'ray' needs Ray Data: pip install 'reappreg[distributed]'") from exc
+    return ray
+
+
+def ensure_ray(workers: int, address: str | None = None) -> bool:
+    """Connect to the Ray cluster at ``address``, or start a local one with ``workers`` CPUs (no
+    dashboard, nothing reachable from outside the machine). Returns whether it started one (the
+    caller shuts it down). Ray's workers import this package from where the driver does."""
+    ray = _ray()
+    if ray.is_initialized():
+        return False
+    package_root = str(Path(__file__).resolve().parents[2])
+    python_path = os.pathsep.join(p for p in (package_root, os.environ.get("PYTHONPATH", "")) if p)
+    runtime_env = {"env_vars": {"PYTHONPATH": python_path, "TOKENIZERS_PARALLELISM": "false",
+                                "OMP_NUM_THREADS": "1", "HF_HUB_OFFLINE": "1"}}
+    if address:
+        ray.init(address=address, runtime_env=runtime_env, log_to_driver=False)
+    else:
+        ray.init(num_cpus=workers, include_dashboard=False, log_to_driver=False, configure_logging=False,
+                 runtime_env=runtime_env, _node_ip_address="127.0.0.1")
+    return True
+
+
+class _ShardChecker:
+    """A Ray Data actor: the index and views from the object store, once; then shards."""
+
+    def __init__(self, payload: Any) -> None:
+        ray = _ray()
+        if isinstance(payload, ray.ObjectRef):
+            payload = ray.get(payload)
+        self.index, self.views, self.settings, self.max_shared = payload
+
+    def __call__(self, batch: dict[str, Any]) -> dict[str, list]:
+        from reappreg.guard.detect import check_units
+        from reappreg.guard.fragments import fragment_groups
+        from reappreg.guard.text import check_sizes, read_source
+
+        found = []
+        for path, id_field, fields in zip(batch["path"], batch["id_field"], batch["text_fields"]):
+            source = read_source(SourceSpec(Path(str(path)), str(id_field) or None, tuple(json.loads(str(fields)))))
+            check_sizes(source.units, self.settings.max_text_chars)
+            hits = check_units(self.index, source.units, groups=fragment_groups([source], self.settings), views=self.views,
+                               workers=1, chunk_size=self.settings.chunk_size, max_shared=self.max_shared)
+            found.append(pickle.dumps([h.to_record() for h in hits]))
+        return {"path": list(batch["path"]), "hits": found}
+
+
+def check_shards(index: Any, specs: Sequence[SourceSpec], *, settings: Any, views: Sequence[Any] = (),
+                 workers: int = 2, max_shared: int = 10, address: str | None = None) -> list[Hit]:
+    """Every hit of the texts of ``specs`` (one shard each), in every view and in each shard's
+    fragment groups, scanned on Ray Data by ``workers`` actors that share one copy of ``index``
+    and ``views`` (``ray.put``); the same hits as the local scan of those files (module docstring)."""
+    if workers < 1:
+        raise InputError(f"guard: workers ({workers}) must be >= 1")
+    if not specs:
+        return []
+    ray = _ray()
+    started = ensure_ray(workers, address)
+    try:
+        context = ray.data.DataContext.get_current()
+        context.enable_progress_bars = False  # a stage's log, not a terminal
+        logging.getLogger("ray.data").setLevel(logging.WARNING)
+        payload = ray.put((index, list(views), settings, max_shared))  # the index, built once, in the object store
+        rows = [{"path": str(s.path), "id_field": s.id_field or "", "text_fields": json.dumps(list(s.text_fields))}
+                for s in specs]
+        data = ray.data.from_items(rows, override_num_blocks=len(rows))
+        scanned = data.map_batches(_ShardChecker, fn_constructor_args=(payload,), batch_size=1, num_cpus=1,
+                                   compute=ray.data.ActorPoolStrategy(size=min(workers, len(rows))),
+                                   batch_format="default")
+        hits = [Hit(**record) for row in scanned.iter_rows() for record in pickle.loads(row["hits"])]
+    finally:
+        if started:
+            ray.shutdown()
+    from reappreg.guard.registry import DETECTORS
+
+    return sorted(hits, key=lambda h: (h.source, h.record_id, h.field, h.answer_id, DETECTORS.index(h.detector)))
