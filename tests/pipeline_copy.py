@@ -65,4 +65,8 @@ def fresh_copy(root: Path, env: dict) -> Path:
     run_checked(["git", "init", "-q"], root, env)
     run_checked(["git", "add", "-A"], root, env)
     run_checked(["git", "commit", "-qm", "copy"], root, env)
+    # The shrunk checkpoint list changes the stages dvc.yaml's matrix expands to: regenerate the custody
+    # layout's steps, as a user who edits that list does (docs/pipeline.md).
+    run_checked([sys.executable, "-m", "reappreg.dvcdeps", "--write"], root, env)
+    run_checked(["git", "commit", "-qam", "layout steps for the shrunk params"], root, env)
     return root

@@ -167,3 +167,21 @@ def test_a_link_with_floats_in_its_params_and_byproducts_is_signed(tmp_path, mon
     assert payload["environment"]["params"]["stats"] == {"confidence": "0.95", "min_n_confirm": 240, "bar": None}
     assert payload["byproducts"] == {"custody_seconds": "0.392", "looks": {"questions": [{"threshold": "0.608"}]}}
     assert float(payload["byproducts"]["custody_seconds"]) == 0.392
+
+
+def test_dvcs_gitignore_inside_a_consumed_folder_is_not_recorded(tmp_path, monkeypatch):
+    """`dvc repro` writes .gitignore beside each out, e.g. in models/rm/multidim/ which a later step consumes
+    whole: no step produced it, so recording it made register's layout check refuse a real pipeline run."""
+    from reappreg.custody.links import record
+
+    folder = tmp_path / "models/rm/multidim"
+    (folder / "seed_0").mkdir(parents=True)
+    (folder / "seed_0/head.safetensors").write_bytes(b"weights")
+    (folder / ".gitignore").write_text("/seed_0\n")
+    (folder / "seed_0/.gitignore").write_text("/x\n")
+    monkeypatch.chdir(tmp_path)
+    recorded = record(["models/rm/multidim"])
+    assert sorted(recorded) == ["models/rm/multidim/seed_0/head.safetensors"]
+    # every other file is still recorded: a planted file inside the folder is a material like any other
+    (folder / "planted.txt").write_text("x")
+    assert "models/rm/multidim/planted.txt" in record(["models/rm/multidim"])

@@ -4,7 +4,10 @@ hits and writes the same certificate as the local scan, over JSONL and Parquet s
 from __future__ import annotations
 
 import json
+import os
 import random
+import shutil
+import tempfile
 
 import pytest
 
@@ -28,12 +31,26 @@ WORKERS = 2
 @pytest.fixture(scope="module")
 def cluster():
     """One local Ray cluster with two worker CPUs for the module (nothing reachable from outside)."""
+    from conftest import SYSTEM_TMP
+
     from reappreg.guard.distributed import ensure_ray
 
-    started = ensure_ray(WORKERS)
-    yield
-    if started:
-        ray.shutdown()
+    # Ray puts its sockets under RAY_TMPDIR (else TMPDIR); conftest moves TMPDIR into pytest's deep tmp
+    # tree, past the 107-byte AF_UNIX limit. A short folder in the system tmp, as a user's default is.
+    short = tempfile.mkdtemp(prefix="ray", dir=SYSTEM_TMP)
+    before = os.environ.get("RAY_TMPDIR")
+    os.environ["RAY_TMPDIR"] = short
+    try:
+        started = ensure_ray(WORKERS)
+        yield
+        if started:
+            ray.shutdown()
+    finally:
+        if before is None:
+            os.environ.pop("RAY_TMPDIR", None)
+        else:
+            os.environ["RAY_TMPDIR"] = before
+        shutil.rmtree(short, ignore_errors=True)
 
 
 def plant(train_dir, heldout) -> None:

@@ -78,6 +78,9 @@ def test_model_version_page_shows_the_card_and_provenance_tags(tmp_path, monkeyp
     plant_stage_runs(root)
     driver = None
     try:
+        # The card stage writes the cards register reads (and dvc.lock then records them), as `dvc repro` does.
+        code, out, exc = run_cli(*stage_argv("card"))
+        assert code == 0, (out, exc)
         record_outputs(root)
         code, out, exc = run_cli(*stage_argv("register"))
         assert code == 0, (out, exc)

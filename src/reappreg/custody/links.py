@@ -46,11 +46,16 @@ class CustodyError(ReappregError):
     exit_code = 1
 
 
+# DVC's own bookkeeping: `dvc repro` writes a .gitignore beside every out, inside folders that other
+# steps consume whole (models/rm/multidim/), so no step "produces" it; it is not data either.
+UNRECORDED = [".gitignore"]
+
+
 def record(paths: list[str]) -> dict[str, dict[str, str]]:
-    """in-toto's own artifact recording (sha256 per file; folders walked; links excluded)."""
+    """in-toto's own artifact recording (sha256 per file; folders walked; DVC's .gitignore files excluded)."""
     from in_toto.runlib import record_artifacts_as_dict
 
-    return record_artifacts_as_dict([p for p in paths if Path(p).exists()])
+    return record_artifacts_as_dict([p for p in paths if Path(p).exists()], exclude_patterns=UNRECORDED)
 
 
 @dataclass(frozen=True)

@@ -112,8 +112,9 @@ def plan_from_dvc(root: Path) -> list[StepPlan]:
                 outer = next((o for o in producer if dep.startswith(o + "/")), None)
                 if inner:  # a folder several stages write into: each producer's part matched to it
                     materials += [["MATCH", _pattern(o, is_dir[o]), "WITH", "PRODUCTS", "FROM", producer[o]] for o in inner]
-                elif outer is not None:  # a file inside another stage's folder
-                    materials.append(["MATCH", dep, "WITH", "PRODUCTS", "FROM", producer[outer]])
+                elif outer is not None:  # a file or folder (no suffix, as above) inside another stage's folder
+                    materials.append(["MATCH", _pattern(dep, not Path(root, dep).suffix), "WITH", "PRODUCTS", "FROM",
+                                      producer[outer]])
                 else:
                     materials.append(["ALLOW", _pattern(dep, Path(root, dep).is_dir())])
         materials.append(["DISALLOW", "*"])

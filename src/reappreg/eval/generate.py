@@ -54,6 +54,7 @@ Plain samples (``selection: none``) are always generated as well.
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import os
 from collections.abc import Callable, Sequence
@@ -126,7 +127,17 @@ def seeded_sampling_processor(seeds: Sequence[int], temperature: float, top_p: f
     return SeededSampling()
 
 
-class TransformersGenerator:
+class _PolicyIdentity:
+    """Both generators name the policy they ran by its folder's DVC md5 (every byte read once, then cached)."""
+
+    location: Any
+
+    @functools.cached_property
+    def model_md5(self) -> str:
+        return model_fingerprint(self.location)
+
+
+class TransformersGenerator(_PolicyIdentity):
     """A local policy folder (safetensors + tokenizer) sampled with transformers, in batches."""
 
     backend = "transformers"
@@ -139,14 +150,6 @@ class TransformersGenerator:
         self.device = device
         self._tokenizer = None
         self._model = None
-        self._md5: str | None = None
-
-    @property
-    def model_md5(self) -> str:
-        """The policy's identity: DVC md5 of its folder (every byte read once, then cached)."""
-        if self._md5 is None:
-            self._md5 = model_fingerprint(self.location)
-        return self._md5
 
     @property
     def tokenizer(self):
@@ -198,7 +201,7 @@ class TransformersGenerator:
         return out
 
 
-class VllmGenerator:
+class VllmGenerator(_PolicyIdentity):
     """vLLM offline engine (GPU hosts). ``vllm`` is imported only when this backend runs."""
 
     backend = "vllm"
@@ -210,14 +213,6 @@ class VllmGenerator:
         self.model = str(model_path)
         self.config = config
         self._llm = None
-        self._md5: str | None = None
-
-    @property
-    def model_md5(self) -> str:
-        """The policy's identity: DVC md5 of its folder (every byte read once, then cached)."""
-        if self._md5 is None:
-            self._md5 = model_fingerprint(self.location)
-        return self._md5
 
     def _engine(self):
         if self._llm is None:
