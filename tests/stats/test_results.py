@@ -109,6 +109,9 @@ def test_every_condition_has_a_row_with_both_interval_kinds(tmp_path):
         assert r["n_eff"] is not None and r["n_eff"] <= r["n"]
         assert r["lc_win_rate"] is not None
         assert r["bar"] == REFERENCE.bar and r["bar_cleared"] == (r["cluster_low"] > REFERENCE.bar)
+        # the condition's answers' mean length: one per generation, however many opponents each met
+        generations = [json.loads(x) for x in (tmp_path / r["condition"] / "generations.jsonl").read_text().splitlines()]
+        assert r["mean_length"] == pytest.approx(np.mean([len(g["answer"]) for g in generations]))
     assert results["complete"] and not results["not_run"]
     # the policy row clears the bar only if its CLUSTER bound does, whatever the iid bound says
     policy = row(results, "policy/gpt-4-0314")

@@ -79,6 +79,10 @@ def summarize_contests(contests: pd.DataFrame, settings: StatsSettings) -> dict[
                    min_generations_per_vignette=int(design.generations_per_vignette().min()) if len(sizes) else 0,
                    vignette_size_ratio=float(sizes.max() / sizes.min()) if len(sizes) else None,
                    n_eval_k=int(contests["eval_k"].nunique()))
+    # The condition's answers' mean length (characters), one per generation (a generation meets
+    # several opponent answers): the results table's length column, next to the LC win-rate.
+    answers = contests.drop_duplicates(["vignette_id", "generation_id"])["policy_chars"]
+    summary["mean_chars"] = float(answers.mean()) if len(answers) else None
     # Every generation meets the same number of opponent answers (judge.answers_per_generation):
     # a generation with fewer contests than the others lost some from view. They enter the
     # bounds as losses (lower) and wins (upper), like a missing order.

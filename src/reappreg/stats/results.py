@@ -43,6 +43,7 @@ length-controlled win-rate) and closes each of those holes:
                "iid_screening_low", "iid_screening_high" (Wilson on contests: screening only),
                "cluster_low", "cluster_high", "binding_interval" (worst-case cluster interval),
                "lc_win_rate", "lc_low", "lc_high",
+               "mean_length" (mean characters of the condition's answers, one per generation),
                "bar", "bar_cleared" (cluster_low > bar; null unless the opponent is the bar's),
                "bar_status", "bar_supported", "flags",
                "verdict_methods": {method: judged orders} (how each verdict was read)}],
@@ -233,7 +234,7 @@ def _row(condition: ConditionInput, pool: str, opponent: str, summary: Mapping[s
     keys = {"win_rate": "win_rate", "n": "n", "n_eff": "n_eff", "n_vignettes": "n_clusters",
             "n_generations": "n_generations", "iid_screening_low": "iid_low", "iid_screening_high": "iid_high",
             "cluster_low": "cluster_low", "cluster_high": "cluster_high", "binding_interval": "binding_interval",
-            "lc_win_rate": "lc_win_rate", "lc_low": "lc_low", "lc_high": "lc_high"}
+            "lc_win_rate": "lc_win_rate", "lc_low": "lc_low", "lc_high": "lc_high", "mean_length": "mean_chars"}
     for out, key in keys.items():
         value = None if summary is None else summary.get(key)
         row[out] = finite(value) if isinstance(value, float) else value
