@@ -38,7 +38,8 @@ def _outputs(root: Path) -> dict:
         calibration=root / "metrics/judge_calibration.json", eval_metrics=root / "metrics/eval.json",
         forest=root / "plots/eval/forest.csv", claims=root / "reports/claims.json",
         registration=root / "reports/registry/registration.json", leakscan=root / "reports/leakscan.json",
-        samples=root / "reports/samples.json")
+        samples=root / "reports/samples.json", results=root / "metrics/results.json",
+        rm_comparison=root / "plots/rm/comparison.png")
     # As reappreg.report.stage.report passes them.
     health, length = params.card.health, params.policy.train.max_completion_length
     trust_policy = TrustPolicy.from_settings(params.stats, params.judge)
@@ -132,7 +133,7 @@ def test_reward_model_accuracies_are_the_same_everywhere(unhealthy_policy):
         # The planted ensemble is two-part: its row is the ranking model's (the residual part has its own row).
         label = re.escape(stem) + (r" \(two-part ranking model\)" if stem == "ensemble" else "")
         assert re.search(rf"\| {label} \| \w+ \| {re.escape(shown)}[ |]", out["report"]), (stem, shown)
-        assert f"`{stem}`: {shown} vs" in out["report"]
+        assert re.search(rf"\| `{re.escape(stem)}`[^|]* \| {re.escape(shown)} \|", out["report"]), (stem, shown)  # summary
     assert f"| Pairwise accuracy (held-out, ranking model) | {fmt(rm['ensemble'])} |" in out["cards"][RM]
 
 

@@ -13,8 +13,12 @@ import pytest
 
 from reappreg.guard.certificate import detector_rows
 from reappreg.report import HEADLINE_MAX_KEYS, ReportSources, collect, headline, render_html, render_markdown
+from reappreg.evidence.formatting import fmt
 from reappreg.report.blocks import Figure, Table
 from stage_commands import stage_argv
+
+RESULTS_TITLE = "Results across models"
+RM_COMPARISON_TITLE = "Reward models and trivial rankers: pairwise accuracy"
 
 CHROMIUM = Path("/usr/bin/chromium")
 CHROMEDRIVER = Path("/usr/bin/chromedriver")
@@ -38,7 +42,8 @@ def sources_in(root: Path) -> ReportSources:
         calibration=root / "metrics/judge_calibration.json", eval_metrics=root / "metrics/eval.json",
         forest=root / "plots/eval/forest.csv", claims=root / "reports/claims.json",
         registration=root / "reports/registry/registration.json", leakscan=root / "reports/leakscan.json",
-        samples=root / "reports/samples.json")
+        samples=root / "reports/samples.json", results=root / "metrics/results.json",
+        rm_comparison=root / "plots/rm/comparison.png")
 
 
 FOREST = """condition,opponent,row,row_kind,label,n,n_unparseable,win_rate,iid_low,iid_high,cluster_low,cluster_high,n_clusters,n_eff
@@ -92,7 +97,7 @@ def plant(root: Path) -> ReportSources:
         return split
 
     _json(s.rm_metrics / "bt_seed_0.json", {"objective": "bt", "holdout": rm_split(0.8123, 0.5512, 0.6613, 0.2611, 0.1212, 0.3313),
-                                            "lovo": rm_split(0.7891, 0.5414, 0.6515, 0.2477, -0.0123, 0.3991,
+                                            "lovo": rm_split(0.7891, 0.5414, 0.6515, 0.1376, -0.0312, 0.2911,
                                                              (0.1376, -0.0312, 0.2911), (0.7123, 0.6012, 0.8034)),
                                             "baselines": {"length_only": {"pairwise_accuracy": 0.5512}}})
     _json(s.rm_metrics / "ensemble.json", {
@@ -102,7 +107,7 @@ def plant(root: Path) -> ReportSources:
         "holdout": {"ranking": {**rm_split(0.8456, 0.5512, 0.6613, 0.2944, 0.2011, 0.3877), "pairwise_accuracy_low": 0.8111,
                                 "pairwise_accuracy_high": 0.8777},
                     "residual": rm_split(0.7012, 0.5512, 0.6613, 0.0399, -0.0511, 0.1302)},
-        "lovo": {"ranking": rm_split(0.8234, 0.5414, 0.6515, 0.2820, 0.1919, 0.3721),
+        "lovo": {"ranking": rm_split(0.9335, 0.5414, 0.6515, 0.2820, 0.1919, 0.3721),
                  "residual": rm_split(0.6988, 0.5414, 0.6515, 0.0473, -0.0322, 0.1288, None, (0.7345, 0.6232, 0.8122))},
         "beats_length_baseline": {"passed": True, "rival": "length_regression", "cluster_low": 0.1919,
                                   "rule": "the paired difference's interval lies above zero, and the reward part's lower "
@@ -151,7 +156,68 @@ def plant(root: Path) -> ReportSources:
                                   {"condition": "base", "vignette_id": "v1", "scenario": "Your friend did not reply.",
                                    "answer": "Sure! Here is a reappraisal.", "rm_reward": -1.0, "format_gate_hit": True,
                                    "missing_close_tag": False, "hit_max_new_tokens": True, "verdicts": []}]})
+    _json(s.results, RESULTS)
+    s.rm_comparison.parent.mkdir(parents=True, exist_ok=True)
+    s.rm_comparison.write_bytes(comparison_png())
     return s
+
+
+def _result_row(condition: str, kind: str, opponent: str = "gpt-4-0314", **values) -> dict:
+    """A metrics/results.json row (reappreg.stats.results) with the keys the stats stage writes."""
+    row = {"row_id": f"{condition}/{opponent}", "condition": condition, "kind": kind, "pool": "policy",
+           "opponent": opponent, "ood": kind == "ood", "checkpoint_step": None, "status": "evaluated", "reason": None,
+           "n_eff": None, "n_vignettes": 4, "n_generations": 8, "binding_interval": "vignette_t", "bar": 0.608,
+           "bar_cleared": False, "bar_status": "not_confirmed", "bar_supported": False, "bar_reason": "", "flags": []}
+    return {**row, **values}
+
+
+# One row per condition the stats stage evaluates: the policy, a kept checkpoint, base, a reference
+# condition, a declared condition that was not run and an off-distribution set; numbers found nowhere else.
+RESULTS = {
+    "schema_version": 1, "confidence": 0.95,
+    "reference_bar": {"bar": 0.608, "opponent": "gpt-4-0314", "source": "AlpacaEval-style bar"},
+    "judge": {"model": "judge-x", "trusted": True, "trust_reason": None},
+    "rows": [
+        _result_row("policy", "policy", win_rate=0.6931, n=40, iid_screening_low=0.5402, iid_screening_high=0.8133,
+                    cluster_low=0.4721, cluster_high=0.8566, lc_win_rate=0.6244, lc_low=0.5017, lc_high=0.7362,
+                    mean_length=412.5, flags=["below_min_n"]),
+        _result_row("policy-step-2", "checkpoint", checkpoint_step=2, win_rate=0.5813, n=40, iid_screening_low=0.4274,
+                    iid_screening_high=0.7209, cluster_low=0.3561, cluster_high=0.7790, lc_win_rate=0.5528,
+                    lc_low=0.4119, lc_high=0.6807, mean_length=388.25, flags=["below_min_n"]),
+        _result_row("base", "model", win_rate=0.2188, n=40, iid_screening_low=0.1167, iid_screening_high=0.3719,
+                    cluster_low=0.0833, cluster_high=0.4102, lc_win_rate=None, lc_low=None, lc_high=None,
+                    mean_length=1290.75, flags=["below_min_n", "length_sensitive"]),
+        _result_row("human-reference", "reference", win_rate=0.4477, n=40, iid_screening_low=0.3036,
+                    iid_screening_high=0.6009, cluster_low=0.2688, cluster_high=0.6352, lc_win_rate=0.4615,
+                    lc_low=0.3302, lc_high=0.5934),   # a file written before mean_length: no length shown
+        _result_row("sft", "model", status="not_run", reason="no judgments for condition 'sft'", n=None, win_rate=None,
+                    iid_screening_low=None, iid_screening_high=None, cluster_low=None, cluster_high=None,
+                    lc_win_rate=None, lc_low=None, lc_high=None, mean_length=None, bar_cleared=None, bar_status=None),
+        _result_row("ood-coping", "ood", opponent="coping-human", win_rate=0.5377, n=24, iid_screening_low=0.3538,
+                    iid_screening_high=0.7121, cluster_low=0.2905, cluster_high=0.7711, lc_win_rate=0.5106,
+                    lc_low=0.3216, lc_high=0.6983, mean_length=402.0, bar=None, bar_cleared=None, bar_status=None,
+                    bar_supported=None),
+    ],
+}
+
+
+def comparison_png() -> bytes:
+    """A stand-in for plots/rm/comparison.png (`reappreg rm compare` draws the real one)."""
+    import io
+
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, ax = plt.subplots(figsize=(6, 2.5))
+    ax.barh([0, 1, 2], [0.8123, 0.6515, 0.5414], color=["tab:blue", "tab:grey", "tab:grey"])
+    ax.set_yticks([0, 1, 2], ["bt/seed_0", "baseline: length_regression", "baseline: length_chars"])
+    ax.set_title("comparison (planted)")
+    buf = io.BytesIO()
+    fig.savefig(buf, format="png", dpi=110, bbox_inches="tight")
+    plt.close(fig)
+    return buf.getvalue()
 
 
 def markdown_of(sources: ReportSources, root: Path) -> str:
@@ -169,8 +235,8 @@ def test_every_section_shows_the_planted_values(tmp_path):
         "| counts.texts_checked | 618 |", "| data/train/reappraisals.jsonl | 3 | 0 | data/guarded/reappraisals.jsonl |",
         # one row per RM, one column per comparison, intervals in the cell
         "| bt_seed_0 | bt | 0.812 (no interval) | 0.789 (no interval) | 0.661 / 0.651 (length_regression) | 0.661 / 0.651 | "
-        "0.248 [-0.012, 0.399] | 0.138 [-0.031, 0.291] | 0.712 [0.601, 0.803] | NO |",
-        "| ensemble (two-part ranking model) | length_residual | 0.846 [0.811, 0.878] | 0.823 (no interval) | "
+        "0.138 [-0.031, 0.291] | 0.138 [-0.031, 0.291] | 0.712 [0.601, 0.803] | NO |",
+        "| ensemble (two-part ranking model) | length_residual | 0.846 [0.811, 0.878] | 0.933 (no interval) | "
         "0.661 / 0.651 (length_regression) | 0.661 / 0.651 | 0.282 [0.192, 0.372] | — | — | yes (registry gate: pass) |",
         "| ensemble (residual part: the GRPO reward) | length_residual | 0.701 (no interval) | 0.699 (no interval) | "
         "0.661 / 0.651 (length_regression) | 0.661 / 0.651 | 0.047 [-0.032, 0.129] | — | 0.735 [0.623, 0.812] | "
@@ -238,7 +304,8 @@ def test_missing_inputs_are_named_with_their_stage_and_nothing_is_invented(tmp_p
     md = render_markdown(sections, "report", "subtitle")
     for path, stage in [("data/validation/report.json", "validate"), ("data/guard/certificate.json", "guard"),
                         ("metrics/rm", "rm_train"), ("metrics/policy", "policy_train"), ("reports/claims.json", "stats"),
-                        ("reports/registry/registration.json", "register"), ("reports/leakscan.json", "leakscan")]:
+                        ("reports/registry/registration.json", "register"), ("reports/leakscan.json", "leakscan"),
+                        ("metrics/results.json", "results")]:
         assert f"`{path}`: not found (written by `dvc repro {stage}`)" in md
     assert headline(sources) == {}
     body = md.split("subtitle", 1)[1]
@@ -283,7 +350,7 @@ def test_html_is_self_contained_with_every_figure_embedded(tmp_path):
     sections = collect(plant(tmp_path), tmp_path)
     figures = [b for s in sections for b in s.blocks if isinstance(b, Figure)]
     titles = {f.title for f in figures}
-    assert {"Reward models: held-out pairwise accuracy", "Policy health per training step",
+    assert {RM_COMPARISON_TITLE, "Policy health per training step",
             "Win-rate of policy against gpt-4-0314"} <= titles
     page = render_html(sections, "report <&>", "from `files`")
     assert "<title>report &lt;&amp;&gt;</title>" in page and "<code>files</code>" in page
@@ -341,6 +408,10 @@ def test_report_command_writes_the_page_and_logs_it_to_mlflow(tmp_path, monkeypa
     assert info.value.code == 0
     page = (tmp_path / "reports/report.html").read_text(encoding="utf-8")
     assert "Win-rates against held-out answers" in page
+    # The stage passes the results table and the RM comparison figure (dvc.yaml's command): the page leads with one
+    # and embeds the other.
+    assert page.index('<section id="results">') < page.index('<section id="data">')
+    assert base64.b64encode((tmp_path / "plots/rm/comparison.png").read_bytes()).decode("ascii") in page
     assert "| bt_seed_0 | bt | 0.812 (no interval) |" in (tmp_path / "reports/report.md").read_text(encoding="utf-8")
     assert json.loads((tmp_path / "metrics/headline.json").read_text())["rm"]["bt_seed_0"] == 0.8123
     client = MlflowClient(tracking_uri=tracking_uri)
@@ -460,7 +531,6 @@ def _trust_policy():
 
 def test_every_number_in_the_summary_is_read_from_the_file_it_names(tmp_path):
     """Each fact is re-read from its file (or params), and the summary shows no number that is not a fact."""
-    from reappreg.evidence.formatting import fmt
     from reappreg.report.blocks import walk
     from reappreg.settings import Params
     from reappreg.settings.card import CardHealthSettings
@@ -483,7 +553,8 @@ def test_every_number_in_the_summary_is_read_from_the_file_it_names(tmp_path):
             assert walk(json.loads(path.read_text()), fact.path) == fact.value, fact
     for line in lines:
         shown = {fmt(f.value) for f in line.facts}
-        text = re.sub(r"`[^`]*`", "", " ".join(line.sentences))  # names in code spans (bt_seed_0, v1) are not numbers
+        cells = [str(c) for row in (line.table.rows if line.table else []) for c in row if c is not None]
+        text = re.sub(r"`[^`]*`", "", " ".join([*line.sentences, *cells]))  # names in code spans (bt_seed_0, v1) are not numbers
         numbers = re.findall(r"(?<![\w.])-?\d+(?:\.\d+)?(?![\w])", text)
         assert [n for n in numbers if n not in shown] == [], (line.title, text)
     by_title = {line.title: line for line in lines}
@@ -515,16 +586,17 @@ def test_the_summary_derives_its_verdicts_rather_than_copying_the_files_labels(t
     _json(sources.rm_metrics / "ensemble.json", ens)
     rm = next(line for line in _summary(sources, tmp_path)[1] if line.title.startswith("Reward"))
     assert rm.verdict == "0 of 2 beat length"
-    assert ("[-0.010, 0.372] vs length_regression; its residual part (the reward) where the longer text is worse 0.735 "
-            "(lower bound 0.612, chance 0.500): does NOT beat length (registry gate `beats_length_baseline`: pass)"
-            ) in " ".join(rm.sentences)
+    ensemble = next(row for row in rm.table.rows if row[0].startswith("`ensemble`"))
+    assert ensemble[2:] == ["length_regression", "0.933", "0.651", "0.282 [-0.010, 0.372]", "0.735 (0.612; 0.500)",
+                            "does NOT beat length (registry gate `beats_length_baseline`: pass)"]
     # ... and so does the reward part where length misleads, with the rival's interval above 0 again
     ens["lovo"]["ranking"]["trivial_baselines"]["vs_rival"]["cluster_low"] = 0.1919
     ens["beats_length_baseline"]["reward_longer_is_worse"]["low"] = 0.4871
     _json(sources.rm_metrics / "ensemble.json", ens)
     rm = next(line for line in _summary(sources, tmp_path)[1] if line.title.startswith("Reward"))
-    assert rm.verdict == "0 of 2 beat length" and "(lower bound 0.487, chance 0.500): does NOT beat length" in \
-        " ".join(rm.sentences)
+    ensemble = next(row for row in rm.table.rows if row[0].startswith("`ensemble`"))
+    assert rm.verdict == "0 of 2 beat length" and ensemble[-2:] == ["0.735 (0.487; 0.500)", "does NOT beat length "
+                                                                    "(registry gate `beats_length_baseline`: pass)"]
 
 
 def test_every_summary_line_links_to_a_section_and_raw_dumps_are_folded_away(tmp_path):
@@ -557,3 +629,118 @@ def test_the_report_refuses_to_write_a_page_that_carries_a_heldout_answer(tmp_pa
     err = capsys.readouterr().err
     assert "reports/report.md would show held-out text: it overlaps g-v1-02" in err and "nothing was written" in err
     assert not (tmp_path / "reports/report.html").exists() and not (tmp_path / "reports/report.md").exists()
+
+
+# ------------------------------------------------------------------ the results table, the RM figure
+
+
+def _results_table(sections) -> Table:
+    section = next(s for s in sections if s.title == RESULTS_TITLE)
+    return next(b for b in section.blocks if isinstance(b, Table))
+
+
+def test_the_report_leads_with_the_results_table_across_models(tmp_path):
+    """Right after the summary, before every stage's section: one row per row of metrics/results.json,
+    its values as the file has them (both interval kinds, the length-controlled win-rate, the mean
+    length, the judge's trust and the row's flags); a value the file lacks is a dash, never a number."""
+    sources = plant(tmp_path)
+    sections = collect(sources, tmp_path)
+    assert [s.title for s in sections[:2]] == ["Summary", RESULTS_TITLE]
+    md = render_markdown(sections, "report", "subtitle")
+    assert re.findall(r"^## (.+)$", md, flags=re.M)[:3] == ["Summary", RESULTS_TITLE, "Data"]
+    page = render_html(sections, "report", "subtitle")
+    assert re.findall(r'<section id="([^"]+)">', page)[:2] == ["summary", "results"]
+
+    table = _results_table(sections)
+    col = {name: i for i, name in enumerate(table.columns)}
+    iid = next(c for c in table.columns if c.startswith("iid Wilson"))
+    cluster = next(c for c in table.columns if c.startswith("vignette-cluster"))
+    lc_interval = next(c for c in table.columns if c.startswith("length-controlled") and "interval" in c)
+    rows = RESULTS["rows"]
+    assert len(table.rows) == len(rows)
+
+    def interval(low, high):
+        return None if low is None or high is None else f"[{fmt(low)}, {fmt(high)}]"
+
+    for shown, row in zip(table.rows, rows):
+        assert shown[col["condition"]] == row["condition"] and shown[col["opponent"]] == row["opponent"]
+        assert shown[col["contests"]] == row["n"]
+        assert shown[col["win-rate vs opponent"]] == row["win_rate"]
+        assert shown[col[iid]] == interval(row["iid_screening_low"], row["iid_screening_high"])
+        assert shown[col[cluster]] == interval(row["cluster_low"], row["cluster_high"])
+        assert shown[col["length-controlled win-rate"]] == row["lc_win_rate"]
+        assert shown[col[lc_interval]] == interval(row["lc_low"], row["lc_high"])
+        length = row.get("mean_length")
+        assert shown[col["mean length (characters)"]] == (None if length is None else fmt(length, 1))
+        if row["status"] == "evaluated":
+            assert shown[col["judge trusted"]] is RESULTS["judge"]["trusted"]
+            assert shown[col["flags"]] == (", ".join(row["flags"]) or "none")
+    # Both interval kinds are there for every evaluated row, the bar's and its opponent's named in the headers.
+    evaluated = [r for r, row in zip(table.rows, rows) if row["status"] == "evaluated"]
+    assert all(r[col[iid]] and r[col[cluster]] for r in evaluated)
+    assert "iid Wilson 95% interval (screening only)" in md and "vignette-cluster 95% interval (claims use it)" in md
+    # Missing values: an explicit dash, no invented number.
+    line = next(x for x in md.splitlines() if x.startswith("| sft |"))
+    assert line == ("| sft | model | gpt-4-0314 | — | — | — | — | — | — | — | — | — | "
+                    "not run: no judgments for condition 'sft' |")
+    human = next(x for x in md.splitlines() if x.startswith("| human-reference |"))
+    assert human.split(" | ")[col["mean length (characters)"]] == "—"
+    assert ("| policy | policy | gpt-4-0314 | 40 | 0.693 | [0.540, 0.813] | [0.472, 0.857] | 0.624 | [0.502, 0.736] | "
+            "412.5 | no (claim not_confirmed) | yes | below_min_n |") in md
+    assert "| ood-coping | ood | coping-human | 24 | 0.538 |" in md and "n/a (off-distribution)" in md
+
+
+def test_a_missing_results_table_is_named_with_its_stage(tmp_path):
+    sources = plant(tmp_path)
+    sources.results.unlink()
+    sections = collect(sources, tmp_path)
+    assert sections[1].title == RESULTS_TITLE and not sections[1].blocks
+    assert sections[1].missing == ["`metrics/results.json`: not found (written by `dvc repro results`)"]
+
+
+def test_the_rm_figure_is_the_comparison_with_the_length_baselines(tmp_path):
+    """The reward-model section embeds plots/rm/comparison.png (every RM beside the trivial rankers, as
+    `rm compare` drew it), not a figure of its own; without the file it names the file and its stage."""
+    sources = plant(tmp_path)
+    sections = collect(sources, tmp_path)
+    rm = next(s for s in sections if s.title.startswith("Reward models"))
+    figures = [b for b in rm.blocks if isinstance(b, Figure)]
+    assert len(figures) == 1 and figures[0].title == RM_COMPARISON_TITLE
+    assert figures[0].png == sources.rm_comparison.read_bytes()
+    page = render_html(sections, "report", "subtitle")
+    assert base64.b64encode(sources.rm_comparison.read_bytes()).decode("ascii") in page
+    sources.rm_comparison.unlink()
+    rm = next(s for s in collect(sources, tmp_path) if s.title.startswith("Reward models"))
+    assert not [b for b in rm.blocks if isinstance(b, Figure)]
+    assert "`plots/rm/comparison.png`: not found (written by `dvc repro rm_compare`)" in rm.missing
+
+
+def test_the_rm_summary_row_states_one_kind_of_number_per_column(tmp_path):
+    """Each column of the summary's reward-model table is one kind of number, its header saying which:
+    the difference column is the difference of the two accuracies shown beside it (the same split, the
+    same pairs), never a leave-one-vignette-out difference beside held-out accuracies."""
+    sources = plant(tmp_path)
+    _, lines = _summary(sources, tmp_path)
+    rm = next(line for line in lines if line.title == "Reward models vs length")
+    columns = rm.table.columns
+    model, rival = columns.index("LOVO accuracy: model"), columns.index("LOVO accuracy: rival")
+    diff = columns.index("LOVO difference, model − rival [vignette-cluster 95% CI]")
+    assert diff == rival + 1 == model + 2 and "held-out accuracy" in columns
+    assert len(rm.table.rows) == 2
+    for row in rm.table.rows:
+        shown = float(row[diff].split(" ")[0])
+        assert abs(shown - (float(row[model]) - float(row[rival]))) <= 0.0015 + 1e-9, row  # three roundings to 0.001
+    # ... and the numbers behind them, as read from the files.
+    for stem in ("bt_seed_0", "ensemble"):
+        facts = {f.path: f.value for f in rm.facts if f.source == f"metrics/rm/{stem}.json"}
+        inner = ("ranking",) if stem == "ensemble" else ()
+        acc = facts[("lovo", *inner, "pairwise_accuracy")]
+        rival_acc = facts[("lovo", *inner, "trivial_baselines", "vs_rival", "rival_accuracy")]
+        difference = facts[("lovo", *inner, "trivial_baselines", "vs_rival", "difference")]
+        assert difference == pytest.approx(acc - rival_acc, abs=1e-9)
+    md = render_markdown(collect(sources, tmp_path), "report", "subtitle")
+    assert ("| `bt_seed_0` | 0.812 | length_regression | 0.789 | 0.651 | 0.138 [-0.031, 0.291] | — | "
+            "does NOT beat length |") in md
+    html_page = render_html(collect(sources, tmp_path), "report", "subtitle")
+    summary_html = html_page.split('<table class="summary">', 1)[1].split("</tbody></table></td>", 1)[0]
+    assert "<th>LOVO difference, model − rival [vignette-cluster 95% CI]</th>" in summary_html

@@ -23,6 +23,9 @@ def report(
     registration: Path = typer.Option(..., "--registration", help="Registration receipt JSON"),
     leakscan: Path = typer.Option(..., "--leakscan", help="Leak scan report JSON"),
     samples: Path = typer.Option(..., "--samples", help="The policy's sampled answers (JSON)"),
+    results: Path = typer.Option(..., "--results", help="The results table across models (metrics/results.json)"),
+    rm_comparison: Path = typer.Option(..., "--rm-comparison",
+                                       help="The reward-model comparison figure with the trivial rankers (PNG)"),
     html_out: Path = typer.Option(..., "--html", help="HTML page to write"),
     markdown_out: Path = typer.Option(..., "--markdown", help="Markdown twin to write"),
     headline_out: Path = typer.Option(..., "--headline",
@@ -36,7 +39,8 @@ def report(
     sources = ReportSources(canonical=canonical, train=train, heldout=heldout, validation=validation,
                             certificate=certificate, rm_metrics=rm_metrics, policy_metrics=policy_metrics,
                             calibration=calibration, eval_metrics=eval_metrics, forest=forest, claims=claims,
-                            registration=registration, leakscan=leakscan, samples=samples)
+                            registration=registration, leakscan=leakscan, samples=samples, results=results,
+                            rm_comparison=rm_comparison)
     sections = report_stage(load_params(params), sources,
                             ReportOutputs(html=html_out, markdown=markdown_out, headline=headline_out))
     missing = sum(len(s.missing) for s in sections)

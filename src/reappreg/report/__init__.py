@@ -1,9 +1,10 @@
 """One page a person reads after ``dvc repro``: every stage's outcome, from its tracked files.
 
 :func:`collect` reads the pipeline's output files (data, validation report, guard
-certificate, reward-model and policy metrics, judge calibration, win-rates, claims,
-registration receipt, leak scan) and turns each into a :class:`Section` of tables and
-figures. It invents nothing: a file that is absent or unreadable becomes a section that
+certificate, reward-model and policy metrics and the RM comparison figure, judge calibration,
+win-rates, the results table across models, claims, registration receipt, leak scan) and turns
+each into a :class:`Section` of tables and figures; after the summary the page leads with the
+results table (one row per row of ``metrics/results.json``). It invents nothing: a file that is absent or unreadable becomes a section that
 says which file and why (and which stage writes it), and a value a file does not have is
 shown as missing, not computed. Other modules own these files' schemas, so they are read
 tolerantly, by key: known keys get readable labels, and whatever else is there is still

@@ -79,6 +79,9 @@ class SummaryLine:
     sentences: list[str]
     facts: list[Fact] = field(default_factory=list)
     ok: bool | None = None  # colours the verdict; None: neither good nor bad (not checked, missing)
+    # Numbers that compare across rows (one per reward model, say): one kind of number per column,
+    # each cell's numbers among ``facts``; shown under the sentences.
+    table: Table | None = None
 
 
 @dataclass
@@ -160,34 +163,6 @@ def _pyplot():
     import matplotlib.pyplot as plt
 
     return plt
-
-
-def dot_figure(title: str, names: list[str], values: list[Any], intervals: list[tuple[Any, Any]], *, xlabel: str,
-                second: list[Any] | None = None, labels: tuple[str, str] = ("", "")) -> Figure:
-    plt = _pyplot()
-    fig, ax = plt.subplots(figsize=(7.5, 0.5 * len(names) + 1.4))
-    ys = list(range(len(names)))[::-1]
-    for y, value, (low, high) in zip(ys, values, intervals):
-        if num(low) is not None and num(high) is not None:
-            ax.hlines(y, low, high, color="#1f77b4", linewidth=2, zorder=2)
-        if num(value) is not None:
-            ax.plot(value, y, "o", color="#1f77b4", markersize=8, zorder=3, label=labels[0] if y == ys[0] else None)
-            ax.annotate(fmt(value), (value, y), textcoords="offset points", xytext=(0, 7), ha="center", fontsize=8)
-        else:
-            ax.annotate("not recorded", (0.5, y), xycoords=("axes fraction", "data"), ha="center", fontsize=8, color="#a00")
-    if second:
-        for y, value in zip(ys, second):
-            if num(value) is not None:
-                ax.plot(value, y - 0.25, "s", color="#ff7f0e", markersize=6, zorder=3, label=labels[1] if y == ys[0] else None)
-                ax.annotate(fmt(value), (value, y - 0.25), textcoords="offset points", xytext=(0, -11), ha="center", fontsize=8)
-        ax.legend(loc="upper center", bbox_to_anchor=(0.5, -0.16), ncol=2, fontsize=8, frameon=False)
-    ax.set_yticks(ys, names)
-    ax.set_ylim(-0.8, len(names) - 0.3)
-    ax.set_xlabel(xlabel)
-    ax.set_ylabel("model")
-    ax.set_title(title)
-    ax.grid(axis="x", alpha=0.3)
-    return Figure(title, _png(fig), "Points are values (labelled); lines are intervals where the metrics file records them.")
 
 
 def curves_figure(history: list[Mapping[str, Any]], keys: list[str]) -> Figure:

@@ -1,5 +1,6 @@
 """Facts the report reads from the tracked files, shared by its sections and its summary lines:
-a reward model's comparisons (and the length gate's test on them, against the strongest trivial
+the results table's rows (``metrics/results.json``, as the stats stage computed them), a reward
+model's comparisons (and the length gate's test on them, against the strongest trivial
 rival the metrics name), the judge's trust criteria, the policy's training health (also what the
 headline metrics write).
 Their own module, so the sections (which include the summary) and the summary import them
@@ -54,6 +55,31 @@ def rm_scores(obj: Mapping[str, Any], part: str = "ranking") -> dict[str, Any]:
     out["gate"] = at("beats_length_baseline", "passed")
     out["rule"] = at("beats_length_baseline", "rule")
     return out
+
+
+# The results table's row keys the report's leading table shows (reappreg.stats.results writes them).
+RESULT_KEYS = ("row_id", "condition", "kind", "pool", "opponent", "ood", "status", "reason", "n", "win_rate",
+               "iid_screening_low", "iid_screening_high", "cluster_low", "cluster_high", "lc_win_rate", "lc_low",
+               "lc_high", "mean_length", "bar", "bar_cleared", "bar_status", "bar_supported", "flags")
+
+
+def result_rows(obj: Mapping[str, Any]) -> list[dict[str, tuple[Any, tuple]]]:
+    """The rows of the results table (``metrics/results.json``), each key as (value, path in the
+    file): read, never recomputed. A key a row lacks (a file written before the key existed) is
+    None, and the report shows it as missing."""
+    rows = obj.get("rows") if isinstance(obj.get("rows"), list) else []
+    return [{key: (row.get(key), ("rows", i, key)) for key in RESULT_KEYS}
+            for i, row in enumerate(rows) if isinstance(row, Mapping)]
+
+
+def results_judge(obj: Mapping[str, Any]) -> dict[str, tuple[Any, tuple]]:
+    """The judge and the reference bar every row of the results table is read against."""
+    return {"trusted": (walk(obj, ("judge", "trusted")), ("judge", "trusted")),
+            "trust_reason": (walk(obj, ("judge", "trust_reason")), ("judge", "trust_reason")),
+            "model": (walk(obj, ("judge", "model")), ("judge", "model")),
+            "bar": (walk(obj, ("reference_bar", "bar")), ("reference_bar", "bar")),
+            "opponent": (walk(obj, ("reference_bar", "opponent")), ("reference_bar", "opponent")),
+            "confidence": (obj.get("confidence"), ("confidence",))}
 
 
 def beats_length(scores: Mapping[str, Any]) -> bool | None:
@@ -117,4 +143,5 @@ def policy_health(folder: Path, health: Any, max_completion_length: int | None) 
     return monitor_healthy(flat), (None if health is None else training_health(flat, health, max_completion_length))
 
 
-__all__ = ["beats_length", "judge_criteria", "judge_trust", "policy_health", "rm_scores"]
+__all__ = ["RESULT_KEYS", "beats_length", "judge_criteria", "judge_trust", "policy_health", "result_rows", "results_judge",
+           "rm_scores"]

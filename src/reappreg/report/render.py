@@ -61,7 +61,8 @@ def _block_html(block: Any) -> str:
         rows = "".join(
             f'<tr><th><a href="#{html.escape(line.anchor)}">{html.escape(line.title)}</a></th>'
             f'<td><span class="verdict {VERDICT_CLASS[line.ok]}">{html.escape(line.verdict)}</span> '
-            + "<br>".join(_inline_html(x) for x in line.sentences) + "</td></tr>" for line in block.lines)
+            + "<br>".join(_inline_html(x) for x in line.sentences)
+            + (_table_html(line.table) if line.table is not None else "") + "</td></tr>" for line in block.lines)
         return f'<table class="summary"><tbody>{rows}</tbody></table>'
     assert isinstance(block, Figure)
     uri = "data:image/png;base64," + base64.b64encode(block.png).decode("ascii")
@@ -107,8 +108,14 @@ def _md_block(block: Any) -> list[str]:
     if isinstance(block, Summary):
         lines = ["| stage | answer |", "|---|---|"]
         lines += [f"| [{line.title}](#{line.anchor}) | **{line.verdict}**: "
-                  + "<br>".join(x.replace("|", "\\|") for x in line.sentences) + " |" for line in block.lines]
-        return lines + [""]
+                  + "<br>".join(x.replace("|", "\\|") for x in line.sentences)
+                  + (" (table below)" if line.table is not None else "") + " |" for line in block.lines]
+        lines.append("")
+        # A markdown table cannot hold a table: a line's own table follows the summary, under its title.
+        for line in block.lines:
+            if line.table is not None:
+                lines += [f"**{line.title}** ({line.verdict}):", "", *_md_table(line.table)]
+        return lines
     return [f"_Figure: {block.title} (in the HTML report; its numbers are in the tables)._", ""]
 
 

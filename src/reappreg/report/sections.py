@@ -15,9 +15,10 @@ from reappreg.errors import InputError
 from reappreg.evidence.flat import flatten
 from reappreg.evidence.formatting import fmt
 from reappreg.io import read_json, read_jsonl
-from reappreg.report.blocks import (Details, Section, Table, count, curves_figure, dot_figure, empty_reason,
-                                    forest_figure, is_number, num)
-from reappreg.report.facts import beats_length, judge_criteria, judge_trust, policy_health, rm_scores
+from reappreg.report.blocks import (Details, Figure, Section, Table, count, curves_figure, empty_reason, forest_figure,
+                                    is_number, num)
+from reappreg.report.facts import (beats_length, judge_criteria, judge_trust, policy_health, result_rows, results_judge,
+                                   rm_scores)
 
 
 @dataclass(frozen=True)
@@ -38,6 +39,8 @@ class ReportSources:
     registration: Path
     leakscan: Path
     samples: Path | None = None
+    results: Path | None = None          # metrics/results.json: the table the report leads with
+    rm_comparison: Path | None = None    # plots/rm/comparison.png: every RM beside the trivial rankers
 
 
 # Which stage writes each source: named in a missing section's reason.
@@ -45,7 +48,7 @@ STAGE_OF = {
     "canonical": "ingest", "train": "split", "heldout": "split", "validation": "validate", "certificate": "guard",
     "rm_metrics": "rm_train", "policy_metrics": "policy_train", "calibration": "judge_calibrate",
     "eval_metrics": "stats", "forest": "stats", "claims": "stats", "registration": "register", "leakscan": "leakscan",
-    "samples": "samples",
+    "samples": "samples", "results": "results", "rm_comparison": "rm_compare",
 }
 
 
@@ -70,6 +73,9 @@ class _Reader:
         return display(path, self.root)
 
     def absent(self, name: str, section: Section, sub: str | None = None) -> bool:
+        if self.path(name) is None:
+            section.missing.append(f"no `{name}` file was given to the report (written by `dvc repro {STAGE_OF[name]}`)")
+            return True
         path = self.path(name) / sub if sub else self.path(name)
         if path.exists():
             return False
@@ -121,6 +127,75 @@ def _scalars(obj: Mapping[str, Any], skip: Sequence[str] = ()) -> list[list[Any]
 
 
 # --------------------------------------------------------------------------- sections
+
+
+def _interval_cell(low: Any, high: Any) -> str | None:
+    """``[low, high]`` as read, or None (shown as a dash) when either end is missing."""
+    return None if num(low) is None or num(high) is None else f"[{fmt(low)}, {fmt(high)}]"
+
+
+def _bar_cell(row: dict[str, Any], bar: Any) -> str | None:
+    if row["status"] == "not_run":
+        return None
+    if row["bar"] is None:
+        return "n/a (off-distribution)" if row["ood"] else "n/a (not the bar's opponent)"
+    cleared = {True: "yes", False: "no"}.get(row["bar_cleared"])
+    if cleared is None:
+        return None
+    claim = f" (claim {row['bar_status']}{', supported' if row['bar_supported'] else ''})" if row["bar_status"] else ""
+    return cleared + claim
+
+
+def _flags_cell(row: dict[str, Any]) -> str:
+    if row["status"] == "not_run":
+        return f"not run: {row['reason']}" if row["reason"] else "not run"
+    flags = row["flags"] if isinstance(row["flags"], list) else []
+    return ", ".join(map(str, flags)) or "none"
+
+
+RESULTS_TITLE = "Results across models"
+
+
+def results_section(r: _Reader) -> Section:
+    """The table the report leads with: one row per row of metrics/results.json (every condition
+    against each opponent: the policy, each kept checkpoint, base and the other conditions), its
+    numbers as the stats stage wrote them (reappreg.report.facts.result_rows), both interval kinds."""
+    section = Section(RESULTS_TITLE, [r.shown("results")] if r.sources.results else [], anchor="results")
+    obj = r.json("results", section, dict)
+    if obj is None:
+        return section
+    judge = {k: v[0] for k, v in results_judge(obj).items()}
+    rows = [{k: v[0] for k, v in row.items()} for row in result_rows(obj)]
+    if not rows:
+        section.missing.append(f"`{r.shown('results')}`: no rows")
+        return section
+    conf = judge["confidence"]
+    level = f"{num(conf) * 100:g}% " if num(conf) is not None else ""
+    trusted = {True: "yes", False: "NO"}.get(judge["trusted"])
+    bar = judge["bar"]
+    section.blocks.append(
+        f"Every condition against the bar's opponent `{judge['opponent']}` (and any other opponent a row names), "
+        f"judged by `{judge['model']}`: trusted (as the stats stage recomputed it) **{trusted or 'not recorded'}**"
+        + (f" ({judge['trust_reason']})" if judge["trusted"] is False and judge["trust_reason"] else "")
+        + f". Reference bar: {fmt(bar)}, cleared only by the vignette-cluster lower bound.")
+    table = []
+    for row in rows:
+        kind = str(row["kind"]) + ("" if row["pool"] in (None, "policy") else f", {row['pool']}")
+        table.append([row["condition"], kind, row["opponent"], row["n"], row["win_rate"],
+                      _interval_cell(row["iid_screening_low"], row["iid_screening_high"]),
+                      _interval_cell(row["cluster_low"], row["cluster_high"]),
+                      row["lc_win_rate"], _interval_cell(row["lc_low"], row["lc_high"]),
+                      None if num(row["mean_length"]) is None else fmt(num(row["mean_length"]), 1),
+                      _bar_cell(row, bar), None if row["status"] == "not_run" else judge["trusted"], _flags_cell(row)])
+    section.blocks.append(Table(
+        ["condition", "kind", "opponent", "contests", "win-rate vs opponent", f"iid Wilson {level}interval (screening only)",
+         f"vignette-cluster {level}interval (claims use it)", "length-controlled win-rate",
+         f"length-controlled {level}interval", "mean length (characters)", f"clears the bar {fmt(bar)} (cluster lower bound)",
+         "judge trusted", "flags"],
+        table, "One row per row of the results table, as the stats stage wrote it; a dash is a value the file does not "
+               "have. The iid (Wilson) interval ignores that contests share vignettes: screening only. The "
+               "length-controlled win-rate is the judge's preference read at equal length (AlpacaEval 2's GLM)."))
+    return section
 
 
 def data_section(r: _Reader) -> Section:
@@ -289,7 +364,7 @@ def rm_section(r: _Reader) -> Section:
         section.missing.append(f"`{r.shown('rm_metrics')}`: no metrics files (written by `dvc repro rm_train`)")
     if not files:
         return section
-    rows, raw, plot, rules = [], [], [], []
+    rows, raw, rules = [], [], []
 
     def row(name: str, scores: dict[str, Any], verdict_cell: str) -> list[Any]:
         sc = {k: v[0] for k, v in scores.items()}
@@ -319,8 +394,6 @@ def rm_section(r: _Reader) -> Section:
                             f"{fmt(sc['lovo.reward_longer_worse.chance'])}"))
         if isinstance(sc["rule"], str):
             rules.append(sc["rule"])
-        plot.append({"model": file.stem, "acc": sc["holdout.acc"], "low": sc["holdout.low"], "high": sc["holdout.high"],
-                     "lovo": sc["lovo.acc"]})
         if isinstance(obj.get("baselines"), Mapping):
             raw += [[file.stem, k, v] for k, v in _scalars(obj["baselines"])]
     rule = (f"the registry gate `beats_length_baseline`, in the words of the metrics that computed it: {rules[0]}" if rules
@@ -337,15 +410,36 @@ def rm_section(r: _Reader) -> Section:
               "regression is a "
               "least-squares fit of the rating on length features alone; 'where the longer text is worse' scores the model "
               "on the pairs a length ranker gets wrong by construction."))
-    section.blocks.append(dot_figure(
-        "Reward models: held-out pairwise accuracy", [x["model"] for x in plot],
-        [x["acc"] for x in plot], [(x["low"], x["high"]) for x in plot],
-        xlabel="pairwise accuracy on held-out human ratings", second=[x["lovo"] for x in plot],
-        labels=("held-out", "leave-one-vignette-out")))
+    figure = rm_comparison_figure(r, section)
+    if figure is not None:
+        section.blocks.append(figure)
     if raw:
         section.blocks.append(Details("Every baseline recorded with each model (raw)",
                                       [Table(["model", "baseline", "value"], raw)]))
     return section
+
+
+RM_COMPARISON_TITLE = "Reward models and trivial rankers: pairwise accuracy"
+
+
+def rm_comparison_figure(r: _Reader, section: Section) -> Figure | None:
+    """The comparison figure `reappreg rm compare` draws (every reward model beside the trivial
+    rankers, held out and leave one vignette out, with vignette-cluster intervals and chance),
+    embedded as it was written; its numbers are the table's above."""
+    if r.absent("rm_comparison", section):
+        return None
+    try:
+        png = r.path("rm_comparison").read_bytes()
+    except OSError as exc:
+        section.missing.append(f"`{r.shown('rm_comparison')}`: unreadable ({exc})")
+        return None
+    if not png.startswith(b"\x89PNG\r\n\x1a\n"):
+        section.missing.append(f"`{r.shown('rm_comparison')}`: not a PNG image")
+        return None
+    return Figure(RM_COMPARISON_TITLE, png,
+                  f"From `{r.shown('rm_comparison')}` (`dvc repro rm_compare`): each reward model (blue) and each trivial "
+                  "ranker that reads no quality (grey: the length baselines), held out and leave one vignette out, with "
+                  "95% vignette-cluster intervals; the dashed line is chance (0.5).")
 
 
 def _history(obj: Any) -> list[dict] | None:
@@ -594,7 +688,7 @@ def _cell(value: Any) -> Any:
 def collect(sources: ReportSources, root: str | os.PathLike = ".", *, health: Any = None,
             max_completion_length: int | None = None, validate_rules: Any = None, trust_policy: Any = None,
             settings_dump: Mapping[str, Any] | None = None) -> list[Section]:
-    """The summary, then every section. With ``health`` (CardHealthSettings) the policy section also applies the cards'
+    """The summary, then the results table across models, then every section. With ``health`` (CardHealthSettings) the policy section also applies the cards'
     health gates; with ``validate_rules`` (ValidateSettings) the validation section re-checks that its report is bound
     to the canonical data now on disk; with ``trust_policy`` (reappreg.stats.trust.TrustPolicy) the judge's trust is
     recomputed rather than read; ``settings_dump`` (the params as a dict) is where the summary reads thresholds."""
@@ -603,6 +697,6 @@ def collect(sources: ReportSources, root: str | os.PathLike = ".", *, health: An
     r = _Reader(sources, Path(root))
     r.health, r.max_completion_length, r.validate_rules = health, max_completion_length, validate_rules
     r.trust_policy, r.settings_dump = trust_policy, dict(settings_dump or {})
-    sections = [f(r) for f in (data_section, validation_section, guard_section, rm_section, policy_section,
+    sections = [f(r) for f in (results_section, data_section, validation_section, guard_section, rm_section, policy_section,
                                calibration_section, winrate_section, claims_section, samples_section, registry_section)]
     return [summary_section(r, sections), *sections]

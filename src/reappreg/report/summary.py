@@ -16,7 +16,7 @@ from typing import Any
 from reappreg.errors import InputError
 from reappreg.evidence.formatting import fmt
 from reappreg.io import read_jsonl
-from reappreg.report.blocks import Fact, Section, Summary, SummaryLine, read_if_present, slug, walk
+from reappreg.report.blocks import Fact, Section, Summary, SummaryLine, Table, read_if_present, slug, walk
 
 PARAMS = "params.yaml"
 
@@ -28,6 +28,7 @@ class _Line:
         self.title, self.anchor = title, anchor
         self.facts: list[Fact] = []
         self.sentences: list[str] = []
+        self.table: Table | None = None
 
     def f(self, source: str, obj: Any, *path: Any) -> str:
         value = walk(obj, path)
@@ -39,7 +40,7 @@ class _Line:
         return str(len(rows))
 
     def done(self, verdict: str, ok: bool | None) -> SummaryLine:
-        return SummaryLine(self.title, self.anchor, verdict, self.sentences, self.facts, ok)
+        return SummaryLine(self.title, self.anchor, verdict, self.sentences, self.facts, ok, self.table)
 
 
 def _missing(title: str, anchor: str, what: str) -> SummaryLine:
@@ -100,13 +101,20 @@ def guard_line(r: Any, anchor: str) -> SummaryLine:
     return line.done("PASS" if result == "pass" else f"{str(result).upper()}", result == "pass")
 
 
+# The summary's reward-model columns: one kind of number each, the header saying which. The
+# difference column is the paired difference of the two accuracies beside it (same pairs, same split).
+RM_COLUMNS = ["model", "held-out accuracy", "strongest trivial rival (LOVO)", "LOVO accuracy: model",
+              "LOVO accuracy: rival", "LOVO difference, model − rival [vignette-cluster 95% CI]",
+              "reward part where the longer text is worse, LOVO accuracy (lower bound; chance)", "beats length?"]
+
+
 def rm_line(r: Any, anchor: str) -> list[SummaryLine]:
     from reappreg.report.facts import beats_length, rm_scores
 
     line = _Line("Reward models vs length", anchor)
     folder = r.path("rm_metrics")
     files = sorted(folder.glob("*.json")) if folder.is_dir() else []
-    verdicts, gate = [], None
+    verdicts, gate, rows = [], None, []
     for file in files:
         obj = read_if_present(file)
         if not isinstance(obj, dict):
@@ -118,26 +126,31 @@ def rm_line(r: Any, anchor: str) -> list[SummaryLine]:
         def v(key: str) -> str:
             return line.f(src, obj, *scores[key][1])
 
-        if not line.sentences:
-            line.sentences.append("Held-out accuracy vs the strongest trivial rival on the same pairs / the length "
-                                  "regression; leave-one-vignette-out, model minus its strongest rival "
-                                  "[vignette-cluster interval]:")
-        text = (f"`{file.stem}`: {v('holdout.acc')} vs {v('holdout.rival')} {v('holdout.rival_acc')} / "
-                f"{v('holdout.regression')}; {v('lovo.vs_rival.difference')} [{v('lovo.vs_rival.cluster_low')}, "
-                f"{v('lovo.vs_rival.cluster_high')}] vs {v('lovo.rival')}")
+        def ci(key: str) -> str:
+            low, high = (scores[f"{key}.cluster_{end}"][0] for end in ("low", "high"))
+            shown = v(f"{key}.difference")
+            return shown if low is None or high is None else \
+                f"{shown} [{v(f'{key}.cluster_low')}, {v(f'{key}.cluster_high')}]"
+
+        reward = None
         if scores["lovo.reward_longer_worse.accuracy"][0] is not None:
-            part = "its residual part (the reward)" if scores["two_part"][0] is True else "its reward"
-            text += (f"; {part} where the longer text is worse {v('lovo.reward_longer_worse.accuracy')} "
-                     f"(lower bound {v('lovo.reward_longer_worse.low')}, chance {v('lovo.reward_longer_worse.chance')})")
-        text += ": " + {True: "beats length", False: "does NOT beat length", None: "not measured"}[beats]
+            reward = (f"{v('lovo.reward_longer_worse.accuracy')} ({v('lovo.reward_longer_worse.low')}; "
+                      f"{v('lovo.reward_longer_worse.chance')})")
+        verdict = {True: "beats length", False: "does NOT beat length", None: "not measured"}[beats]
         if scores["gate"][0] is not None:
             gate = bool(scores["gate"][0])
-            text += f" (registry gate `beats_length_baseline`: {'pass' if gate else 'FAIL'})"
-        line.sentences.append(text + ".")
+            verdict += f" (registry gate `beats_length_baseline`: {'pass' if gate else 'FAIL'})"
+        name = f"`{file.stem}`" + (" (two-part: ranking model; its residual part is the reward)"
+                                   if scores["two_part"][0] is True else "")
+        rows.append([name, v("holdout.acc"), scores["lovo.rival"][0] and v("lovo.rival"), v("lovo.acc"),
+                     v("lovo.rival_acc"), ci("lovo.vs_rival"), reward, verdict])
         if scores["reward"][0] is not None:
             line.sentences.append(f"`{file.stem}` as the GRPO reward: {v('reward')}.")
     if not verdicts:
         return [_missing(line.title, anchor, "no readable reward-model metrics")]
+    line.sentences.insert(0, "Each reward model's pairwise accuracy beside its strongest trivial rival's on the same "
+                             "pairs, leave one vignette out (LOVO) as the gate reads them.")
+    line.table = Table(RM_COLUMNS, rows)
     measured = [b for b in verdicts if b is not None]
     if not measured:
         return [line.done("not measured", None)]
