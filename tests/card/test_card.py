@@ -124,10 +124,10 @@ def test_number_check_catches_a_hand_typed_number(pipeline):
 def test_policy_card_front_matter_and_sections(pipeline):
     card = build_card(pipeline, "reappraisal-policy-grpo")
     meta, body = parse_card(card)
+    # No `datasets`: it names hub datasets, and the training data are local files (paths and md5s in the body).
     assert set(meta) == {"license", "language", "base_model", "pipeline_tag", "tags", "library_name", "model_name",
-                         "datasets", "model-index", "reappreg"}
+                         "model-index", "reappreg"}
     assert meta["model_name"] == "reappraisal-policy-grpo"
-    assert meta["datasets"] == ["data/guarded/prompts.jsonl", "data/guarded/vignettes.jsonl"]
     params = load_params(pipeline / "params.yaml")
     assert meta["base_model"] == params.policy.base.model_name
     assert meta["pipeline_tag"] == "text-generation"
@@ -376,8 +376,9 @@ def test_each_kept_checkpoint_gets_a_card_linking_to_its_own_results_row(pipelin
     # Its evaluation table and model-index are its own row's numbers, never the final model's.
     assert "| policy-step-3 | gpt-4-0314 | 0.583 | 288 | 0.526 | 0.442 | 37.250 | 6 |" in body
     assert "| policy | gpt-4-0314 |" not in body
-    index = {r.metric_type: r.metric_value for r in ModelCard(text).data.eval_results}
-    assert index == {"win_rate": 0.5833, "cluster_low": 0.4417, "iid_low": 0.5259, "n": 288}
+    index = [(r.dataset_config, r.metric_type, r.metric_value) for r in ModelCard(text).data.eval_results]
+    assert index == [("policy-step-3", "win_rate", 0.5833)]
+    assert "vignette-cluster 95% CI 0.442 to 0.709; n 288" in ModelCard(text).data.eval_results[0].metric_name
     final_meta, final_body = parse_card((tmp_path / "cards/reappraisal-policy-grpo.md").read_text())
     assert final_meta["reappreg"]["results_rows"] == ["policy/gpt-4-0314"] and "checkpoint" not in final_meta["reappreg"]
     assert "| Results row | `policy/gpt-4-0314`" in final_body
@@ -422,12 +423,108 @@ def test_card_parses_as_a_hugging_face_model_card_with_model_index(pipeline, nam
         for r in results:
             opponent = r.dataset_name.split(" by ", 1)[1].split(" (", 1)[0]
             assert r.metric_value == metrics[f"{r.dataset_config}/{opponent}/{r.metric_type}"]
-        assert {r.metric_type for r in results} == {"win_rate", "cluster_low", "iid_low", "n"}
+        assert {r.metric_type for r in results} == {"win_rate"}
     else:
         flat = {k: v for k, v in inputs_of(pipeline, name).metrics}
         assert {r.metric_value for r in results} <= set(flat.values())
         assert all(r.dataset_split in ("holdout", "leave-one-vignette-out") for r in results)
         assert "Ensemble penalty" not in str([r.metric_name for r in results])  # a setting is not an eval result
+
+
+# Metric types a hub reader knows (Hugging Face `evaluate` ids and the pairwise judge's win-rate).
+HUB_TYPES = {"accuracy", "spearmanr", "win_rate"}
+
+
+def model_index(text: str) -> list:
+    from huggingface_hub import ModelCard
+
+    return ModelCard(text, ignore_metadata_errors=False).data.eval_results
+
+
+def test_rm_model_index_leads_with_accuracy_beside_the_gates_rival_then_the_rating_correlation(pipeline):
+    """A reader comparing reward models looks first at pairwise accuracy (beside its trivial baseline:
+    the strongest rival the beats_length_baseline gate names, on the gate's pairs) and at the Spearman
+    correlation with the human ratings; the seeds' disagreement-vs-error correlation is no such result."""
+    ensemble = read_json(pipeline / "metrics/rm/ensemble.json")
+    gate = ensemble["beats_length_baseline"]
+    results = model_index(build_card(pipeline, "reappraisal-rm-ensemble"))
+    lead = [(r.dataset_split, r.metric_type, r.metric_value) for r in results[:2]]
+    assert lead == [("leave-one-vignette-out", "accuracy", gate["model_accuracy"]),
+                    ("leave-one-vignette-out", "accuracy", gate["rival_accuracy"])]
+    assert f"strongest trivial rival, {gate['rival']}" in results[1].metric_name
+    correlations = [r for r in results if r.metric_type == "spearmanr"]
+    assert (correlations[0].dataset_split, correlations[0].metric_value) == ("holdout", ensemble["holdout"]["ranking"]["spearman"])
+    assert "with the human ratings" in correlations[0].metric_name
+    # Right after it, the same model's held-out accuracy.
+    after = results[results.index(correlations[0]) + 1]
+    assert (after.metric_type, after.metric_value) == ("accuracy", ensemble["holdout"]["ranking"]["pairwise_accuracy"])
+    disagreement = ensemble["holdout"]["disagreement_vs_error"]["spearman"]
+    assert disagreement not in [r.metric_value for r in results]
+    assert not any("disagreement" in (r.metric_name or "") for r in results)
+
+
+def test_rm_model_index_leads_with_the_unseen_vignette_correlation_when_the_metrics_have_it(tmp_path):
+    """With leave-one-vignette-out figures (as the ensemble stage writes them), the gate's split leads
+    with accuracy, its rival and the rating correlation, all on unseen vignettes."""
+    root = write_pipeline(tmp_path / "p")
+    path = root / "metrics/rm/ensemble.json"
+    ensemble = read_json(path)
+    ensemble["lovo"] = {"ranking": {"pairwise_accuracy": 0.6655, "spearman": 0.3905, "spearman_within_vignette": 0.3512,
+                                    "n": 120, "n_pairs": 412},
+                        "disagreement_vs_error": {"spearman": 0.0417, "p_value": 0.6543}}
+    write_json(path, ensemble)
+    gate = ensemble["beats_length_baseline"]
+    results = model_index(build_card(root, "reappraisal-rm-ensemble"))
+    assert [(r.dataset_split, r.metric_type, r.metric_value) for r in results[:4]] == [
+        ("leave-one-vignette-out", "accuracy", gate["model_accuracy"]),
+        ("leave-one-vignette-out", "accuracy", gate["rival_accuracy"]),
+        ("leave-one-vignette-out", "spearmanr", 0.3905),
+        ("leave-one-vignette-out", "accuracy", 0.6655)]
+    assert 0.0417 not in [r.metric_value for r in results]
+
+
+def test_policy_model_index_leads_with_the_win_rate_against_the_bar_with_its_interval(pipeline):
+    """A reader looks first at the win-rate against the reference bar's opponent (registry/models.yaml),
+    its vignette-cluster interval beside it; the bounds and counts are not results of their own."""
+    metrics = read_json(pipeline / "metrics/eval.json")
+    reference = yaml.safe_load((pipeline / "registry/models.yaml").read_text())["reference_bar"]
+    params = load_params(pipeline / "params.yaml")
+    results = model_index(build_card(pipeline, "reappraisal-policy-grpo"))
+    first = results[0]
+    prefix = f"policy/{reference['opponent']}"
+    assert (first.dataset_type, first.dataset_config, first.metric_type, first.metric_value) == (
+        f"reappreg/heldout-answers/{reference['opponent']}", "policy", "win_rate", metrics[f"{prefix}/win_rate"])
+    assert first.metric_name == (
+        f"Win-rate vs {reference['opponent']}, the reference bar's opponent (bar {fmt(reference['bar'])}; policy; "
+        f"vignette-cluster {params.stats.confidence * 100:g}% CI {fmt(metrics[f'{prefix}/cluster_low'])} to "
+        f"{fmt(metrics[f'{prefix}/cluster_high'])}; n {fmt(metrics[f'{prefix}/n'])})")
+    # Every other opponent after it, one win-rate each.
+    assert [r.metric_type for r in results] == ["win_rate"] * len(results)
+    assert len({r.dataset_type + (r.dataset_config or "") for r in results}) == len(results)
+
+
+@pytest.mark.parametrize("name", ["reappraisal-policy-grpo", "reappraisal-rm-ensemble"])
+def test_front_matter_names_no_local_path_and_only_hub_metric_types(pipeline, name):
+    text = build_card(pipeline, name)
+    meta, body = parse_card(text)
+    assert "datasets" not in meta  # no hub dataset ids: local provenance is in the body
+    hub = {k: v for k, v in meta.items() if k != "reappreg"}
+
+    def strings(node):
+        if isinstance(node, dict):
+            for v in node.values():
+                yield from strings(v)
+        elif isinstance(node, list):
+            for v in node:
+                yield from strings(v)
+        elif isinstance(node, str):
+            yield node
+
+    assert not [s for s in strings(hub) if re.search(r"(^|\s)(data|models|metrics)/|\.jsonl?\b", s)]
+    assert {r.metric_type for r in model_index(text)} <= HUB_TYPES
+    # The local provenance stays on the card, in the body.
+    params_inputs = load_declarations(pipeline / "registry/models.yaml").models[name].training_inputs
+    assert all(f"`{p}` (md5 `{dvc_md5(pipeline / p)}`)" in body for p in params_inputs)
 
 
 def inputs_of(root: Path, name: str, **revision):

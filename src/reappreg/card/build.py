@@ -329,7 +329,7 @@ def rows_as_comparisons(rows: Sequence[Mapping[str, Any]]) -> list[dict[str, Any
     """Evaluated results rows (the condition's own pool) in the card's evaluation-table columns."""
     return [{"condition": r["condition"], "opponent": r["opponent"], "win_rate": r.get("win_rate"), "n": r.get("n"),
              "iid_low": r.get("iid_screening_low"), "cluster_low": r.get("cluster_low"), "n_eff": r.get("n_eff"),
-             "n_clusters": r.get("n_vignettes")}
+             "n_clusters": r.get("n_vignettes"), "cluster_high": r.get("cluster_high")}
             for r in rows if r.get("status") == "evaluated" and r.get("pool") == "policy"]
 
 
@@ -405,11 +405,13 @@ def card_inputs_for(settings: Params, build: CardBuild, name: str, *,
                   "commands": reproduce_commands(build.stage, revision.get("commit", "none"), model.artifact,
                                                  model_md5(model, evidence, root), model.kind,
                                                  revision.get("experiment"))},
-        datasets=[*model.training_inputs, *[p for p in model.other_inputs if p.startswith("data/")]],
         health=evidence.training_health(settings.card.health, _max_completion_length(params)) if model.kind == "policy" else None,
         paths={name: display_path(path, root) for name, path in evidence.sources.items()},
         min_n_confirm=settings.stats.min_n_confirm,
         decimals=settings.registry.card_decimals,
+        reference_bar=({"bar": decl.reference_bar.bar, "opponent": decl.reference_bar.opponent}
+                       if decl.reference_bar is not None else None),
+        confidence=settings.stats.confidence,
         results_rows=results_rows_of(evidence, checkpoint["condition"] if checkpoint else "policy")
         if model.kind == "policy" else [],
         checkpoint=dict(checkpoint) if checkpoint else None,

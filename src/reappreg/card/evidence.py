@@ -139,7 +139,7 @@ class Evidence:
         return None
 
     def comparisons(self) -> list[dict[str, Any]]:
-        """One row per (condition, opponent) in eval.json, with the table's columns."""
+        """One row per (condition, opponent) in eval.json, with the table's columns and ``cluster_high``."""
         rows = []
         pairs = sorted({tuple(k.split("/")[:2]) for k in self.eval_metrics if k.endswith("/win_rate") and k.count("/") == 2})
         for condition, opponent in pairs:
@@ -147,7 +147,7 @@ class Evidence:
                 continue
             prefix = f"{condition}/{opponent}"
             row = {"condition": condition, "opponent": opponent}
-            row.update({col: self.eval_metrics.get(f"{prefix}/{col}") for col in EVAL_COLUMNS})
+            row.update({col: self.eval_metrics.get(f"{prefix}/{col}") for col in (*EVAL_COLUMNS, "cluster_high")})
             rows.append(row)
         rows.sort(key=lambda r: (CONDITIONS.index(r["condition"]), r["opponent"]))
         return rows

@@ -25,11 +25,14 @@ class CardInputs:
     method: dict[str, Any]              # base model, method, rm used (strings from params/declarations)
     metrics: list[tuple[str, Any]]      # metrics shown (key, value)
     revision: dict[str, Any]            # commit, dirty ("true"/"false"), dirty_paths, dirty_allowed, commands
-    datasets: list[str]                 # training data paths, for the front matter's `datasets`
     health: TrainingHealth | None       # policies only
     paths: dict[str, str]               # evidence source name -> path as shown on the card
     min_n_confirm: int
     decimals: int = 3
+    # The reference bar (registry/models.yaml `reference_bar:`): {"bar", "opponent"}; None when not declared.
+    # A policy card's model-index leads with its win-rate against this opponent.
+    reference_bar: dict[str, Any] | None = None
+    confidence: float | None = None     # stats.confidence: the level of every interval the card states
     # The results table rows (metrics/results.json) of the condition this version is: `policy` for
     # the final policy, `policy-step-<n>` for a kept checkpoint. The card links to them by row_id.
     results_rows: list[dict[str, Any]] = field(default_factory=list)
