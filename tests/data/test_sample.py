@@ -159,3 +159,92 @@ def test_heldout_wording_is_disjoint_from_the_human_phrase_banks():
     heldout = set().union(*(grams(t) for t in data.reappraisals.loc[~is_human, "text"]))
     assert heldout and human
     assert not human & heldout
+
+
+# ---------------------------------------------------------------- sentence counts
+
+
+def _human(data):
+    return data.reappraisals[data.reappraisals["source"] == "human"].reset_index(drop=True)
+
+
+def _words(text: str) -> list[str]:
+    import re
+
+    return re.findall(r"[a-z0-9']+", text.lower())
+
+
+def test_null_sentence_counts_keep_the_texts_as_composed_byte_for_byte(tmp_path):
+    """sentence_counts: null is the generator before the setting existed: every part its own
+    sentence. Pinned by the tables' md5 (seed 3, 15 per vignette) as the generator wrote them."""
+    write_canonical(generate_sample(seed=3, reappraisals_per_vignette=15, sentence_counts=None), tmp_path / "null")
+    assert dvc_md5(tmp_path / "null") == "bdfba42111b28eed719ae9a045d4de6e.dir"
+
+
+@pytest.fixture(scope="module")
+def default_and_null():
+    return generate_sample(), generate_sample(sentence_counts=None)
+
+
+def test_default_sentence_counts_are_met_as_the_gate_counts_them(default_and_null):
+    """Each share of data.sample.sentence_counts is met on the 600 human texts within a
+    binomial tolerance (3.5 standard errors), counted with the format gate's own counter."""
+    from reappreg.rm.gate import count_sentences
+    from reappreg.settings.data import SampleSettings
+
+    stated = SampleSettings().sentence_counts
+    counts = _human(default_and_null[0])["text"].map(count_sentences)
+    n = len(counts)
+    assert n == 600
+    assert set(counts) <= set(stated)
+    for k, share in stated.items():
+        tolerance = 3.5 * np.sqrt(share * (1 - share) / n)
+        assert abs((counts == k).mean() - share) <= tolerance, (k, (counts == k).mean(), share)
+    # the reference format (at most rm.ensemble.max_sentences sentences) is part of the default
+    from reappreg.settings.rm import RmSettings
+
+    assert (counts <= RmSettings().ensemble.max_sentences).mean() > 0.5
+
+
+def test_sentence_counts_change_punctuation_only(default_and_null):
+    """Same seed: every text's words (ignoring punctuation and case), its length, every rating
+    and every held-out answer are those of sentence_counts: null."""
+    shaped, null = default_and_null
+    pd.testing.assert_frame_equal(shaped.ratings, null.ratings)
+    pd.testing.assert_frame_equal(shaped.vignettes, null.vignettes)
+    a, b = shaped.reappraisals, null.reappraisals
+    pd.testing.assert_frame_equal(a.drop(columns="text"), b.drop(columns="text"))
+    assert [_words(t) for t in a["text"]] == [_words(t) for t in b["text"]]
+    assert a["text"].str.len().tolist() == b["text"].str.len().tolist()
+    assert (a.loc[a["source"] != "human", "text"] == b.loc[b["source"] != "human", "text"]).all()
+    changed = a["text"] != b["text"]
+    assert changed.any() and not (changed & (a["source"] != "human")).any()
+    # the pronoun keeps its capital where a part opening with it is joined on
+    assert not a["text"].str.contains(r"; i ").any()
+
+
+def test_a_count_above_a_texts_parts_keeps_its_natural_count():
+    """Every sample text has 3-4 parts: asking for 4 sentences of each leaves the 3-part texts
+    as composed (3 sentences) and the 4-part ones as composed too."""
+    from reappreg.rm.gate import count_sentences
+
+    shaped = _human(generate_sample(seed=2, reappraisals_per_vignette=20, sentence_counts={4: 1.0}))
+    null = _human(generate_sample(seed=2, reappraisals_per_vignette=20, sentence_counts=None))
+    assert shaped["text"].tolist() == null["text"].tolist()
+    assert set(shaped["text"].map(count_sentences)) == {3, 4}
+    one = _human(generate_sample(seed=2, reappraisals_per_vignette=20, sentence_counts={1: 1.0}))
+    assert set(one["text"].map(count_sentences)) == {1}
+
+
+@pytest.mark.parametrize("counts, message", [
+    ({}, "sentence_counts is empty"),
+    ({0: 1.0}, r"a count must be a whole number of sentences >= 1 \(got 0\)"),
+    ({2: 0.5, 3: 0.6}, r"the shares must sum to 1 \(they sum to 1.1\)"),
+    ({2: 1.2, 3: -0.2}, r"the share of 3 sentence\(s\) must be a positive number \(got -0.2\)"),
+    ({2: float("nan")}, r"the share of 2 sentence\(s\) must be a positive number"),
+])
+def test_bad_sentence_counts_are_refused_by_the_generator(counts, message):
+    from reappreg.errors import InputError
+
+    with pytest.raises(InputError, match=message):
+        generate_sample(seed=1, reappraisals_per_vignette=2, sentence_counts=counts)

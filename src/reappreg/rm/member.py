@@ -46,7 +46,7 @@ from reappreg.rm.evaluate import (
     plot_calibration,
     write_csv,
 )
-from reappreg.rm.gate import format_gate_ok
+from reappreg.rm.gate import format_gate_ok, rejected_share
 from reappreg.rm.model import MemberTrainer, deterministic_torch, make_head
 from reappreg.rm.objectives.base import ScoreMap
 from reappreg.rm.objectives.classes import make_objective, objective_class
@@ -317,7 +317,7 @@ def _train_member(objective_name, seed, settings, paths: MemberPaths, progress) 
             "unrated_reappraisals": pool.unrated_reappraisals,
             # Human training texts are not held to the policy's format: this is how many of
             # them the ensemble's gate would penalise (informational; RM metrics are ungated).
-            "format_gate_fail_rate": float(np.mean(~gate_ok)),
+            "format_gate_fail_rate": rejected_share(gate_ok),
             # (scenario, answer) pairs longer than rm.encoder.max_length: the scenario is cut
             # first, then the answer.
             "truncation": truncation,

@@ -5,6 +5,9 @@ carry ratings) are recorded by ``ingest`` in ``meta.json`` and travel with the d
 validation, the split and the reward models read them from there.
 """
 
+import math
+import numbers
+from collections.abc import Mapping
 from typing import Literal
 
 from pydantic import Field, field_validator, model_validator
@@ -14,6 +17,31 @@ from reappreg.settings.base import Section
 # The rating dimensions the canonical schema knows. A dataset has a subset of them
 # (``data.dimensions``); the absent ones are absent keys in ratings.jsonl, never filled.
 RATING_DIMENSIONS = ("effectiveness", "empathy", "novelty", "specificity")
+
+# The sample's sentence counts (count -> share of the human texts): most in the policy's
+# reference format (at most rm.ensemble.max_sentences = 2 sentences), the rest one over, so
+# the format gate's effect is measurable. Every sample text has >= 3 parts: all reachable.
+SENTENCE_COUNTS = {1: 0.2, 2: 0.4, 3: 0.4}
+
+
+def sentence_counts_problem(counts: Mapping[int, float] | None) -> str | None:
+    """What is wrong with a sentence-count distribution (count -> share), or None: counts are
+    whole numbers >= 1, shares positive and summing to 1 (within 1e-6). None itself is fine
+    (every text keeps its natural count)."""
+    if counts is None:
+        return None
+    if not counts:
+        return "sentence_counts is empty; give count -> share (e.g. {2: 0.5, 3: 0.5}) or null for the texts as composed"
+    for count, share in counts.items():
+        if isinstance(count, bool) or not isinstance(count, numbers.Integral) or count < 1:
+            return f"sentence_counts: a count must be a whole number of sentences >= 1 (got {count!r})"
+        if (isinstance(share, bool) or not isinstance(share, numbers.Real) or not math.isfinite(share)
+                or share <= 0):
+            return f"sentence_counts: the share of {count} sentence(s) must be a positive number (got {share!r})"
+    total = math.fsum(counts.values())
+    if abs(total - 1.0) > 1e-6:
+        return f"sentence_counts: the shares must sum to 1 (they sum to {total:g})"
+    return None
 
 
 class SampleSettings(Section):
@@ -28,6 +56,18 @@ class SampleSettings(Section):
     # (ratings still depend on content only): 0 = length near chance as a ranker; higher =
     # longer texts tend to be the better ones. Negative: poor parts are the wordy ones.
     length_tilt: float = Field(7.0, allow_inf_nan=False)
+    # Sentence counts of the human texts, count -> share (punctuation only: adjacent parts are
+    # joined into one sentence until the format gate counts the drawn number; words and ratings
+    # stay those of null). null: every part its own sentence (3-4 per text), as composed.
+    sentence_counts: dict[int, float] | None = dict(SENTENCE_COUNTS)
+
+    @field_validator("sentence_counts")
+    @classmethod
+    def _sentence_distribution(cls, counts: dict[int, float] | None) -> dict[int, float] | None:
+        problem = sentence_counts_problem(counts)
+        if problem:
+            raise ValueError(problem)
+        return None if counts is None else dict(sorted(counts.items()))
 
 
 class RatingScale(Section):
