@@ -348,3 +348,19 @@ def test_every_path_a_stage_command_is_given_is_a_dep_or_an_out():
             if not covered:
                 missing.setdefault(name, []).append(path)
     assert not missing, f"stage command paths that dvc.yaml does not declare (add them to deps or outs): {missing}"
+
+
+def test_every_tracked_pipeline_output_is_written_by_a_stage():
+    """A file committed under an output folder (metrics/, plots/, reports/) that no stage of dvc.yaml,
+    as DVC expands it with params.yaml, writes any more is a leftover of an older pipeline: `register`
+    refuses it as written beside the pipeline, so a fresh clone's `dvc repro` would stop there."""
+    from dvc.repo import Repo
+
+    with Repo(str(REPO)) as repo:
+        outs = {Path(str(o.fs_path)).resolve().relative_to(REPO).as_posix() for stage in repo.index.stages
+                for o in stage.outs}
+    tracked = subprocess.run(["git", "ls-files", "metrics", "plots", "reports"], cwd=REPO, capture_output=True,
+                             text=True, check=True).stdout.split()
+    stale = [t for t in tracked if not t.endswith(".gitignore")
+             and not any(t == o or t.startswith(o.rstrip("/") + "/") for o in outs)]
+    assert not stale, f"tracked outputs no stage of dvc.yaml writes (git rm them): {stale}"
