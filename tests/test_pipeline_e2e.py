@@ -20,6 +20,7 @@ import pytest
 import yaml
 
 from pipeline_copy import run_checked
+from reappreg.custody.plan import link_path
 from reappreg.hashing import dvc_md5
 
 pytestmark = pytest.mark.slow
@@ -306,6 +307,8 @@ def test_kill_9_then_repro_resumes_to_the_same_hashes(repo_copy, stage, out, met
     # the watcher would fire on the old ones and the rerun would have nothing to resume.
     shutil.rmtree(root / work, ignore_errors=True)
     metrics_before = (root / metrics).read_bytes()
+    link = root / link_path(stage)
+    link_before = link.read_bytes()  # the clean run's signed link: it names these metrics' bytes
     saw_checkpoint = _kill_stage_midway(root, env, stage, root / work, pattern)
     if stage == "policy_train":
         assert saw_checkpoint, "GRPO was killed before its first checkpoint; resume was not exercised"
@@ -325,8 +328,10 @@ def test_kill_9_then_repro_resumes_to_the_same_hashes(repo_copy, stage, out, met
         assert dvc_md5(root / "models/policy/checkpoints") == kept, "kept checkpoints differ after kill -9 + resume"
     # The resumed run records its resume in its metrics, which would make every stage that
     # reads them (card, register, report) run again; put the clean run's back and record it,
-    # as the other tests share this pipeline.
+    # as the other tests share this pipeline. The clean run's signed link goes back with them: the
+    # rerun's link names the resumed metrics, and register's custody check would refuse the swap.
     (root / metrics).write_bytes(metrics_before)
+    link.write_bytes(link_before)
     _run(["dvc", "commit", "-f", stage], root, env)
     _run(["dvc", "repro"], root, env)
     assert "Running stage" not in _run(["dvc", "repro"], root, env)
