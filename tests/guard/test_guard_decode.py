@@ -285,3 +285,19 @@ def test_the_batched_decoding_views_equal_each_view_alone():
     assert list(batched) == list(DECODE_VIEW_NAMES)
     for view in DECODE_VIEWS:
         assert batched[view.name] == [view.decode(t) for t in texts], view.name
+
+
+def test_vectorised_unleet_equals_the_run_by_run_reference():
+    """``unleet`` over the code points at once gives what its definition does: each ``_RUN``
+    with a ``_MIXED`` pair translated (digits, symbols of every kind, lone surrogates, NUL)."""
+    from reappreg.guard.decode import _ANY_LEET, _MIXED, _RUN, _unleet_run
+
+    def reference(text: str) -> str:
+        return _RUN.sub(_unleet_run, text) if _ANY_LEET.search(text) and _MIXED.search(text) else text
+
+    rng = random.Random(7)
+    alphabet = "ab3c0@$€£!+¡ _-x1é²½٣Ⅻ\ud800\U0001F172ᴄ\x00=%\\"
+    texts = ["".join(rng.choice(alphabet) for _ in range(rng.randint(0, 40))) for _ in range(5000)]
+    texts += ["c0ns1d3r th@t", "=3D=3" * 200, "c0n5" * 300, "In 2024, 3.5 people met at 10 am. Hello!"]
+    for text in texts:
+        assert unleet(text) == reference(text), repr(text)

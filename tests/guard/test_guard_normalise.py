@@ -102,3 +102,24 @@ def test_bidi_overrides_walked_run_by_run_equal_the_character_by_character_defin
     texts += [(_RLO + "ab") * 300 + "xyz" + _PDF * 40, (_RLO + _LRO + "ab") * 400, _PDF * 3 + (_LRO + "q" + _RLO + "zz" + _PDF) * 200]
     for text in texts:
         assert apply_bidi_overrides(text) == by_character(text), repr(text[:60])
+
+
+def test_word_tokens_and_letter_ends_equal_their_definitions():
+    """The C-level ASCII tokeniser equals ``[a-z0-9]+`` runs, and ``letter_ends`` (vectorised
+    for ASCII) equals the running length of each word's own letters."""
+    import random
+    import re
+
+    import numpy as np
+
+    from reappreg.guard.normalise import ascii_words, letter_ends, letters
+
+    rng = random.Random(5)
+    texts = ["".join(rng.choice("abcmnrl0123456789 |-.,xyzQ\n") for _ in range(rng.randint(0, 120))) for _ in range(500)]
+    for text in texts:
+        words = ascii_words(text)
+        assert words == re.findall(r"[a-z0-9]+", text)
+        expected = np.cumsum([len(letters([w])) for w in words]).tolist() if words else []
+        assert letter_ends(words).tolist() == expected
+    words = ["héllo", "wörld", "x", "ꜱᴄ"]
+    assert letter_ends(words).tolist() == np.cumsum([len(letters([w])) for w in words]).tolist()

@@ -33,7 +33,7 @@ from reappreg.guard.hashing import _SHINGLE
 from reappreg.guard.normalise import ascii_words, scan_views
 
 if TYPE_CHECKING:
-    from reappreg.guard.detector import DetectorIndex
+    from reappreg.guard.detector import Batch, DetectorIndex
 
 MAX_COMPARED = 200  # answers compared per hit: those sharing most windows with the matched text
 
@@ -43,18 +43,26 @@ class _Text:
     in the held-out table and, for each (place, answer) that shares it, the pair (sorted by
     answer), computed once per text whatever the number of its hits."""
 
-    def __init__(self, index: DetectorIndex, text: str) -> None:
+    def __init__(self, index: DetectorIndex, text: str, batch: Batch | None = None, at: int = 0) -> None:
+        """``batch``: the scan's batch holding the text (at ``at``), whose keys are the text's own."""
         from reappreg.guard.hashing import FastHasher
 
-        words, letter_view = scan_views(text)
-        keys, _ = index.hasher.letter_grams([letter_view], index.settings.chars.n)
-        self.kinds = {"letters": _matched(index.letters, keys, index.settings.chars.n)}
-        spec = [(index.settings.minhash.shingle_words, _SHINGLE)]
-        if isinstance(index.hasher, FastHasher):
-            (keys, _), = index.hasher.grams_of_views([words], spec)
-        else:  # a keyed sketch hasher takes token lists
-            (keys, _), = index.hasher.grams_many([ascii_words(words) if isinstance(words, str) else words], spec)
-        self.kinds["shingles"] = _matched(index.shingles, keys, index.settings.minhash.shingle_words)
+        shingle_words = index.settings.minhash.shingle_words
+        if batch is not None:
+            keys, offsets = batch.letter_grams
+            letter_keys = keys[offsets[at] : offsets[at + 1]]
+            keys, offsets = batch.word_grams(shingle_words, _SHINGLE)
+            shingle_keys = keys[offsets[at] : offsets[at + 1]]
+        else:
+            words, letter_view = scan_views(text)
+            letter_keys, _ = index.hasher.letter_grams([letter_view], index.settings.chars.n)
+            spec = [(shingle_words, _SHINGLE)]
+            if isinstance(index.hasher, FastHasher):
+                (shingle_keys, _), = index.hasher.grams_of_views([words], spec)
+            else:  # a keyed sketch hasher takes token lists
+                (shingle_keys, _), = index.hasher.grams_many([ascii_words(words) if isinstance(words, str) else words], spec)
+        self.kinds = {"letters": _matched(index.letters, letter_keys, index.settings.chars.n),
+                      "shingles": _matched(index.shingles, shingle_keys, shingle_words)}
 
 
 def _matched(table, keys: np.ndarray, n: int) -> tuple[np.ndarray, np.ndarray, np.ndarray, int]:
@@ -81,16 +89,17 @@ def _coverage(places: np.ndarray, n: int, lo: int, length: int) -> np.ndarray:
     return np.cumsum(marks[:-1]) > 0
 
 
-def attribute(index: DetectorIndex, texts: Sequence[str], requests: Sequence[tuple[Sequence[int], int]]
-              ) -> list[tuple[list[str], float | None]]:
+def attribute(index: DetectorIndex, texts: Sequence[str], requests: Sequence[tuple[Sequence[int], int]],
+              batch: Batch | None = None) -> list[tuple[list[str], float | None]]:
     """For each (text indexes, answer index) request: (the answer ids closest to the matched
-    text, sorted; the separation) (module docstring)."""
+    text, sorted; the separation) (module docstring). ``batch``: the scan's ``Batch`` of
+    ``texts``, whose gram keys are used instead of hashing the texts again."""
     cache: dict[int, _Text] = {}
     out: list[tuple[list[str], float | None]] = []
     for text_ids, answer in requests:
         for t in text_ids:
             if t not in cache:
-                cache[t] = _Text(index, texts[t])
+                cache[t] = _Text(index, texts[t], batch, t)
         result = None
         for kind in ("letters", "shingles"):
             result = _attribute_kind(index, [cache[t].kinds[kind] for t in text_ids], answer)

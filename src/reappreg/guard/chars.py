@@ -45,7 +45,8 @@ class CharsDetector(Detector):
         hits = containment_hits(index.letters, len(batch), grams, offsets, n=s.n, containment=s.containment,
                                 min_run=s.min_run, detector=self.name, span=s.span, letter_coverage=True,
                                 looked_up=batch.letter_lookup)
-        spans = self.spans(index, batch.texts, [(t, a) for t, a, *_ in hits], max_shared) if max_shared else []
+        requests = [(t, a) for t, a, *_ in hits]
+        spans = letter_spans(index, batch.texts, requests, max_shared, batch.letter_grams) if max_shared else []
         return hits, spans
 
     def spans(self, index: DetectorIndex, texts: Sequence[str], requests, limit: int) -> list[list[str]]:

@@ -42,7 +42,7 @@ from reappreg.guard.decode import warm as warm_decoders
 from reappreg.guard.detector import TEXT_VIEW, Batch, GroupContext, Hit, RawHit
 from reappreg.guard.fragments import Group
 from reappreg.guard.index import AnswerMeta, HeldoutIndex, TextView
-from reappreg.guard.normalise import ascii_words, scan_views
+from reappreg.guard.normalise import ascii_words, scan_views, shared_normalisation
 from reappreg.guard.registry import BY_NAME, DETECTORS, REGISTERED
 from reappreg.guard.text import TextUnit
 
@@ -91,8 +91,16 @@ def _scan(index: HeldoutIndex, texts: Sequence[str], max_shared: int = 0,
     """Every registered detector over one batch of texts: per-text hits (with ``max_shared``
     their shared passages too, in the worker, in parallel) and the groupwise detectors'
     per-batch state (the fragment pieces). ``views``: the texts' ``scan_views``, if known."""
+    return _scan_batch(index, _batch(index, texts, views), max_shared)
+
+
+def _batch(index: HeldoutIndex, texts: Sequence[str], views: Sequence[tuple[str | list[str], str]] | None) -> Batch:
+    return Batch(index, texts, [spec for d in REGISTERED for spec in d.word_grams(index.settings)], views)
+
+
+def _scan_batch(index: HeldoutIndex, batch: Batch, max_shared: int) -> ScanResult:
+    """``_scan`` of a ``Batch``."""
     settings = index.settings
-    batch = Batch(index, texts, [spec for d in REGISTERED for spec in d.word_grams(settings)], views)
     hits: list[RawHit] = []
     spans: list[list[str]] = []
     collected: dict[str, np.ndarray] = {}
@@ -130,11 +138,15 @@ def shared_spans_many(index: HeldoutIndex, texts: Sequence[str], requests: Seque
 
 
 def _scan_chunk(index: HeldoutIndex, texts: list[str], views: Sequence[TextView], max_shared: int) -> ScanResult:
-    """``_scan`` of ``texts`` and of their view round trips (``_expand_views``)."""
-    scanned, source, view_of, normalised = _expand_views(texts, views)
-    result = _scan(index, scanned, max_shared, normalised)
-    pairs = list(dict.fromkeys((h[0], h[1]) for h in result.hits))  # one attribution per (text, answer)
-    found = dict(zip(pairs, attribute(index, scanned, [((t,), a) for t, a in pairs])))
+    """``_scan`` of ``texts`` and of their view round trips (``_expand_views``), each text
+    normalised once (``shared_normalisation``) and its gram keys computed once (``Batch``:
+    the detectors, their shared passages and the attribution read the same)."""
+    with shared_normalisation():
+        scanned, source, view_of, normalised = _expand_views(texts, views)
+        batch = _batch(index, scanned, normalised)
+        result = _scan_batch(index, batch, max_shared)
+        pairs = list(dict.fromkeys((h[0], h[1]) for h in result.hits))  # one attribution per (text, answer)
+        found = dict(zip(pairs, attribute(index, scanned, [((t,), a) for t, a in pairs], batch=batch)))
     result.attributed = [found[(h[0], h[1])] for h in result.hits]
     n = len(texts)
     result.extra, result.extra_of, result.extra_view = scanned[n:], source[n:], view_of[n:]

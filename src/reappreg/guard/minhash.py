@@ -58,7 +58,7 @@ def minhash_signatures(keys: np.ndarray, offsets: np.ndarray, permutations: np.n
     a, b = permutations[0].astype(np.uint32), permutations[1].astype(np.uint32)
     n_texts = len(offsets) - 1
     sig = np.full((n_texts, len(a)), np.iinfo(np.uint32).max, dtype=np.uint32)
-    hv = _fmix32((keys & _U64(0xFFFFFFFF)).astype(np.uint32))
+    hv, offsets = _distinct_per_text(_fmix32((keys & _U64(0xFFFFFFFF)).astype(np.uint32)), np.asarray(offsets))
     counts = np.diff(offsets)
     start_text = 0
     while start_text < n_texts:
@@ -73,6 +73,19 @@ def minhash_signatures(keys: np.ndarray, offsets: np.ndarray, permutations: np.n
             sig[start_text + nonempty] = np.minimum.reduceat(phv, starts, axis=1).T
         start_text = end_text
     return sig
+
+
+def _distinct_per_text(hv: np.ndarray, offsets: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Each text's distinct values of ``hv`` (sorted) and their offsets: a signature is a min
+    over the set, so a value repeated in a text (a repeated shingle) is hashed once."""
+    hv, offsets = hv[offsets[0] : offsets[-1]], offsets - offsets[0]
+    if len(hv) < 2:
+        return hv, offsets
+    text_of = np.repeat(np.arange(len(offsets) - 1, dtype=np.uint64), np.diff(offsets))
+    both = np.unique((text_of << _U64(32)) | hv.astype(np.uint64))
+    distinct_text = (both >> _U64(32)).astype(np.int64)
+    new_offsets = np.searchsorted(distinct_text, np.arange(len(offsets)), side="left").astype(offsets.dtype)
+    return (both & _U64(0xFFFFFFFF)).astype(np.uint32), new_offsets
 
 
 _POLY = np.uint64(0x9E3779B97F4A7C15)
@@ -200,7 +213,7 @@ def minhash_hits(index: DetectorIndex, n_texts: int, sh: np.ndarray, sh_off: np.
     for row, a in zip(queried[rows].tolist(), answers.tolist()):
         if row != current:
             current = row
-            text_set = set(sh[bounds[row] : bounds[row + 1]].tolist())
+            text_set = set(np.unique(sh[bounds[row] : bounds[row + 1]]).tolist())
         size, other = len(text_set), answer_sets[a]
         other_size = len(other)
         if size < lo_size or size > hi_size or other_size < size * t or size < other_size * t:
@@ -273,8 +286,11 @@ class MinHashDetector(Detector):
         return {"shingle_sets": fields["shingle_sets"], "signatures": np.vstack(fields["signatures"])}
 
     def scan(self, index: DetectorIndex, batch: Batch, max_shared: int) -> tuple[list[RawHit], list[list[str]]]:
-        hits = minhash_hits(index, len(batch), *batch.word_grams(index.settings.minhash.shingle_words, _SHINGLE))
-        spans = self.spans(index, batch.texts, [(t, a) for t, a, *_ in hits], max_shared) if max_shared else []
+        n = index.settings.minhash.shingle_words
+        grams = batch.word_grams(n, _SHINGLE)
+        hits = minhash_hits(index, len(batch), *grams)
+        spans = word_spans(index, batch.texts, [(t, a) for t, a, *_ in hits], n, _SHINGLE, index.shingles, max_shared,
+                           grams) if max_shared else []
         return hits, spans
 
     def spans(self, index: DetectorIndex, texts: Sequence[str], requests, limit: int) -> list[list[str]]:

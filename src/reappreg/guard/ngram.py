@@ -45,7 +45,8 @@ class NgramDetector(Detector):
         grams, offsets = batch.word_grams(s.n, _NGRAM)
         hits = containment_hits(index.ngrams, len(batch), grams, offsets, n=s.n, containment=s.containment,
                                 min_run=s.min_run, detector=self.name, span=s.span)
-        spans = self.spans(index, batch.texts, [(t, a) for t, a, *_ in hits], max_shared) if max_shared else []
+        spans = word_spans(index, batch.texts, [(t, a) for t, a, *_ in hits], s.n, _NGRAM, index.ngrams, max_shared,
+                           (grams, offsets)) if max_shared else []
         return hits, spans
 
     def spans(self, index: DetectorIndex, texts: Sequence[str], requests, limit: int) -> list[list[str]]:

@@ -47,12 +47,15 @@ the semantic report.
 
 from __future__ import annotations
 
+import contextlib
 import html
 import re
 import unicodedata
+from collections.abc import Iterator
 from functools import lru_cache
 
 import icu
+import numpy as np
 import regex
 
 from reappreg.guard.decode import DECODING
@@ -228,10 +231,50 @@ def _fold_ascii(stripped: str) -> str:
     return _ASCII_INTRAWORD_DASH.sub("", core) if "-" in core else core
 
 
+# Per text, what its normalisation made, while ``shared_normalisation`` is active (else None).
+_MEMO: dict[str, dict[str, object]] | None = None
+
+
+@contextlib.contextmanager
+def shared_normalisation() -> Iterator[None]:
+    """Within: each distinct text is normalised once, whatever asks for it (the scan's views,
+    the detectors' shared passages, the attribution). The results are those of the functions
+    without it; they are kept until the outermost scope ends (one batch of the scan)."""
+    global _MEMO
+    outer = _MEMO
+    if outer is None:
+        _MEMO = {"core": {}, "views": {}, "tokens": {}, "letter_tokens": {}}
+    try:
+        yield
+    finally:
+        _MEMO = outer
+
+
+def _remembered(kind: str, text: str, compute):  # noqa: ANN001, ANN202
+    memo = _MEMO
+    if memo is None:
+        return compute(text)
+    found = memo[kind].get(text)
+    if found is None:
+        found = memo[kind][text] = compute(text)
+    return found
+
+
+def _folded(text: str) -> tuple[bool, str]:
+    """(whether the text without markup is ASCII, steps 1-4 without the symbol-to-letter step)."""
+    return _remembered("core", text, _fold_core_of)
+
+
+def _fold_core_of(text: str) -> tuple[bool, str]:
+    stripped = _strip_markup(text)
+    if stripped.isascii():  # the common case
+        return True, _fold_ascii(stripped)
+    return False, _fold_unicode(stripped)
+
+
 def _fold_core(text: str) -> str:
     """Steps 1-4 without the symbol-to-letter step."""
-    text = _strip_markup(text)
-    return _fold_ascii(text) if text.isascii() else _fold_unicode(text)
+    return _folded(text)[1]
 
 
 def _fold_unicode(text: str) -> str:
@@ -264,12 +307,19 @@ def fold_general(text: str) -> str:
 
 
 def _words(folded: str) -> list[str]:
-    return _ASCII_TOKEN.findall(folded) if folded.isascii() else _TOKEN.findall(folded)
+    return ascii_words(folded) if folded.isascii() else _TOKEN.findall(folded)
 
 
 def tokens(text: str) -> list[str]:
     """The readable word tokens of ``text`` (what reports show)."""
-    return _words(fold(text))
+    if _MEMO is None:
+        return _words(fold(text))
+    # the word view's tokens (``text_views``: the same as ``_words(fold(text))``)
+    return _remembered("tokens", text, lambda t: _view_words(scan_views(t)))
+
+
+def _view_words(views: tuple[str | list[str], str]) -> list[str]:
+    return ascii_words(views[0]) if isinstance(views[0], str) else views[0]
 
 
 def text_views(text: str) -> tuple[list[str], str]:
@@ -287,19 +337,29 @@ def scan_views(text: str) -> tuple[str | list[str], str]:
     """``text_views`` for the scan: (words, letter view), where words is the folded ASCII
     word view as one string (its words are the runs of ``[a-z0-9]``; ``hashing.FastHasher``
     tokenises it vectorised) or, for other text, the token list."""
-    stripped = _strip_markup(text)
-    if stripped.isascii():  # the common case
-        core = _fold_ascii(stripped)
+    return _remembered("views", text, _scan_views)
+
+
+def _scan_views(text: str) -> tuple[str | list[str], str]:
+    was_ascii, core = _folded(text)
+    if was_ascii:
         return (core.replace("|", "l") if "|" in core else core), _ascii_letter_view(core)
-    core = _fold_unicode(stripped)
     word_view = _symbols_to_letters(core)
     toks = _words(word_view)
-    return toks, letters(toks if word_view == core else _words(core))
+    letter_toks = _remembered("letter_tokens", text, lambda _: toks if word_view == core else _words(core))
+    return toks, letters(letter_toks)
+
+
+# Every byte but ``[a-z0-9]`` to a space: the runs ``_ASCII_TOKEN`` finds are then the
+# whitespace-separated parts (one C-level split, several times faster than ``findall``).
+_ASCII_NON_WORD_TO_SPACE = bytes(cp if chr(cp) in "abcdefghijklmnopqrstuvwxyz0123456789" else 0x20 for cp in range(256))
 
 
 def ascii_words(word_view: str) -> list[str]:
-    """The tokens of a folded ASCII word view (``scan_views``)."""
-    return _ASCII_TOKEN.findall(word_view)
+    """The tokens of a folded ASCII word view (``scan_views``): ``_ASCII_TOKEN.findall``."""
+    if not word_view.isascii():
+        return _ASCII_TOKEN.findall(word_view)
+    return word_view.encode("ascii").translate(_ASCII_NON_WORD_TO_SPACE).decode("ascii").split()
 
 
 def text_views_general(text: str) -> tuple[list[str], str]:
@@ -312,8 +372,7 @@ def text_views_general(text: str) -> tuple[list[str], str]:
 
 def letter_tokens(text: str) -> list[str]:
     """The words the letter view is made of (``text_views``), for reporting its passages."""
-    core = _fold_core(text)
-    return _words(core)
+    return _remembered("letter_tokens", text, lambda t: _words(_fold_core(t)))
 
 
 def normalise(text: str) -> str:
@@ -378,15 +437,40 @@ _LETTERS: dict[str, str] = {}  # token -> letters of its skeleton (a plain dict:
 
 def _letters_of(token: str) -> str:
     skel = skeleton(token)
-    return skel if skel.isalpha() else "".join(ch for ch in skel if ch.isalpha())
+    # every non-letter deleted: one table of the distinct characters, one C-level translate
+    return skel if skel.isalpha() else skel.translate({ord(ch): None for ch in set(skel) if not ch.isalpha()})
 
 
 def letters(toks: list[str]) -> str:
     """The letter view of a token list: skeletons with every non-letter removed, concatenated."""
+    return "".join(word_letters(toks))
+
+
+def letter_ends(toks: list[str]) -> np.ndarray:
+    """The letters of ``letters(toks[: k + 1])`` for every k (where each token's letters end
+    in the letter view). For ASCII tokens from the per-character letters (``_ascii_letters``:
+    a word's letters are its characters' in a row), vectorised; else one lookup per token."""
+    joined = " ".join(toks)
+    if not joined.isascii():
+        return np.cumsum(np.fromiter(map(len, word_letters(toks)), dtype=np.int64, count=len(toks)))
+    per_char = np.cumsum(_ascii_letter_counts()[np.frombuffer(joined.encode("ascii"), dtype=np.uint8)])
+    last_char = np.cumsum(np.fromiter(map(len, toks), dtype=np.int64, count=len(toks)) + 1) - 2
+    return per_char[last_char] if len(toks) else np.zeros(0, dtype=np.int64)
+
+
+@lru_cache(maxsize=1)
+def _ascii_letter_counts() -> np.ndarray:
+    """Per byte, how many letters its character has in the letter view (``_ascii_letters``)."""
+    return np.array([len(v or "") if cp < 128 else 0 for cp, v in ((cp, _ascii_letters().get(cp)) for cp in range(256))],
+                    dtype=np.int64)
+
+
+def word_letters(toks: list[str]) -> list[str]:
+    """Each token's letters (``letters([tok])``), one cached lookup per token."""
     try:
-        return "".join(map(_LETTERS.__getitem__, toks))
+        return list(map(_LETTERS.__getitem__, toks))
     except KeyError:
         for tok in toks:
             if tok not in _LETTERS:
                 _LETTERS[tok] = _letters_of(tok)
-        return "".join(map(_LETTERS.__getitem__, toks))
+        return list(map(_LETTERS.__getitem__, toks))

@@ -12,7 +12,7 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
-from reappreg.guard.normalise import letter_tokens, letters, tokens
+from reappreg.guard.normalise import letter_ends, letter_tokens, letters, tokens
 
 if TYPE_CHECKING:
     from reappreg.guard.grams import GramTable
@@ -34,16 +34,20 @@ def _firsts(spans: list[str], limit: int) -> list[str]:
 
 
 def word_spans(index: DetectorIndex, texts: Sequence[str], requests: Sequence[tuple[int, int]], n: int, domain: int,
-               table: "GramTable", limit: int) -> list[list[str]]:
+               table: "GramTable", limit: int, grams: tuple[np.ndarray, np.ndarray] | None = None) -> list[list[str]]:
     """Shared passages of word grams of ``n`` words (``domain``, held-out side ``table``):
-    each text normalised once, its grams hashed in one vectorised call (the keys the scan used)."""
+    each text normalised once, its grams hashed in one vectorised call (the keys the scan used;
+    ``grams``: those keys of every text, (keys, offsets), where the scan has them)."""
     out: list[list[str]] = [[] for _ in requests]
     if not requests:
         return out
     text_ids = sorted({t for t, _ in requests})
     toks = {t: tokens(texts[t]) for t in text_ids}
-    keys, offsets = index.hasher.grams([toks[t] for t in text_ids], n, domain)
-    row = {t: i for i, t in enumerate(text_ids)}
+    if grams is None:
+        keys, offsets = index.hasher.grams([toks[t] for t in text_ids], n, domain)
+        row = {t: i for i, t in enumerate(text_ids)}
+    else:
+        (keys, offsets), row = grams, {t: t for t in text_ids}
     for k, (t, answer) in enumerate(requests):
         found = np.isin(keys[offsets[row[t]] : offsets[row[t] + 1]], table.answer_keys(answer))
         if 0 < len(toks[t]) < n:
@@ -53,23 +57,29 @@ def word_spans(index: DetectorIndex, texts: Sequence[str], requests: Sequence[tu
     return out
 
 
-def letter_spans(index: DetectorIndex, texts: Sequence[str], requests: Sequence[tuple[int, int]], limit: int) -> list[list[str]]:
-    """Shared passages of letter windows (``chars.n`` letters), as the words that hold them."""
+def letter_spans(index: DetectorIndex, texts: Sequence[str], requests: Sequence[tuple[int, int]], limit: int,
+                 grams: tuple[np.ndarray, np.ndarray] | None = None) -> list[list[str]]:
+    """Shared passages of letter windows (``chars.n`` letters), as the words that hold them
+    (``grams``: the letter-window keys of every text, (keys, offsets), where the scan has them:
+    the letter view is the letters of these words in a row)."""
     out: list[list[str]] = [[] for _ in requests]
     if not requests:
         return out
     n = index.settings.chars.n
     text_ids = sorted({t for t, _ in requests})
     words = {t: letter_tokens(texts[t]) for t in text_ids}
-    parts = {t: [letters([w]) for w in words[t]] for t in text_ids}
-    keys, offsets = index.hasher.letter_grams(["".join(parts[t]) for t in text_ids], n)
-    row = {t: i for i, t in enumerate(text_ids)}
+    ends = {t: letter_ends(words[t]) for t in text_ids}  # where each word's letters end in the letter view
+    if grams is None:
+        keys, offsets = index.hasher.letter_grams([letters(words[t]) for t in text_ids], n)
+        row = {t: i for i, t in enumerate(text_ids)}
+    else:
+        (keys, offsets), row = grams, {t: t for t in text_ids}
     for k, (t, answer) in enumerate(requests):
-        ends = np.cumsum([len(v) for v in parts[t]])
         found = np.isin(keys[offsets[row[t]] : offsets[row[t] + 1]], index.letters.answer_keys(answer))
         spans = []
         for lo, hi in _merge_spans(np.flatnonzero(found).tolist(), n):
-            first, last = int(np.searchsorted(ends, lo, side="right")), int(np.searchsorted(ends, hi - 1, side="right"))
+            first = int(np.searchsorted(ends[t], lo, side="right"))
+            last = int(np.searchsorted(ends[t], hi - 1, side="right"))
             spans.append(" ".join(words[t][first : last + 1]))
         out[k] = _firsts(spans, limit)
     return out
