@@ -193,3 +193,18 @@ def retrain_policy(root: Path, weights: str) -> None:
     metrics = read_json(root / "metrics/policy/train.json")
     metrics["model_md5"] = dvc_md5(root / "models/policy/grpo")
     write_json(root / "metrics/policy/train.json", metrics)
+
+
+def report_sources(root: Path):
+    """What the report stage reads in a pipeline written by :func:`write_pipeline` (dvc.yaml's paths)."""
+    from reappreg.report import ReportSources
+
+    return ReportSources(
+        canonical=root / "data/canonical", train=root / "data/train", heldout=root / "data/heldout/answers.jsonl",
+        validation=root / "data/validation/report.json", certificate=root / "data/guard/certificate.json",
+        rm_metrics=root / "metrics/rm", policy_metrics=root / "metrics/policy",
+        calibration=root / "metrics/judge_calibration.json", eval_metrics=root / "metrics/eval.json",
+        forest=root / "plots/eval/forest.csv", claims=root / "reports/claims.json",
+        registration=root / "reports/registry/registration.json", leakscan=root / "reports/leakscan.json",
+        samples=root / "reports/samples.json", results=root / "metrics/results.json",
+        rm_comparison=root / "plots/rm/comparison.png")

@@ -14,13 +14,13 @@ from pathlib import Path
 
 import pytest
 
-from card_fixtures import write_pipeline
+from card_fixtures import report_sources, write_pipeline
 from reappreg.card.build import CardBuild, card_inputs_for, load_evidence, render_card
 from reappreg.evidence.declarations import load_declarations
 from reappreg.evidence.formatting import fmt
 from reappreg.io import read_json, write_json
 from reappreg.registry.provenance import evidence_of
-from reappreg.report import ReportSources, collect, headline, render_markdown
+from reappreg.report import collect, headline, render_markdown
 from reappreg.settings import load_params
 from reappreg.stats.trust import TrustPolicy
 
@@ -31,15 +31,7 @@ def _outputs(root: Path) -> dict:
     """headline.json's numbers, report.md, the cards and the policy's gate evidence, as the report,
     card and register stages build them from ``root``."""
     params = load_params(root / "params.yaml")
-    sources = ReportSources(
-        canonical=root / "data/canonical", train=root / "data/train", heldout=root / "data/heldout/answers.jsonl",
-        validation=root / "data/validation/report.json", certificate=root / "data/guard/certificate.json",
-        rm_metrics=root / "metrics/rm", policy_metrics=root / "metrics/policy",
-        calibration=root / "metrics/judge_calibration.json", eval_metrics=root / "metrics/eval.json",
-        forest=root / "plots/eval/forest.csv", claims=root / "reports/claims.json",
-        registration=root / "reports/registry/registration.json", leakscan=root / "reports/leakscan.json",
-        samples=root / "reports/samples.json", results=root / "metrics/results.json",
-        rm_comparison=root / "plots/rm/comparison.png")
+    sources = report_sources(root)
     # As reappreg.report.stage.report passes them.
     health, length = params.card.health, params.policy.train.max_completion_length
     trust_policy = TrustPolicy.from_settings(params.stats, params.judge)

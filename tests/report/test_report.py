@@ -15,6 +15,7 @@ from reappreg.guard.certificate import detector_rows
 from reappreg.report import HEADLINE_MAX_KEYS, ReportSources, collect, headline, render_html, render_markdown
 from reappreg.evidence.formatting import fmt
 from reappreg.report.blocks import Figure, Table
+from card_fixtures import report_sources
 from stage_commands import stage_argv
 
 RESULTS_TITLE = "Results across models"
@@ -34,16 +35,7 @@ def _json(path: Path, obj) -> None:
     path.write_text(json.dumps(obj), encoding="utf-8")
 
 
-def sources_in(root: Path) -> ReportSources:
-    return ReportSources(
-        canonical=root / "data/canonical", train=root / "data/train", heldout=root / "data/heldout/answers.jsonl",
-        validation=root / "data/validation/report.json", certificate=root / "data/guard/certificate.json",
-        rm_metrics=root / "metrics/rm", policy_metrics=root / "metrics/policy",
-        calibration=root / "metrics/judge_calibration.json", eval_metrics=root / "metrics/eval.json",
-        forest=root / "plots/eval/forest.csv", claims=root / "reports/claims.json",
-        registration=root / "reports/registry/registration.json", leakscan=root / "reports/leakscan.json",
-        samples=root / "reports/samples.json", results=root / "metrics/results.json",
-        rm_comparison=root / "plots/rm/comparison.png")
+sources_in = report_sources  # the pipeline's paths, as dvc.yaml's report stage passes them
 
 
 FOREST = """condition,opponent,row,row_kind,label,n,n_unparseable,win_rate,iid_low,iid_high,cluster_low,cluster_high,n_clusters,n_eff
