@@ -1075,7 +1075,7 @@ def test_models_uri_loads_in_a_fresh_process_with_the_ensembles_rewards(tmp_path
     pool = {"root": pool_root, "vignettes": pool_root / "train/vignettes.jsonl",
             "reappraisals": pool_root / "train/reappraisals.jsonl", "ratings": pool_root / "train/ratings.jsonl"}
     pool["certificate"] = certify(pool_root / "certificate.json", [pool["vignettes"], pool["reappraisals"]])
-    members = [train_on_pool(pool, "multidim", seed, Params().rm, f"m{seed}")[1] / "model" for seed in (0, 1)]
+    members = [train_on_pool(pool, Params().rm.ensemble.objective, seed, Params().rm, f"m{seed}")[1] / "model" for seed in (0, 1)]
     ensemble = tmp_path / "ensemble"
     build_ensemble(members, ensemble, k=0.5, max_sentences=2, format_penalty=-1.0)
 
