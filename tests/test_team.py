@@ -164,7 +164,7 @@ def _paths_the_certificate_names(certificate: Path) -> list[str]:
 RM = "reappraisal-rm-ensemble"
 
 
-def _register_rm_on_team_server(root: Path, env: dict, tmp_path: Path) -> None:
+def _register_rm_on_team_server(root: Path, env: dict, tmp_path: Path) -> str:
     """The maintainer's side of step 4: a team key (its public half committed, so every clone
     trusts it), then the pipeline's own `register` command against the team server. Only the RM
     is registered: the policy would add minutes of upload and download and prove nothing more."""
@@ -173,13 +173,18 @@ def _register_rm_on_team_server(root: Path, env: dict, tmp_path: Path) -> None:
 
     run_checked(["reappreg", "registry", "keygen", str(key)], root, env)
     public = key.with_name("signing-key.pub.pem")
-    # The team's first root: the maintainer's key holds every role (a real team names more keys and
-    # thresholds); committed, every clone pins it on first use.
-    made = run_checked(["reappreg", "registry", "keys", "init", "--root", str(public), "--online", str(public)], root,
-                       {**env, "REAPPREG_SIGNING_KEY": str(key)})
+    # The team's first root: the maintainer's key holds every role but one (a real team names more keys
+    # and thresholds); committed, every clone pins it on first use. The pipeline already ran, its
+    # links signed by the key of the machine that ran it: the root names that key for the `pipeline`
+    # role, and the maintainer signs the layout under the new root (docs/trust.md, "From local to team").
+    runner = root / "work/registry/keys/local-signing-key.pub.pem"
+    signed_env = {**env, "REAPPREG_SIGNING_KEY": str(key)}
+    made = run_checked(["reappreg", "registry", "keys", "init", "--root", str(public), "--online", str(public),
+                        "--role", f"pipeline={runner}"], root, signed_env)
     assert "team root v1 written" in made, made
-    run_checked(["git", "add", "registry/keys"], root, env)
-    run_checked(["git", "commit", "-qm", "team signing key"], root, env)
+    run_checked(["reappreg", "registry", "keys", "sign-layout", "--reason", "first team root"], root, signed_env)
+    run_checked(["git", "add", "registry/keys", "registry/custody"], root, env)
+    run_checked(["git", "commit", "-qm", "team signing key; layout signed under it"], root, env)
     models = yaml.safe_load((root / "registry/models.yaml").read_text())
     models["models"] = {RM: models["models"][RM]}
     rm_only = tmp_path / "rm-only.yaml"
@@ -188,14 +193,10 @@ def _register_rm_on_team_server(root: Path, env: dict, tmp_path: Path) -> None:
     for option, value in (("--models", str(rm_only)), ("--receipt", str(tmp_path / "team-registration.json"))):
         cmd[cmd.index(option) + 1] = value
     run_checked(cmd, root, {**env, "REAPPREG_SIGNING_KEY": str(key)})
+    return key_id(load_public(public))
 
 
 @pytest.mark.slow
-@pytest.mark.xfail(strict=True, reason=(
-    "open gap: step 4 registers under a team root made after the pipeline ran under this clone's local root; "
-    "register then needs a layout signed by the team root and links signed by a key the team root names for "
-    "the pipeline role ('no signed layout for the team root'). The walkthrough must name the pipeline's key "
-    "in the team root (keys init --role pipeline=...) and sign the layout (keys sign-layout) first"))
 def test_team_walkthrough_train_clone_pulls_and_cannot_read_heldout(pipeline_repo, s3_team, team_mlflow, tmp_path):
     from botocore.exceptions import ClientError
 
@@ -257,12 +258,12 @@ def test_team_walkthrough_train_clone_pulls_and_cannot_read_heldout(pipeline_rep
 
     # 4. The maintainer registers the RM on the team MLflow server, signed with a team key; B
     #    (a READ account) pulls it through the server, verified byte by byte against the statement.
-    _register_rm_on_team_server(root, {**env, **team_mlflow.env("maintainer")}, tmp_path)
+    maintainer = _register_rm_on_team_server(root, {**env, **team_mlflow.env("maintainer")}, tmp_path)
     run_checked(["git", "pull", "-q", "--no-rebase"], clone, env)  # the team key's public half
     as_trainer = {**env, **team_mlflow.env("trainer")}
     pulled = run_checked(["reappreg", "registry", "pull", f"models:/{RM}@candidate", "--to", str(tmp_path / "pulled")],
                          clone, as_trainer)
-    assert f"pulled {RM} version" in pulled and "team key" in pulled and "of maintainer" in pulled, pulled
+    assert f"pulled {RM} version" in pulled and f"registration key {maintainer[:16]} of the team root" in pulled, pulled
     assert (tmp_path / "pulled" / "MLmodel").is_file()
     wrong = subprocess.run(["reappreg", "registry", "pull", f"{RM}@candidate", "--to", str(tmp_path / "nope")], cwd=clone,
                            env={**as_trainer, "MLFLOW_TRACKING_PASSWORD": "wrong"}, capture_output=True, text=True)

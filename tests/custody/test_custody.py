@@ -185,3 +185,86 @@ def test_dvcs_gitignore_inside_a_consumed_folder_is_not_recorded(tmp_path, monke
     # every other file is still recorded: a planted file inside the folder is a material like any other
     (folder / "planted.txt").write_text("x")
     assert "models/rm/multidim/planted.txt" in record(["models/rm/multidim"])
+
+
+# --------------------------------------------------------------------------- from the local root to a team root
+
+
+def _team_root_naming(repo: Path, tmp_path: Path, monkeypatch, pipeline_keys: list[Path]) -> Path:
+    """The team's first root, made after the pipeline ran under this clone's local root: alice holds root,
+    the online roles and `layout`; ``pipeline_keys`` hold `pipeline`. Signs as alice from here on."""
+    from reappreg.trust.admin import RoleSpec, init
+    from reappreg.trust.keys import _load_private, generate_key
+
+    keys = tmp_path / "team-keys"
+    keys.mkdir(exist_ok=True)
+    generate_key(keys / "alice.pem")
+    alice = _load_private(keys / "alice.pem", named=True, create=False)
+    init(repo / "registry/keys", root=RoleSpec([keys / "alice.pub.pem"]), online=RoleSpec([keys / "alice.pub.pem"]),
+         roles={"pipeline": RoleSpec(pipeline_keys, 1)}, signers=[alice], expiry_days=30)
+    monkeypatch.setenv("REAPPREG_SIGNING_KEY", str(keys / "alice.pem"))
+    code, out, exc = run_cli("registry", "keys", "sign-layout", "--reason", "first team root")
+    assert code == 0 and "under team root v1" in " ".join(out.split()), (out, exc)
+    return keys
+
+
+def _trust_team_only(repo: Path) -> None:
+    """A teammate's clone: only the team root is trusted (this clone's local key counts for nothing)."""
+    params = yaml.safe_load((repo / "params.yaml").read_text())
+    params["registry"]["trust_local_key"] = False
+    (repo / "params.yaml").write_text(yaml.safe_dump(params))
+
+
+RUNNER = "work/registry/keys/local-signing-key.pub.pem"
+
+
+def test_a_team_root_naming_the_runners_key_adopts_the_links_it_signed_before_the_root_existed(repo, tmp_path,
+                                                                                              monkeypatch):
+    """The user's path from local to team (docs/trust.md): no re-run; register under the team root verifies the
+    links the runner's key signed under its local root, says so, and a clone trusting the team root only re-checks
+    them in `verify`."""
+    from registry_fixtures import record_outputs, run_verify
+
+    record_outputs(repo)  # the pipeline ran: every link signed under this clone's local root
+    _team_root_naming(repo, tmp_path, monkeypatch, [repo / RUNNER])
+    code, out, exc = run_cli(*stage_argv("register"))
+    assert code == 0, (out, exc)
+    custody = json.loads((repo / "reports/registry/registration.json").read_text())["custody"]
+    assert "against the layout signed by the team 'layout' role" in custody, custody
+    assert "link(s) signed under another root by a key the team root names for 'pipeline' now" in custody, custody
+    _trust_team_only(repo)
+    code, out = run_verify()
+    assert code == 0, out
+
+
+def test_a_team_root_that_does_not_name_the_runners_key_refuses_its_links(repo, tmp_path, monkeypatch):
+    """The attacker's version of the same path: links signed under some other root (here this clone's local one)
+    by a key the team root does not name for `pipeline` do not count for the team chain."""
+    from registry_fixtures import record_outputs
+    from reappreg.trust.keys import generate_key
+
+    record_outputs(repo)
+    generate_key(tmp_path / "ci" / "ci.pem")
+    _team_root_naming(repo, tmp_path, monkeypatch, [tmp_path / "ci" / "ci.pub.pem"])
+    message = refused(repo)
+    assert "a key the layout does not name for that step" in message, message
+
+
+def test_a_layout_signed_before_the_pipeline_key_changed_is_refused_until_re_signed(repo, tmp_path, monkeypatch):
+    """A key removed from `pipeline` must not keep signing through a layout signed while it held the role."""
+    from registry_fixtures import record_outputs
+    from reappreg.trust.admin import RoleSpec, set_role
+    from reappreg.trust.keys import _load_private, generate_key
+
+    record_outputs(repo)
+    keys = _team_root_naming(repo, tmp_path, monkeypatch, [repo / RUNNER])
+    generate_key(keys / "ci.pem")
+    alice = _load_private(keys / "alice.pem", named=True, create=False)
+    set_role(repo / "registry/keys", "pipeline", RoleSpec([keys / "ci.pub.pem"], 1), signers=[alice], expiry_days=30)
+    message = refused(repo)
+    assert "names other 'pipeline' keys or threshold than team root v1 / targets v2" in message, message
+    assert "sign-layout" in message, message
+    # Re-signed, the layout names the new key only: the retired runner's links no longer count (re-run the pipeline).
+    assert run_cli("registry", "keys", "sign-layout", "--reason", "ci key replaces the runner")[0] == 0
+    message = refused(repo)
+    assert "a key the layout does not name for that step" in message, message

@@ -138,6 +138,15 @@ def verify_chain(root: Path, trust: Any, origin: str, *, up_to: str = "register"
                 raise CustodyError(f"the signed layout {layout_path} is not the one dvc.yaml generates today (steps "
                                    f"{', '.join(differ[:8])} differ): a `layout` key holder re-signs it "
                                    "(`reappreg registry keys sign-layout --reason ...`)")
+            # The functionaries must be the 'pipeline' keys in force: a layout signed before a key was
+            # retired would still let that key sign links (re-signing after a key change closes that).
+            pipeline_now, threshold_now = _key_dicts(trust, origin_trust.current, "pipeline")
+            stale = [s.name for s in layout.steps if s.name != DECLARATIONS
+                     and (set(s.pubkeys) != set(pipeline_now) or s.threshold != threshold_now)]
+            if stale:
+                raise CustodyError(f"the signed layout {layout_path} names other 'pipeline' keys or threshold than "
+                                   f"{origin_trust.current} ({len(stale)} steps, e.g. {sorted(stale)[0]}): after a key change a "
+                                   "`layout` key holder re-signs it (`reappreg registry keys sign-layout --reason ...`)")
             sub = Layout(steps=[s for s in layout.steps if s.name in steps_now], keys=layout.keys, expires=layout.expires)
             for step in sub.steps:
                 source = folder / DECLARATIONS_LINK if step.name == DECLARATIONS else root / link_path(step.name)
@@ -170,12 +179,16 @@ def verify_chain(root: Path, trust: Any, origin: str, *, up_to: str = "register"
         except (intoto_errors.SignatureVerificationError, intoto_errors.LayoutExpiredError) as exc:
             raise CustodyError(f"the layout {layout_path}: {type(exc).__name__}: {exc}") from None
 
+    adopted = []
     for name in steps_now:  # and each link under the trust version it names (a retired key's link fails here)
         envelope, payload = load_link(root, name, origin)
-        verify_link(trust, envelope, payload, name)
+        if verify_link(trust, envelope, payload, name, origin):
+            adopted.append(name)
+    said = (f"; {len(adopted)} link(s) signed under another root by a key the {origin} root names for 'pipeline' now"
+            if adopted else "")
     return (f"in-toto verified {len(steps_now)} step(s) leading to '{up_to}' against the layout signed by the {origin} "
             f"'layout' role: every link signed by a 'pipeline' key, every step's materials the products of the step "
-            f"before it, {DECLARATIONS_FILE} as the declarations signed with the layout")
+            f"before it, {DECLARATIONS_FILE} as the declarations signed with the layout{said}")
 
 
 __all__ = ["SignedLayout", "build_layout", "ensure_local_layout", "sign_layout", "verify_chain"]

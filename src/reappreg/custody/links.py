@@ -94,9 +94,15 @@ def load_link(root: Path, stage: str, origin: str = "local") -> tuple[Any, dict[
     return envelope, json.loads(envelope.payload)
 
 
-def verify_link(trust: Any, envelope: Any, payload: dict[str, Any], stage: str) -> None:
+def verify_link(trust: Any, envelope: Any, payload: dict[str, Any], stage: str, origin: str | None = None) -> bool:
     """The link is ``stage``'s, signed by a ``pipeline`` key (``declarations``: a ``layout`` key) under
-    the trust version it names."""
+    the trust version it names. Returns whether ``origin`` adopted it (see below).
+
+    In a chain verified under ``origin`` (the team's, say), a link signed under another root -- the
+    runner's local one-key root, before the team root named the runner's key -- counts only when keys
+    ``origin`` names for the role *now* (its current version) signed it: the team adopts a runner by
+    naming its key (``keys init|role --role pipeline=...``); a key it does not name, or no longer names,
+    cannot sign for it, whatever root the link claims."""
     from reappreg.trust.keys import SignatureInvalid
     from reappreg.trust import trust_version_of
 
@@ -105,10 +111,20 @@ def verify_link(trust: Any, envelope: Any, payload: dict[str, Any], stage: str) 
     version = trust_version_of(payload)
     if version is None:
         raise CustodyError(f"{link_path(stage)} names no trust version: not trusted")
+    role = "layout" if stage == DECLARATIONS else "pipeline"
+    adopted = origin is not None and version.origin != origin
     try:
-        trust.verify_envelope(envelope, "layout" if stage == DECLARATIONS else "pipeline", version)
+        if adopted:
+            if origin not in trust.origins:
+                raise SignatureInvalid(f"the chain is verified under the {origin} root, which this clone does not trust")
+            trust.verify_envelope(envelope, role, trust.origins[origin].current)
+        else:
+            trust.verify_envelope(envelope, role, version)
     except SignatureInvalid as exc:
-        raise CustodyError(f"the link of step '{stage}' ({link_path(stage)}) does not verify: {exc}") from None
+        claimed = f" (signed under the {version.origin} root; for the {origin} chain its key must be a '{role}' key of " \
+                  f"the {origin} root now)" if adopted else ""
+        raise CustodyError(f"the link of step '{stage}' ({link_path(stage)}) does not verify{claimed}: {exc}") from None
+    return adopted
 
 
 def check_consumed(root: Path, template: Template, step: StepPlan, materials: dict[str, dict[str, str]], trust: Any,
@@ -123,7 +139,7 @@ def check_consumed(root: Path, template: Template, step: StepPlan, materials: di
             continue
         if producer not in cache:
             envelope, payload = load_link(root, producer, origin)
-            verify_link(trust, envelope, payload, producer)
+            verify_link(trust, envelope, payload, producer, origin)
             cache[producer] = payload.get("products", {})
         products = cache[producer]
         wrong = [p for p, h in sorted(files.items()) if products.get(p, {}).get("sha256") != h.get("sha256")]

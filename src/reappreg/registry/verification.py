@@ -296,8 +296,12 @@ def _check_custody_links(check: VersionCheck, stmt: dict[str, Any], mv: Any, tmp
 
     from reappreg.custody.links import CustodyError, verify_link
 
+    from reappreg.trust import trust_version_of
+
     named = [m for m in stmt.get("predicate", {}).get("buildDefinition", {}).get("resolvedDependencies", [])
              if (m.get("annotations") or {}).get("role") == "custody_link"]
+    signed_under = trust_version_of(stmt)
+    origin = signed_under.origin if signed_under is not None else None
     for item in named:
         rel = str(item.get("name", ""))
         stored = _download(mv.run_id, f"custody/{Path(rel).name}", tmp / "custody", tracking_uri) if mv.run_id else None
@@ -313,7 +317,8 @@ def _check_custody_links(check: VersionCheck, stmt: dict[str, Any], mv: Any, tmp
 
             envelope = Metadata.from_dict(_json.loads(data))
             payload = _json.loads(envelope.payload)
-            verify_link(trust, envelope, payload, str(payload.get("name")))
+            # the chain is the statement's: links are verified under the root it was signed under
+            verify_link(trust, envelope, payload, str(payload.get("name")), origin)
         except (CustodyError, ValueError, KeyError) as exc:
             check.tampering.append(f"custody link {rel}: {exc}")
 
