@@ -128,7 +128,12 @@ def read_versioned(path: str | os.PathLike, version: str, *, what: str, field: s
     return raw
 
 
-class _StrictYamlLoader(yaml.SafeLoader):
+# libyaml's parser (PyYAML's wheels ship it) with PyYAML's safe constructor: the same objects as
+# SafeLoader, about 10x faster on a dvc.lock of a few MB (register reads it twice: 6.5 of its 15 s).
+_SAFE_LOADER = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
+
+
+class _StrictYamlLoader(_SAFE_LOADER):
     """SafeLoader that refuses a mapping with a repeated key (PyYAML keeps the last)."""
 
     def construct_mapping(self, node, deep=False):  # noqa: ANN001 - PyYAML's signature
