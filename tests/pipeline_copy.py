@@ -29,6 +29,9 @@ def shrink(params: dict) -> dict:
     """Smaller data and fewer steps for CI, one training thread; every other knob stays the shipped CPU default."""
     params["data"]["sample"].update(reappraisals_per_vignette=40, gpt4_answers_per_vignette=6, opponent_answers_per_vignette=4)
     params["rm"]["train"]["epochs"] = 15
+    # One baseline objective (the ensemble objective before the two-part recipe), not three: the
+    # comparison stage, report and card run the same code over one row; 2 fewer RM trainings.
+    params["rm"]["baselines"] = ["multidim"]
     params["rm"]["evaluation"]["leave_one_vignette_out"] = False
     params["policy"]["train"]["max_steps"] = 2
     params["policy"]["train"]["save_steps"] = 1
@@ -60,7 +63,15 @@ def fresh_copy(root: Path, env: dict) -> Path:
             dst.parent.mkdir(parents=True, exist_ok=True)
             shutil.copy2(src, dst)
     params_path = root / "params.yaml"
-    params_path.write_text(yaml.safe_dump(shrink(yaml.safe_load(params_path.read_text())), sort_keys=False))
+    before = yaml.safe_load(params_path.read_text())
+    after = shrink(yaml.safe_load(params_path.read_text()))
+    params_path.write_text(yaml.safe_dump(after, sort_keys=False))
+    # The tracked outputs of the baselines the shrunk params drop, removed as a user who drops one does
+    # (DVC leaves a removed stage's outputs behind; register refuses them as written beside the pipeline).
+    for objective in set(before["rm"]["baselines"]) - set(after["rm"]["baselines"]):
+        for stale in [*root.glob(f"metrics/rm/{objective}_seed_*.json"), root / "plots/rm" / objective,
+                      root / "models/rm" / objective]:
+            shutil.rmtree(stale) if stale.is_dir() else stale.unlink(missing_ok=True)
     (root / "dvc.lock").unlink(missing_ok=True)  # the copy's data differ in size: rebuild from scratch
     run_checked(["git", "init", "-q"], root, env)
     run_checked(["git", "add", "-A"], root, env)

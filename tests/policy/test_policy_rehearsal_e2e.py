@@ -1,7 +1,7 @@
 """The rehearsal profile end to end (slow): `dvc exp run -S profile=rehearsal` on a fresh-clone
 copy, through `register`, with the judge on a loopback OpenAI-compatible server.
 
-Expected duration on 2 CPU cores: about 10 minutes (5 RM trainings of the tiny decoder RM,
+Expected duration on 2 CPU cores: about 10 minutes (4 RM trainings of the tiny decoder RM,
 2 GRPO steps with 2 processes, 24 generations, ~300 judge requests, cards, registration).
 """
 

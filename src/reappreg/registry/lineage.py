@@ -174,7 +174,9 @@ def check_outputs_in_lock(paths: Mapping[str, Path], lock_path: Path) -> str:
             key = file.as_posix()
             owner = next((out for out in ([key] + [p.as_posix() for p in file.parents]) if out in outs), None)
             if owner is None:
-                problems.append(f"{key} ({role}) is not the output of any stage in {lock_path}: written beside the pipeline")
+                problems.append(f"{key} ({role}) is not the output of any stage in {lock_path}: written beside the "
+                                "pipeline, or left by a stage a params change removed (DVC never deletes those: "
+                                "`git rm` it)")
                 continue
             owners[owner] = role
     for owner in sorted(owners):
