@@ -7,6 +7,7 @@ params.yaml so CI stays within its time limit; every other knob is the shipped C
 
 from __future__ import annotations
 
+import copy
 import os
 import shutil
 import subprocess
@@ -64,7 +65,7 @@ def fresh_copy(root: Path, env: dict) -> Path:
             shutil.copy2(src, dst)
     params_path = root / "params.yaml"
     before = yaml.safe_load(params_path.read_text())
-    after = shrink(yaml.safe_load(params_path.read_text()))
+    after = shrink(copy.deepcopy(before))
     params_path.write_text(yaml.safe_dump(after, sort_keys=False))
     # The tracked outputs of the baselines the shrunk params drop, removed as a user who drops one does
     # (DVC leaves a removed stage's outputs behind; register refuses them as written beside the pipeline).

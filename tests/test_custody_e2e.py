@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import json
 import shlex
-import shutil
 import subprocess
 from pathlib import Path
 
@@ -50,10 +49,8 @@ def test_every_stage_signed_a_link_and_register_verified_the_chain(repo_copy):
     root, ctx = repo_copy
     from reappreg.custody.links import load_link, verify_link
     from reappreg.custody.plan import link_path, load_template
-    from reappreg.trust.local import clone_trust
-    from reappreg.settings import load_params
 
-    trust = clone_trust(load_params(root / "params.yaml").registry, root / "registry/keys", root / "work/registry/keys")
+    trust = _trust(root)
     stages = run_checked(["dvc", "stage", "list", "--name-only"], root, ctx["env"]).split()
     for stage in stages:
         assert (root / link_path(stage)).is_file(), f"stage {stage} signed no link"
@@ -134,13 +131,18 @@ def test_rewrites_without_a_key_are_refused_at_register_and_the_control_register
     assert _custody_check(root).startswith("in-toto verified")
 
 
-def _custody_check(root: Path) -> str:
-    from reappreg.custody.layout import verify_registration
+def _trust(root: Path):
+    """The trust this clone's commands use (its local one-key root: the pipeline ran under it)."""
     from reappreg.settings import load_params
     from reappreg.trust.local import clone_trust
 
-    trust = clone_trust(load_params(root / "params.yaml").registry, root / "registry/keys", root / "work/registry/keys")
-    return verify_registration(root, trust, "local")
+    return clone_trust(load_params(root / "params.yaml").registry, root / "registry/keys", root / "work/registry/keys")
+
+
+def _custody_check(root: Path) -> str:
+    from reappreg.custody.layout import verify_registration
+
+    return verify_registration(root, _trust(root), "local")
 
 
 def test_after_every_attack_the_pipelines_own_files_register(repo_copy):

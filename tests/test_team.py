@@ -192,7 +192,7 @@ def _register_rm_on_team_server(root: Path, env: dict, tmp_path: Path) -> str:
     cmd = shlex.split(yaml.safe_load((root / "dvc.yaml").read_text())["stages"]["register"]["cmd"])
     for option, value in (("--models", str(rm_only)), ("--receipt", str(tmp_path / "team-registration.json"))):
         cmd[cmd.index(option) + 1] = value
-    run_checked(cmd, root, {**env, "REAPPREG_SIGNING_KEY": str(key)})
+    run_checked(cmd, root, signed_env)
     return key_id(load_public(public))
 
 

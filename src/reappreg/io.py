@@ -129,7 +129,7 @@ def read_versioned(path: str | os.PathLike, version: str, *, what: str, field: s
 
 
 # libyaml's parser (PyYAML's wheels ship it) with PyYAML's safe constructor: the same objects as
-# SafeLoader, about 10x faster on a dvc.lock of a few MB (register reads it twice: 6.5 of its 15 s).
+# SafeLoader, 7x faster on the CI pipeline's 200 KB dvc.lock (0.15 s vs 1.07 s; register reads it twice).
 _SAFE_LOADER = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
 
 

@@ -295,7 +295,6 @@ def _check_custody_links(check: VersionCheck, stmt: dict[str, Any], mv: Any, tmp
     import json as _json
 
     from reappreg.custody.links import CustodyError, verify_link
-
     from reappreg.trust import trust_version_of
 
     named = [m for m in stmt.get("predicate", {}).get("buildDefinition", {}).get("resolvedDependencies", [])
