@@ -268,3 +268,8 @@ def test_a_layout_signed_before_the_pipeline_key_changed_is_refused_until_re_sig
     assert run_cli("registry", "keys", "sign-layout", "--reason", "ci key replaces the runner")[0] == 0
     message = refused(repo)
     assert "a key the layout does not name for that step" in message, message
+    # The user's path after the rotation: the pipeline re-runs under the new key, and register passes.
+    from registry_fixtures import register_ok
+
+    monkeypatch.setenv("REAPPREG_SIGNING_KEY", f"{keys / 'ci.pem'}:{keys / 'alice.pem'}")
+    register_ok()
