@@ -71,29 +71,85 @@ def plant(train_dir, heldout) -> None:
     write_jsonl(train_dir / "reappraisals.jsonl", [{**base, **r} if "vignette_id" not in r else r for r in rows])
 
 
-def test_ray_data_finds_the_same_hits_and_writes_the_same_certificate_as_the_local_scan(split_data, tmp_path, cluster):
+def _paths(out):
+    return GuardPaths(guarded_dir=out / "guarded", certificate_path=out / "certificate.json",
+                      quarantine_path=out / "quarantine.jsonl", sketch_path=out / "sketch.json",
+                      secret_dir=out / "secret", sketch_key_path=out / "sketch.key")
+
+
+def _specs(train_dir):
+    return [SourceSpec.parse(f"{train_dir / 'vignettes.jsonl'}:vignette_id:title,scenario"),
+            SourceSpec.parse(f"{train_dir / 'reappraisals.jsonl'}:reappraisal_id:text")]
+
+
+def _semantic_keys(pairs):
+    return [(p["source"], p["record_id"], p["field"], p["answer_id"]) for p in pairs]
+
+
+def test_ray_data_finds_the_same_hits_and_writes_the_same_certificate_as_the_local_scan(split_data, tmp_path, cluster,
+                                                                                       monkeypatch):
+    """The same certificate, the semantic report included (each actor scores its own shards),
+    and the driver parses no training shard but the one whose records quarantine removes."""
+    import reappreg.guard.run as guard_run
+    import reappreg.guard.text as guard_text
+
     train_dir, heldout = split_data
     plant(train_dir, heldout)
-    out = tmp_path / "out"
-    paths = GuardPaths(guarded_dir=out / "guarded", certificate_path=out / "certificate.json",
-                       quarantine_path=out / "quarantine.jsonl", sketch_path=out / "sketch.json",
-                       secret_dir=out / "secret", sketch_key_path=out / "sketch.key")
-    specs = [SourceSpec.parse(f"{train_dir / 'vignettes.jsonl'}:vignette_id:title,scenario"),
-             SourceSpec.parse(f"{train_dir / 'reappraisals.jsonl'}:reappraisal_id:text")]
-    runs = {}
+    specs = _specs(train_dir)
+    runs, parsed = {}, {}
     for engine in ("local", "ray"):
-        settings = GuardSettings.model_validate({"semantic": {"enabled": False}, "policy": "quarantine",
+        read_here = []
+
+        def recording(spec, seen=read_here, real=guard_text.read_source):
+            seen.append(spec.path.name)
+            return real(spec)
+
+        monkeypatch.setattr(guard_text, "read_source", recording)  # read_training's reads
+        monkeypatch.setattr(guard_run, "read_source", recording)   # the quarantine rewrite's
+        settings = GuardSettings.model_validate({"semantic": {"enabled": True, "threshold": 0.8}, "policy": "quarantine",
                                                  "engine": engine, "workers": WORKERS})
-        outcome = run_guard(heldout=SourceSpec(heldout, "answer_id", ("text",)), train=specs, settings=settings, paths=paths)
-        cert = {k: v for k, v in outcome.certificate.items() if k not in ("created_at", "seconds")}
-        runs[engine] = ([h.to_record() for h in outcome.hits], json.loads(json.dumps(cert)))
+        outcome = run_guard(heldout=SourceSpec(heldout, "answer_id", ("text",)), train=specs, settings=settings,
+                            paths=_paths(tmp_path / "out"))  # one secret: the same sketch key
+        cert = json.loads(json.dumps({k: v for k, v in outcome.certificate.items() if k not in ("created_at", "seconds")}))
+        monkeypatch.undo()
+        runs[engine] = ([h.to_record() for h in outcome.hits], cert)
+        parsed[engine] = read_here
     local_hits, local_cert = runs["local"]
     ray_hits, ray_cert = runs["ray"]
     assert ray_hits == local_hits
+    local_semantic, ray_semantic = local_cert.pop("semantic"), ray_cert.pop("semantic")
     assert ray_cert == local_cert
+    # Embeddings of other batches may differ in the last float bits: the same pairs, scores within 1e-4.
+    assert local_semantic["pairs_above_threshold"] > 0, "the planted copies score above 0.8"
+    assert _semantic_keys(ray_semantic["pairs"]) == _semantic_keys(local_semantic["pairs"])
+    assert [p["score"] for p in ray_semantic["pairs"]] == pytest.approx([p["score"] for p in local_semantic["pairs"]], abs=1e-4)
+    assert {k: v for k, v in ray_semantic.items() if k != "pairs"} == {k: v for k, v in local_semantic.items() if k != "pairs"}
     flagged = set(local_cert["training"][1]["flagged_ids"])
     assert {"copy", "escaped", "split0-0", "split0-1", "split1-0"} <= flagged
     assert {h["detector"] for h in local_hits} >= {"ngram", "fragments"}
+    # Locally every training source is parsed here; on Ray only the quarantined one, to rewrite it
+    # (the held-out answers are read here on both: the index is built once, here).
+    assert parsed["local"] == ["answers.jsonl", "vignettes.jsonl", "reappraisals.jsonl", "reappraisals.jsonl"]
+    assert parsed["ray"] == ["answers.jsonl", "reappraisals.jsonl"]
+
+
+def test_a_shard_an_actor_refuses_is_refused_by_name_and_nothing_is_written(split_data, tmp_path, cluster):
+    """An empty shard and one with a text over the size limit: the actor's own check, sent back
+    as the stage's error (the first shard in the order given), and no certificate is written."""
+    from reappreg.errors import InputError
+
+    train_dir, heldout = split_data
+    specs = _specs(train_dir)
+    settings = GuardSettings.model_validate({"semantic": {"enabled": False}, "engine": "ray", "workers": WORKERS,
+                                             "max_text_chars": 200})
+    paths = _paths(tmp_path / "out")
+    with pytest.raises(InputError, match=r"guard: \d+ text\(s\) longer than guard.max_text_chars=200: .*vignettes.jsonl record"):
+        run_guard(heldout=SourceSpec(heldout, "answer_id", ("text",)), train=specs, settings=settings, paths=paths)
+    (train_dir / "reappraisals.jsonl").write_text("")
+    settings = settings.model_copy(update={"max_text_chars": 100_000})
+    with pytest.raises(InputError, match=r"reappraisals.jsonl: training source is empty"):
+        run_guard(heldout=SourceSpec(heldout, "answer_id", ("text",)), train=specs, settings=settings, paths=paths)
+    assert not (tmp_path / "out" / "certificate.json").exists()
 
 
 def test_parquet_shards_on_ray_give_the_local_scan_of_each_shard(split_data, tmp_path, cluster):

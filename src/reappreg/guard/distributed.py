@@ -8,8 +8,13 @@ the object store (``ray.put``): every actor reads the same bytes once, nothing i
 the held-out texts. An actor runs ``check_units`` on its shard, with the shard's fragment
 groups (``fragments.fragment_groups`` of that file: its records' fields, the groups its input
 declares, its adjacent records), exactly what the local scan runs for that file: the local
-scan forms no group across files either. Only the hits come back to the driver, so a shard's
-texts never cross the network twice and the driver's memory holds hits, not the corpus.
+scan forms no group across files either. The actor also reads and refuses its shard (empty,
+unreadable, a text over ``max_text_chars``), summarises it for the certificate (records,
+texts, md5, groups) and, when the report-only semantic list is on, scores it with its own copy
+of the encoder. Only hits, summaries and the highest semantic pairs come back: the driver never
+parses a shard, except to rewrite one whose records ``quarantine`` removes, and its memory
+holds hits, not the corpus. (It still copies the clean shards byte for byte into the guarded
+folder, which is the stage's output.)
 
 The hits (and with them the certificate ``run.run_guard`` writes) are the same as the local
 scan's (tested on a local two-worker cluster). What scales: shards are independent, so the
@@ -23,7 +28,6 @@ Ray is an optional dependency (the ``distributed`` extra): imported here only, l
 
 from __future__ import annotations
 
-import json
 import logging
 import os
 import pickle
@@ -64,55 +68,91 @@ def ensure_ray(workers: int, address: str | None = None) -> bool:
 
 
 class _ShardChecker:
-    """A Ray Data actor: the index and views from the object store, once; then shards."""
+    """A Ray Data actor: the index, views and held-out answers from the object store, once
+    (and the semantic scorer, when the report is on); then shards."""
 
     def __init__(self, payload: Any) -> None:
         ray = _ray()
         if isinstance(payload, ray.ObjectRef):
             payload = ray.get(payload)
-        self.index, self.views, self.settings, self.max_shared = payload
+        self.index, self.views, self.settings, self.max_shared, held = payload
+        from reappreg.guard.run import semantic_scorer
+
+        self.scorer = semantic_scorer(held, self.settings.semantic) if held is not None else None
 
     def __call__(self, batch: dict[str, Any]) -> dict[str, list]:
         from reappreg.guard.detect import check_units
         from reappreg.guard.fragments import fragment_groups
-        from reappreg.guard.text import check_sizes, read_source
+        from reappreg.guard.run import summarise
+        from reappreg.guard.text import read_training
 
-        found = []
-        for path, id_field, fields in zip(batch["path"], batch["id_field"], batch["text_fields"]):
-            source = read_source(SourceSpec(Path(str(path)), str(id_field) or None, tuple(json.loads(str(fields)))))
-            check_sizes(source.units, self.settings.max_text_chars)
+        results = []
+        for spec in (pickle.loads(item) for item in batch["spec"]):
+            try:
+                source = read_training(spec, self.settings.max_text_chars)
+            except InputError as exc:
+                # Sent back as a message: the driver raises it for the first shard in the order given.
+                results.append(pickle.dumps({"error": str(exc)}))
+                continue
             hits = check_units(self.index, source.units, groups=fragment_groups([source], self.settings), views=self.views,
                                workers=1, chunk_size=self.settings.chunk_size, max_shared=self.max_shared)
-            found.append(pickle.dumps([h.to_record() for h in hits]))
-        return {"path": list(batch["path"]), "hits": found}
+            semantic = self.settings.semantic
+            scored = self.scorer.pairs(source.units, semantic.threshold, semantic.max_pairs) if self.scorer else None
+            results.append(pickle.dumps({"hits": [h.to_record() for h in hits], "summary": summarise(source, self.settings),
+                                         "scored": scored}))
+        return {"i": list(batch["i"]), "result": results}
 
 
-def check_shards(index: Any, specs: Sequence[SourceSpec], *, settings: Any, views: Sequence[Any] = (),
-                 workers: int = 2, max_shared: int = 10, address: str | None = None) -> list[Hit]:
-    """Every hit of the texts of ``specs`` (one shard each), in every view and in each shard's
-    fragment groups, scanned on Ray Data by ``workers`` actors that share one copy of ``index``
-    and ``views`` (``ray.put``); the same hits as the local scan of those files (module docstring)."""
+def scan_shards(index: Any, specs: Sequence[SourceSpec], *, settings: Any, views: Sequence[Any] = (),
+                workers: int = 2, max_shared: int = 10, address: str | None = None, heldout: Any = None):
+    """Scan the texts of ``specs`` (one shard each) on Ray Data with ``workers`` actors that share
+    one copy of ``index`` and ``views`` (``ray.put``): every hit, in every view and in each shard's
+    fragment groups, each shard's summary (``run.summarise``), and the semantic report when
+    ``settings.semantic`` is on (``heldout``, the held-out answers, is then needed). Each actor
+    reads its own shards; a shard it refuses (unreadable, empty, a text over the size limit) is
+    refused here with its message, the first in the order of ``specs``."""
+    from reappreg.guard.registry import DETECTORS
+    from reappreg.guard.run import Scan, semantic_certificate
+
     if workers < 1:
         raise InputError(f"guard: workers ({workers}) must be >= 1")
     if not specs:
-        return []
+        return Scan([], [], semantic_certificate(0, [], None))
+    semantic_on = settings.semantic is not None and settings.semantic.enabled
+    if semantic_on and heldout is None:
+        raise InputError("guard.semantic is on: scan_shards needs the held-out answers (heldout=)")
     ray = _ray()
     started = ensure_ray(workers, address)
     try:
         context = ray.data.DataContext.get_current()
         context.enable_progress_bars = False  # a stage's log, not a terminal
         logging.getLogger("ray.data").setLevel(logging.WARNING)
-        payload = ray.put((index, list(views), settings, max_shared))  # the index, built once, in the object store
-        rows = [{"path": str(s.path), "id_field": s.id_field or "", "text_fields": json.dumps(list(s.text_fields))}
-                for s in specs]
+        payload = ray.put((index, list(views), settings, max_shared, heldout if semantic_on else None))
+        rows = [{"i": i, "spec": pickle.dumps(spec)} for i, spec in enumerate(specs)]
         data = ray.data.from_items(rows, override_num_blocks=len(rows))
         scanned = data.map_batches(_ShardChecker, fn_constructor_args=(payload,), batch_size=1, num_cpus=1,
                                    compute=ray.data.ActorPoolStrategy(size=min(workers, len(rows))),
                                    batch_format="default")
-        hits = [Hit(**record) for row in scanned.iter_rows() for record in pickle.loads(row["hits"])]
+        by_shard = {int(row["i"]): pickle.loads(row["result"]) for row in scanned.iter_rows()}
     finally:
         if started:
             ray.shutdown()
-    from reappreg.guard.registry import DETECTORS
+    results = [by_shard[i] for i in range(len(specs))]
+    for result in results:
+        if "error" in result:
+            raise InputError(result["error"])
+    hits = [Hit(**record) for result in results for record in result["hits"]]
+    hits.sort(key=lambda h: (h.source, h.record_id, h.field, h.answer_id, DETECTORS.index(h.detector)))
+    answers = len(heldout.answers) if heldout is not None else 0
+    semantic = semantic_certificate(answers, [r["scored"] for r in results], settings.semantic if semantic_on else None)
+    return Scan(hits, [r["summary"] for r in results], semantic)
 
-    return sorted(hits, key=lambda h: (h.source, h.record_id, h.field, h.answer_id, DETECTORS.index(h.detector)))
+
+def check_shards(index: Any, specs: Sequence[SourceSpec], *, settings: Any, views: Sequence[Any] = (),
+                 workers: int = 2, max_shared: int = 10, address: str | None = None) -> list[Hit]:
+    """Every hit of the texts of ``specs`` (one shard each), in every view and in each shard's
+    fragment groups, scanned on Ray Data (``scan_shards``); the same hits as the local scan of
+    those files (module docstring)."""
+    plain = settings.model_copy(update={"semantic": settings.semantic.model_copy(update={"enabled": False})})
+    return scan_shards(index, specs, settings=plain, views=views, workers=workers, max_shared=max_shared,
+                       address=address).hits

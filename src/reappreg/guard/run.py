@@ -41,10 +41,11 @@ from reappreg.guard.sketch import (
 )
 from reappreg.guard.text import (
     SourceSpec,
+    SourceSummary,
     SourceTexts,
     TextUnit,
-    check_sizes,
     read_source,
+    read_training,
     record_ids,
 )
 from reappreg.guard.views import TokenizerView
@@ -53,6 +54,7 @@ from reappreg.io import atomic_dir, write_json, write_jsonl
 from reappreg.settings.guard import GuardSettings, SemanticSettings
 
 POLICIES = ("block", "quarantine")
+JSONL_SUFFIXES = (".jsonl", ".ndjson")
 HELDOUT_DEFAULTS = {"default_id": "answer_id", "default_text": ("text",)}
 
 Progress = Callable[[int, int], None]  # (texts just done, total texts)
@@ -82,18 +84,26 @@ def load_heldout(spec: SourceSpec) -> Heldout:
     return Heldout(spec, answers, texts, len(src.records))
 
 
-def load_training(specs: Sequence[SourceSpec], heldout_path: Path | None = None) -> list[SourceTexts]:
+def check_training_specs(specs: Sequence[SourceSpec], heldout_path: Path | None = None) -> None:
+    """Refuse a training list before any source is read: none given, the held-out file among
+    them, a format the guarded copies cannot be written in, or two copies with one name."""
     if not specs:
         raise InputError("no training sources given: a guard over nothing certifies nothing")
-    sources = []
     for spec in specs:
         if heldout_path is not None and spec.path.resolve() == heldout_path.resolve():
             raise InputError(f"{spec.path}: the held-out file cannot also be a training source")
-        src = read_source(spec)
-        if not src.records:
-            raise InputError(f"{spec.path}: training source is empty (no records): refusing to certify an empty set")
-        sources.append(src)
-    return sources
+        if spec.path.suffix.lower() not in JSONL_SUFFIXES:
+            # read_source tells the format by suffix; the guarded copies are JSONL.
+            raise InputError(f"{spec.path}: the guard stage takes JSONL training sources (.jsonl or .ndjson)")
+    names = [spec.guarded_name for spec in specs]
+    if len(set(names)) != len(names):
+        raise InputError(f"training sources need distinct guarded file names (one folder holds them; use NAME=PATH:...): {names}")
+
+
+def load_training(specs: Sequence[SourceSpec], heldout_path: Path | None, max_chars: int) -> list[SourceTexts]:
+    """Every training source read and checked (``text.read_training``) on this machine."""
+    check_training_specs(specs, heldout_path)
+    return [read_training(spec, max_chars) for spec in specs]
 
 
 def _progress_adapter(progress: Progress | None, total: int) -> Callable[[int], None] | None:
@@ -165,31 +175,20 @@ def run_guard(
     guarded_dir, quarantine_path = Path(paths.guarded_dir), Path(paths.quarantine_path)
     sketch_path, certificate_path = paths.sketch_path, paths.certificate_path
     held = load_heldout(heldout)
-    sources = load_training(train, heldout.path)
-    for src in sources:
-        if src.format != "jsonl":
-            raise InputError(f"{src.spec.path}: the guard stage takes JSONL training sources (got {src.format})")
-    names = [src.spec.guarded_name for src in sources]
-    if len(set(names)) != len(names):
-        raise InputError(f"training sources need distinct guarded file names (one folder holds them; use NAME=PATH:...): {names}")
-
+    check_training_specs(train, heldout.path)
     heldout_md5 = dvc_md5(heldout.path)
     index = HeldoutIndex.build(held.answers, held.texts, settings, FastHasher(), views=tokenizers)
-    units = _all_units(sources)
-    check_sizes(units, settings.max_text_chars)
-    groups = fragment_groups(sources, settings)
     if settings.engine == "ray":
-        from reappreg.guard.distributed import check_shards
+        from reappreg.guard.distributed import scan_shards
 
-        hits = check_shards(index, [src.spec for src in sources], settings=settings, views=tokenizers,
-                            workers=settings.workers, max_shared=settings.max_shared_reported, address=settings.ray_address)
+        # Each actor reads, checks and summarises its shards: this process holds hits and counts.
+        scan = scan_shards(index, train, settings=settings, views=tokenizers, workers=settings.workers,
+                           max_shared=settings.max_shared_reported, address=settings.ray_address, heldout=held)
     else:
-        hits = check_units(index, units, groups=groups, views=tokenizers, workers=settings.workers,
-                           chunk_size=settings.chunk_size, max_shared=settings.max_shared_reported,
-                           progress=_progress_adapter(progress, len(units)))
+        scan = _scan_local(index, held, train, settings, tokenizers, progress)
+    hits, summaries = scan.hits, scan.sources
     tokenizer_entries = [t.describe() for t in tokenizers]
     tokenizer_names = {t.name for t in tokenizers}
-    semantic_section = _semantic(held, units, settings.semantic)
     flagged = _flagged(hits)
     passed = not hits or policy == "quarantine"
 
@@ -206,37 +205,39 @@ def run_guard(
     guarded: dict[str, Path] = {}
     if passed:
         with atomic_dir(guarded_dir) as tmp:
-            for src in sources:
-                target = tmp / src.spec.guarded_name
-                drop = flagged.get(str(src.spec.path), set())
+            for summary in summaries:
+                target = tmp / summary.spec.guarded_name
+                drop = flagged.get(str(summary.spec.path), set())
                 if drop:
+                    # Only a source with removed records is parsed again here (on Ray too).
+                    src = read_source(summary.spec)
                     kept = [r for r, rid in zip(src.records, record_ids(src)) if rid not in drop]
                     write_jsonl(target, kept)
                 else:
-                    shutil.copyfile(src.spec.path, target)  # byte-identical: same md5 as the source
-        guarded = {str(src.spec.path): guarded_dir / src.spec.guarded_name for src in sources}
+                    shutil.copyfile(summary.spec.path, target)  # byte-identical: same md5 as the source
+        guarded = {str(s.spec.path): guarded_dir / s.spec.guarded_name for s in summaries}
     elif guarded_dir.exists():
         shutil.rmtree(guarded_dir)  # a failing guard leaves no guarded training data behind
 
     training_entries = []
-    for src in sources:
-        path = str(src.spec.path)
+    for summary in summaries:
+        path = str(summary.spec.path)
         ids = sorted(flagged.get(path, set()))
         training_entries.append(
             {
                 "path": path,
-                "guarded_name": src.spec.guarded_name,
-                "id_field": src.spec.id_field,
-                "text_fields": list(src.spec.text_fields),
-                "md5": dvc_md5(src.spec.path),
-                "records": len(src.records),
-                "texts_checked": len(src.units),
+                "guarded_name": summary.spec.guarded_name,
+                "id_field": summary.spec.id_field,
+                "text_fields": list(summary.spec.text_fields),
+                "md5": summary.md5,
+                "records": summary.records,
+                "texts_checked": summary.texts,
                 "flagged_records": len(ids),
                 "flagged_ids": ids,
                 "removed_ids": ids if policy == "quarantine" else [],
                 "guarded_path": str(guarded[path]) if passed else None,
                 "guarded_md5": dvc_md5(guarded[path]) if passed else None,
-                "guarded_records": (len(src.records) - (len(ids) if policy == "quarantine" else 0)) if passed else None,
+                "guarded_records": (summary.records - (len(ids) if policy == "quarantine" else 0)) if passed else None,
             }
         )
     by_source: dict[str, int] = {}
@@ -267,11 +268,11 @@ def run_guard(
         "tokenizers": tokenizer_entries,
         "decode_views": list(DECODE_VIEW_NAMES),
         "views": scripts_folded(tokenizers),
-        "groups": group_counts(groups),
+        "groups": _sum_counts(s.groups for s in summaries),
         "counts": {
-            "sources": len(sources),
-            "records_checked": sum(len(s.records) for s in sources),
-            "texts_checked": len(units),
+            "sources": len(summaries),
+            "records_checked": sum(s.records for s in summaries),
+            "texts_checked": sum(s.texts for s in summaries),
             "hits": len(hits),
             **{f"hits_{d}": sum(h.detector == d for h in hits) for d in DETECTORS},
             "hits_in_tokenizer_views": sum(h.view in tokenizer_names for h in hits),
@@ -282,7 +283,7 @@ def run_guard(
         # Hits without the shared passages: those are held-out text and stay in the quarantine file.
         "hits": [h.to_record(with_shared=False) for h in hits[: settings.max_hits_in_certificate]],
         "hits_truncated": len(hits) > settings.max_hits_in_certificate,
-        "semantic": semantic_section,
+        "semantic": scan.semantic,
         "quarantine": {"path": str(quarantine_path), "md5": dvc_md5(quarantine_path)},
         "sketch": {"path": str(sketch_path), "md5": dvc_md5(sketch_path), "key_fingerprint": key_fingerprint(key)},
         "versions": versions(),
@@ -291,12 +292,58 @@ def run_guard(
     return GuardOutcome(certificate, hits)
 
 
-def _semantic(held: "Heldout", units: Sequence[TextUnit], settings: SemanticSettings | None) -> dict[str, Any]:
+@dataclass
+class Scan:
+    """What an engine hands back: the hits, each source's summary (in the order given), and the
+    certificate's ``semantic`` section."""
+
+    hits: list[Hit]
+    sources: list[SourceSummary]
+    semantic: dict[str, Any]
+
+
+def summarise(src: SourceTexts, settings: GuardSettings) -> SourceSummary:
+    """A source's summary (the fragment groups are per file on both engines)."""
+    return SourceSummary(src.spec, src.format, dvc_md5(src.spec.path), len(src.records), len(src.units),
+                         group_counts(fragment_groups([src], settings)))
+
+
+def _sum_counts(counts) -> dict[str, int]:
+    total: dict[str, int] = {}
+    for c in counts:
+        for kind, n in c.items():
+            total[kind] = total.get(kind, 0) + n
+    return dict(sorted(total.items()))
+
+
+def _scan_local(index: HeldoutIndex, held: Heldout, train: Sequence[SourceSpec], settings: GuardSettings,
+                tokenizers: Sequence[TokenizerView], progress: Progress | None) -> Scan:
+    sources = load_training(train, held.spec.path, settings.max_text_chars)
+    units = _all_units(sources)
+    hits = check_units(index, units, groups=fragment_groups(sources, settings), views=tokenizers, workers=settings.workers,
+                       chunk_size=settings.chunk_size, max_shared=settings.max_shared_reported,
+                       progress=_progress_adapter(progress, len(units)))
+    scorer, semantic = semantic_scorer(held, settings.semantic), settings.semantic
+    scored = [scorer.pairs(units, semantic.threshold, semantic.max_pairs)] if scorer else []
+    return Scan(hits, [summarise(src, settings) for src in sources],
+                semantic_certificate(len(held.answers), scored, settings.semantic))
+
+
+def semantic_scorer(held: Heldout, settings: SemanticSettings | None):
+    """The report-only semantic scorer, or None when ``guard.semantic`` is off."""
+    if settings is None or not settings.enabled:
+        return None
+    from reappreg.guard.semantic import SemanticScorer
+
+    return SemanticScorer(held.answers, held.texts, model_spec=settings.model, batch_size=settings.batch_size)
+
+
+def semantic_certificate(answers: int, scored, settings: SemanticSettings | None) -> dict[str, Any]:
+    """The certificate's ``semantic`` section from each source's (or shard's) scored pairs."""
     if settings is None or not settings.enabled:
         return {"enabled": False, "blocking": False}
-    from reappreg.guard.semantic import semantic_report
+    from reappreg.guard.semantic import semantic_section
 
-    return {"enabled": True, **semantic_report(held.answers, held.texts, units, model_spec=settings.model,
-                                               threshold=settings.threshold, batch_size=settings.batch_size,
-                                               max_pairs=settings.max_pairs),
+    return {"enabled": True, **semantic_section(answers, scored, model_spec=settings.model, threshold=settings.threshold,
+                                                max_pairs=settings.max_pairs),
             "settings": settings.model_dump()}

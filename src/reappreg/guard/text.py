@@ -95,6 +95,19 @@ class SourceTexts:
     format: str
 
 
+@dataclass(frozen=True)
+class SourceSummary:
+    """What the certificate records of one training source, from whichever engine read it
+    (the local scan reads every source here; on Ray each actor reads its shard)."""
+
+    spec: SourceSpec
+    format: str
+    md5: str
+    records: int
+    texts: int
+    groups: dict[str, int]  # fragment groups of the source by kind (``fragments.group_counts``)
+
+
 def _check_records(path: Path, records: list[dict], id_field: str, text_fields: tuple[str, ...], where) -> list[TextUnit]:
     units: list[TextUnit] = []
     seen: dict[str, int] = {}
@@ -199,6 +212,16 @@ def read_source(spec: SourceSpec) -> SourceTexts:
     else:
         units = _check_records(path, records, spec.id_field, spec.text_fields, where)
     return SourceTexts(spec, records, units, fmt)
+
+
+def read_training(spec: SourceSpec, max_chars: int) -> SourceTexts:
+    """A training source as ``read_source`` reads it, refused when it holds no record or a
+    text longer than ``max_chars`` (both engines read their sources through this)."""
+    src = read_source(spec)
+    if not src.records:
+        raise InputError(f"{spec.path}: training source is empty (no records): refusing to certify an empty set")
+    check_sizes(src.units, max_chars)
+    return src
 
 
 def record_ids(src: SourceTexts) -> list[str]:
