@@ -28,22 +28,31 @@ from __future__ import annotations
 
 import shlex
 from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from reappreg.errors import GateFailed, InputError
 
 
-def _lock(lock_path: Path) -> dict[str, Any]:
-    from reappreg.io import read_yaml
+@dataclass(frozen=True)
+class DvcLock:
+    """``dvc.lock``'s stages, parsed once for every check of one registration."""
 
-    if not lock_path.is_file():
-        raise InputError(f"{lock_path}: not found; claims are registered only as `dvc repro` recorded them "
-                         "(run the pipeline, or pass --lock)")
-    lock = read_yaml(lock_path)
-    if not isinstance(lock, dict) or not isinstance(lock.get("stages"), dict):
-        raise InputError(f"{lock_path}: not a dvc.lock (no 'stages:' mapping)")
-    return lock["stages"]
+    path: Path
+    stages: Mapping[str, Any]
+
+    @classmethod
+    def read(cls, lock_path: Path) -> "DvcLock":
+        from reappreg.io import read_yaml
+
+        if not lock_path.is_file():
+            raise InputError(f"{lock_path}: not found; claims are registered only as `dvc repro` recorded them "
+                             "(run the pipeline, or pass --lock)")
+        lock = read_yaml(lock_path)
+        if not isinstance(lock, dict) or not isinstance(lock.get("stages"), dict):
+            raise InputError(f"{lock_path}: not a dvc.lock (no 'stages:' mapping)")
+        return cls(lock_path, lock["stages"])
 
 
 def _roles(cmd: str) -> dict[str, str]:
@@ -53,11 +62,11 @@ def _roles(cmd: str) -> dict[str, str]:
             if tok.startswith("--") and not tokens[i + 1].startswith("--")}
 
 
-def check_claims_lineage(claims_path: Path, claims: Sequence[Mapping[str, Any]], lock_path: Path, *,
+def check_claims_lineage(claims_path: Path, claims: Sequence[Mapping[str, Any]], lock: DvcLock, *,
                          claims_md5: str, stage: str = "stats") -> str:
     """Raise GateFailed naming every way ``claims`` differ from what ``dvc.lock`` says the ``stage``
     stage drew them from; returns a one-line account of what was checked."""
-    stages = _lock(lock_path)
+    stages, lock_path = lock.stages, lock.path
     entry = stages.get(stage)
     if not isinstance(entry, dict) or not isinstance(entry.get("cmd"), str):
         raise GateFailed(f"{lock_path}: no '{stage}' stage with a command: the claims were not drawn by `dvc repro`")
@@ -152,7 +161,7 @@ def _files_under(path: Path) -> list[Path]:
     return []
 
 
-def check_outputs_in_lock(paths: Mapping[str, Path], lock_path: Path) -> str:
+def check_outputs_in_lock(paths: Mapping[str, Path], lock: DvcLock) -> str:
     """Raise GateFailed unless every file under ``paths`` (role -> file or folder, relative to the
     repository root) is, byte for byte, what a stage wrote according to ``dvc.lock``: each file is an
     output of a stage, or inside a folder that is one, and that output's md5 now equals the md5 the
@@ -161,7 +170,7 @@ def check_outputs_in_lock(paths: Mapping[str, Path], lock_path: Path) -> str:
     Returns a one-line account of what was checked."""
     from reappreg.hashing import dvc_md5
 
-    stages = _lock(lock_path)
+    stages, lock_path = lock.stages, lock.path
     outs = {str(o.get("path")): (name, o.get("md5")) for name, entry in stages.items() if isinstance(entry, dict)
             for o in entry.get("outs") or []}
     problems: list[str] = []

@@ -245,7 +245,7 @@ def register_models(
     )
     from reappreg.evidence.declarations import gate_table, load_declarations
     from reappreg.registry.audit import alias_rows
-    from reappreg.registry.lineage import check_claims_lineage, check_outputs_in_lock
+    from reappreg.registry.lineage import DvcLock, check_claims_lineage, check_outputs_in_lock
     from reappreg.registry.provenance import Provenance, material, params_md5
     from reappreg.registry.registration import (
         RegistrationHooks,
@@ -264,11 +264,12 @@ def register_models(
     # Derive, don't accept: the claims must be the ones the stats stage drew from the judge's output.
     claims = files.evidence.claims
     claims_key = claims.resolve().relative_to(Path.cwd().resolve()) if claims.is_absolute() else claims
-    lineage = check_claims_lineage(claims_key, evidence.claims, files.dvc_lock, claims_md5=dvc_md5(claims))
+    lock = DvcLock.read(files.dvc_lock)
+    lineage = check_claims_lineage(claims_key, evidence.claims, lock, claims_md5=dvc_md5(claims))
     # Every other file registration signs as evidence (metrics, results, calibration, certificate, the
     # cards) must be what its stage wrote too: the claims are not the only facts a gate reads.
     outputs = check_outputs_in_lock({**{role: _repo_relative(p) for role, p in evidence.sources.items()},
-                                     "cards": _repo_relative(files.cards)}, files.dvc_lock)
+                                     "cards": _repo_relative(files.cards)}, lock)
     keys = signing_keys(files.registry.local_keys, create=True)
     key = keys[0]
     trust = load_trust_for(settings, files.registry, create_local=True)
