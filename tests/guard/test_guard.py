@@ -628,6 +628,25 @@ def test_empty_heldout_or_training_set_is_an_error_not_a_pass(stage):
         HeldoutIndex.build([AnswerMeta("blank")], [" ... "], default_config(), FastHasher())
 
 
+def test_a_training_source_the_guarded_copies_cannot_hold_is_refused_before_any_is_read(stage, tmp_path, monkeypatch):
+    """The guarded copies are JSONL: a CSV source is refused by its suffix, on either engine,
+    before any source is parsed (a Ray run must not scan a corpus to then refuse it)."""
+    import reappreg.guard.run as guard_run
+    import reappreg.guard.text as guard_text
+
+    table = tmp_path / "extra.csv"
+    table.write_text("id,text\n1,fine\n")
+    specs = [SourceSpec.parse(f"{table}:id:text")]
+    read = []
+    real = guard_text.read_source
+    for module in (guard_text, guard_run):
+        monkeypatch.setattr(module, "read_source", lambda spec: (read.append(spec.path.name), real(spec))[1])
+    with pytest.raises(InputError, match=r"extra.csv: the guard stage takes JSONL training sources"):
+        run_stage(stage, specs=[*stage["specs"], *specs])
+    assert read == ["answers.jsonl"], "a training source was parsed before the refusal"  # the held-out set only
+    assert not stage["paths"]["certificate_path"].exists()
+
+
 def test_bad_sources_are_named(stage, tmp_path):
     bad = tmp_path / "bad.jsonl"
     write_jsonl(bad, [{"id": "1", "text": "fine"}, {"id": "1", "text": "again"}])
