@@ -28,7 +28,8 @@ Modules
 * ``attribution``: every held-out answer a hit's matched text is closest to, and the share
   of it that separates them;
 * ``detect``: the scan behind ``check_units`` (batches, worker processes, views, groups);
-  ``distributed``: the same check on Ray Data over shards (``guard.engine: ray``);
+  ``distributed``: the same check on Ray Data over shards (``guard.engine: ray``); ``scan``:
+  what either engine hands back (hits, a summary per source, the semantic section);
 * ``spans``: the shared passages a hit reports;
 * ``scripts``: which scripts each view folds to Latin letters (recorded in the certificate);
 * ``views``: tokenizer views (``decode(encode(text))``), tokenizers named by file hash;

@@ -76,14 +76,14 @@ class _ShardChecker:
         if isinstance(payload, ray.ObjectRef):
             payload = ray.get(payload)
         self.index, self.views, self.settings, self.max_shared, held = payload
-        from reappreg.guard.run import semantic_scorer
+        from reappreg.guard.scan import semantic_scorer
 
-        self.scorer = semantic_scorer(held, self.settings.semantic) if held is not None else None
+        self.scorer = semantic_scorer(held.answers, held.texts, self.settings.semantic) if held is not None else None
 
     def __call__(self, batch: dict[str, Any]) -> dict[str, list]:
         from reappreg.guard.detect import check_units
         from reappreg.guard.fragments import fragment_groups
-        from reappreg.guard.run import summarise
+        from reappreg.guard.scan import summarise
         from reappreg.guard.text import read_training
 
         results = []
@@ -107,12 +107,12 @@ def scan_shards(index: Any, specs: Sequence[SourceSpec], *, settings: Any, views
                 workers: int = 2, max_shared: int = 10, address: str | None = None, heldout: Any = None):
     """Scan the texts of ``specs`` (one shard each) on Ray Data with ``workers`` actors that share
     one copy of ``index`` and ``views`` (``ray.put``): every hit, in every view and in each shard's
-    fragment groups, each shard's summary (``run.summarise``), and the semantic report when
+    fragment groups, each shard's summary (``scan.summarise``), and the semantic report when
     ``settings.semantic`` is on (``heldout``, the held-out answers, is then needed). Each actor
     reads its own shards; a shard it refuses (unreadable, empty, a text over the size limit) is
     refused here with its message, the first in the order of ``specs``."""
     from reappreg.guard.registry import DETECTORS
-    from reappreg.guard.run import Scan, semantic_certificate
+    from reappreg.guard.scan import Scan, semantic_certificate
 
     if workers < 1:
         raise InputError(f"guard: workers ({workers}) must be >= 1")

@@ -26,9 +26,10 @@ from reappreg.guard.certificate import (
 )
 from reappreg.guard.decode import DECODE_VIEW_NAMES
 from reappreg.guard.detect import DETECTORS, AnswerMeta, HeldoutIndex, Hit, check_units
-from reappreg.guard.fragments import fragment_groups, group_counts
+from reappreg.guard.fragments import fragment_groups
 from reappreg.guard.hashing import FastHasher
 from reappreg.guard.normalise import NORMALISATION
+from reappreg.guard.scan import Scan, semantic_certificate, semantic_scorer, summarise
 from reappreg.guard.registry import REGISTERED
 from reappreg.guard.scripts import scripts_folded
 from reappreg.guard.stock import summary as stock_summary
@@ -41,7 +42,6 @@ from reappreg.guard.sketch import (
 )
 from reappreg.guard.text import (
     SourceSpec,
-    SourceSummary,
     SourceTexts,
     TextUnit,
     read_source,
@@ -51,7 +51,7 @@ from reappreg.guard.text import (
 from reappreg.guard.views import TokenizerView
 from reappreg.hashing import dvc_md5
 from reappreg.io import atomic_dir, write_json, write_jsonl
-from reappreg.settings.guard import GuardSettings, SemanticSettings
+from reappreg.settings.guard import GuardSettings
 
 POLICIES = ("block", "quarantine")
 JSONL_SUFFIXES = (".jsonl", ".ndjson")
@@ -292,22 +292,6 @@ def run_guard(
     return GuardOutcome(certificate, hits)
 
 
-@dataclass
-class Scan:
-    """What an engine hands back: the hits, each source's summary (in the order given), and the
-    certificate's ``semantic`` section."""
-
-    hits: list[Hit]
-    sources: list[SourceSummary]
-    semantic: dict[str, Any]
-
-
-def summarise(src: SourceTexts, settings: GuardSettings) -> SourceSummary:
-    """A source's summary (the fragment groups are per file on both engines)."""
-    return SourceSummary(src.spec, src.format, dvc_md5(src.spec.path), len(src.records), len(src.units),
-                         group_counts(fragment_groups([src], settings)))
-
-
 def _sum_counts(counts) -> dict[str, int]:
     total: dict[str, int] = {}
     for c in counts:
@@ -323,27 +307,7 @@ def _scan_local(index: HeldoutIndex, held: Heldout, train: Sequence[SourceSpec],
     hits = check_units(index, units, groups=fragment_groups(sources, settings), views=tokenizers, workers=settings.workers,
                        chunk_size=settings.chunk_size, max_shared=settings.max_shared_reported,
                        progress=_progress_adapter(progress, len(units)))
-    scorer, semantic = semantic_scorer(held, settings.semantic), settings.semantic
+    scorer, semantic = semantic_scorer(held.answers, held.texts, settings.semantic), settings.semantic
     scored = [scorer.pairs(units, semantic.threshold, semantic.max_pairs)] if scorer else []
     return Scan(hits, [summarise(src, settings) for src in sources],
                 semantic_certificate(len(held.answers), scored, settings.semantic))
-
-
-def semantic_scorer(held: Heldout, settings: SemanticSettings | None):
-    """The report-only semantic scorer, or None when ``guard.semantic`` is off."""
-    if settings is None or not settings.enabled:
-        return None
-    from reappreg.guard.semantic import SemanticScorer
-
-    return SemanticScorer(held.answers, held.texts, model_spec=settings.model, batch_size=settings.batch_size)
-
-
-def semantic_certificate(answers: int, scored, settings: SemanticSettings | None) -> dict[str, Any]:
-    """The certificate's ``semantic`` section from each source's (or shard's) scored pairs."""
-    if settings is None or not settings.enabled:
-        return {"enabled": False, "blocking": False}
-    from reappreg.guard.semantic import semantic_section
-
-    return {"enabled": True, **semantic_section(answers, scored, model_spec=settings.model, threshold=settings.threshold,
-                                                max_pairs=settings.max_pairs),
-            "settings": settings.model_dump()}
