@@ -209,7 +209,11 @@ def run_guard(
                 target = tmp / summary.spec.guarded_name
                 drop = flagged.get(str(summary.spec.path), set())
                 if drop:
-                    # Only a source with removed records is parsed again here (on Ray too).
+                    # Only a source with removed records is parsed again here (on Ray too), and only
+                    # the bytes that were scanned: a source rewritten meanwhile is refused, not copied.
+                    if dvc_md5(summary.spec.path) != summary.md5:
+                        raise InputError(f"{summary.spec.path} changed while the guard scanned it (md5 was {summary.md5}): "
+                                         "run the guard again")
                     src = read_source(summary.spec)
                     kept = [r for r, rid in zip(src.records, record_ids(src)) if rid not in drop]
                     write_jsonl(target, kept)
