@@ -612,14 +612,18 @@ def test_quarantine_policy_removes_hits_and_certifies_the_cleaned_set(stage):
     assert audit(stage["paths"]["certificate_path"], secret_dir=stage["paths"]["secret_dir"]).ok
 
 
-def test_a_source_rewritten_during_the_scan_is_refused_not_quarantined_from_other_bytes(stage, monkeypatch):
-    """Quarantine rewrites a source from the file (both engines: on Ray the records never reach
+@pytest.mark.parametrize("policy", ["block", "quarantine"])
+def test_a_source_rewritten_during_the_scan_is_refused_never_copied(stage, monkeypatch, policy):
+    """The guarded copies are made from the file after the scan (on Ray the records never reach
     this process), so the file must still be the bytes that were scanned: a record slipped in
-    after the scan would otherwise reach the guarded copy unchecked."""
+    after the scan would otherwise reach the guarded copy unchecked. Clean (block) or with a
+    record to remove (quarantine)."""
     import reappreg.guard.run as guard_run
 
     answers = stage["answers"]
-    source = add_reappraisals(stage, [{"reappraisal_id": "leak-a", "text": answers[0]["text"]}])
+    if policy == "quarantine":
+        add_reappraisals(stage, [{"reappraisal_id": "leak-a", "text": answers[0]["text"]}])
+    source = stage["paths"]["train_dir"] / "reappraisals.jsonl"
     scan_local = guard_run._scan_local
 
     def scan_then_rewrite(*args, **kwargs):
@@ -630,8 +634,11 @@ def test_a_source_rewritten_during_the_scan_is_refused_not_quarantined_from_othe
 
     monkeypatch.setattr(guard_run, "_scan_local", scan_then_rewrite)
     with pytest.raises(InputError, match=r"reappraisals.jsonl changed while the guard scanned it"):
-        run_stage(stage, policy="quarantine")
+        run_stage(stage, policy=policy)
     assert not stage["paths"]["guarded_dir"].exists() and not stage["paths"]["certificate_path"].exists()
+    monkeypatch.undo()
+    write_jsonl(source, read_jsonl(source)[:-1])  # the bytes that were scanned: the user's rerun passes
+    assert run_stage(stage, policy=policy).passed
 
 
 def test_empty_heldout_or_training_set_is_an_error_not_a_pass(stage):

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import os
+from pathlib import Path
 import random
 import shutil
 import tempfile
@@ -105,7 +106,9 @@ def test_ray_data_finds_the_same_hits_and_writes_the_same_certificate_as_the_loc
             return real(spec)
 
         monkeypatch.setattr(guard_text, "read_source", recording)  # read_training's reads
-        monkeypatch.setattr(guard_run, "read_source", recording)   # the quarantine rewrite's
+        monkeypatch.setattr(guard_run, "read_source", recording)   # the held-out set's
+        monkeypatch.setattr(guard_run, "read_jsonl", lambda path, seen=read_here, real=guard_run.read_jsonl:
+                            (seen.append(Path(path).name), real(path))[1])  # the quarantine rewrite's
         settings = GuardSettings.model_validate({"semantic": {"enabled": True, "threshold": 0.8}, "policy": "quarantine",
                                                  "engine": engine, "workers": WORKERS})
         outcome = run_guard(heldout=SourceSpec(heldout, "answer_id", ("text",)), train=specs, settings=settings,

@@ -50,7 +50,7 @@ from reappreg.guard.text import (
 )
 from reappreg.guard.views import TokenizerView
 from reappreg.hashing import dvc_md5
-from reappreg.io import atomic_dir, write_json, write_jsonl
+from reappreg.io import atomic_dir, read_jsonl, write_json, write_jsonl
 from reappreg.settings.guard import GuardSettings
 
 POLICIES = ("block", "quarantine")
@@ -207,18 +207,16 @@ def run_guard(
         with atomic_dir(guarded_dir) as tmp:
             for summary in summaries:
                 target = tmp / summary.spec.guarded_name
+                # The copy must be the bytes that were scanned (on Ray they were read elsewhere): a source
+                # rewritten since is refused, never copied with records nobody checked.
+                shutil.copyfile(summary.spec.path, target)
+                if dvc_md5(target) != summary.md5:
+                    raise InputError(f"{summary.spec.path} changed while the guard scanned it (md5 was {summary.md5}): "
+                                     "run the guard again")
                 drop = flagged.get(str(summary.spec.path), set())
-                if drop:
-                    # Only a source with removed records is parsed again here (on Ray too), and only
-                    # the bytes that were scanned: a source rewritten meanwhile is refused, not copied.
-                    if dvc_md5(summary.spec.path) != summary.md5:
-                        raise InputError(f"{summary.spec.path} changed while the guard scanned it (md5 was {summary.md5}): "
-                                         "run the guard again")
-                    src = read_source(summary.spec)
-                    kept = [r for r, rid in zip(src.records, record_ids(src)) if rid not in drop]
-                    write_jsonl(target, kept)
-                else:
-                    shutil.copyfile(summary.spec.path, target)  # byte-identical: same md5 as the source
+                if drop:  # parsed again here only to remove records, from the verified copy (JSONL, checked)
+                    copy = SourceTexts(summary.spec, read_jsonl(target), [], "jsonl")
+                    write_jsonl(target, [r for r, rid in zip(copy.records, record_ids(copy)) if rid not in drop])
         guarded = {str(s.spec.path): guarded_dir / s.spec.guarded_name for s in summaries}
     elif guarded_dir.exists():
         shutil.rmtree(guarded_dir)  # a failing guard leaves no guarded training data behind
