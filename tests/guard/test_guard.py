@@ -149,7 +149,7 @@ def brute_force_edits(heldout: list[str], texts: list[str], config: GuardSetting
     def lcs(xs, ys, match):
         row = [0] * (len(ys) + 1)
         for x in xs:
-            prev, new = 0, [0]
+            new = [0]
             for j, y in enumerate(ys):
                 new.append(max(row[j + 1], new[j], row[j] + match(x, y)))
             row = new
