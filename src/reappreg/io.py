@@ -129,7 +129,7 @@ def read_versioned(path: str | os.PathLike, version: str, *, what: str, field: s
 
 
 # libyaml's parser (PyYAML's wheels ship it) with PyYAML's safe constructor: the same objects as
-# SafeLoader, 7x faster on the CI pipeline's 200 KB dvc.lock (0.15 s vs 1.07 s; register reads it twice).
+# SafeLoader, 7x faster on the CI pipeline's 200 KB dvc.lock (0.15 s vs 1.07 s; register reads it once).
 _SAFE_LOADER = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
 
 

@@ -29,6 +29,7 @@ Ray is an optional dependency (the ``distributed`` extra): imported here only, l
 from __future__ import annotations
 
 import logging
+from collections import Counter
 import os
 import pickle
 from collections.abc import Sequence
@@ -82,7 +83,7 @@ class _ShardChecker:
 
     def __call__(self, batch: dict[str, Any]) -> dict[str, list]:
         from reappreg.guard.detect import check_units
-        from reappreg.guard.fragments import fragment_groups
+        from reappreg.guard.fragments import fragment_groups, group_counts
         from reappreg.guard.scan import summarise
         from reappreg.guard.text import read_training
 
@@ -94,12 +95,13 @@ class _ShardChecker:
                 # Sent back as a message: the driver raises it for the first shard in the order given.
                 results.append(pickle.dumps({"error": str(exc)}))
                 continue
-            hits = check_units(self.index, source.units, groups=fragment_groups([source], self.settings), views=self.views,
+            groups = fragment_groups([source], self.settings)
+            hits = check_units(self.index, source.units, groups=groups, views=self.views,
                                workers=1, chunk_size=self.settings.chunk_size, max_shared=self.max_shared)
             semantic = self.settings.semantic
             scored = self.scorer.pairs(source.units, semantic.threshold, semantic.max_pairs) if self.scorer else None
-            results.append(pickle.dumps({"hits": [h.to_record() for h in hits], "summary": summarise(source, self.settings),
-                                         "scored": scored}))
+            results.append(pickle.dumps({"hits": [h.to_record() for h in hits], "summary": summarise(source),
+                                         "groups": group_counts(groups), "scored": scored}))
         return {"i": list(batch["i"]), "result": results}
 
 
@@ -117,7 +119,7 @@ def scan_shards(index: Any, specs: Sequence[SourceSpec], *, settings: Any, views
     if workers < 1:
         raise InputError(f"guard: workers ({workers}) must be >= 1")
     if not specs:
-        return Scan([], [], semantic_certificate(0, [], None))
+        return Scan([], [], {}, semantic_certificate(0, [], None))
     semantic_on = settings.semantic is not None and settings.semantic.enabled
     if semantic_on and heldout is None:
         raise InputError("guard.semantic is on: scan_shards needs the held-out answers (heldout=)")
@@ -145,7 +147,8 @@ def scan_shards(index: Any, specs: Sequence[SourceSpec], *, settings: Any, views
     hits.sort(key=lambda h: (h.source, h.record_id, h.field, h.answer_id, DETECTORS.index(h.detector)))
     answers = len(heldout.answers) if heldout is not None else 0
     semantic = semantic_certificate(answers, [r["scored"] for r in results], settings.semantic if semantic_on else None)
-    return Scan(hits, [r["summary"] for r in results], semantic)
+    groups = sum((Counter(r["groups"]) for r in results), Counter())
+    return Scan(hits, [r["summary"] for r in results], dict(sorted(groups.items())), semantic)
 
 
 def check_shards(index: Any, specs: Sequence[SourceSpec], *, settings: Any, views: Sequence[Any] = (),

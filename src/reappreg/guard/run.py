@@ -26,7 +26,7 @@ from reappreg.guard.certificate import (
 )
 from reappreg.guard.decode import DECODE_VIEW_NAMES
 from reappreg.guard.detect import DETECTORS, AnswerMeta, HeldoutIndex, Hit, check_units
-from reappreg.guard.fragments import fragment_groups
+from reappreg.guard.fragments import fragment_groups, group_counts
 from reappreg.guard.hashing import FastHasher
 from reappreg.guard.normalise import NORMALISATION
 from reappreg.guard.scan import Scan, semantic_certificate, semantic_scorer, summarise
@@ -203,6 +203,7 @@ def run_guard(
     write_jsonl(quarantine_path, ({**h.to_record(), "action": action} for h in hits))
 
     guarded: dict[str, Path] = {}
+    guarded_md5: dict[str, str] = {}
     if passed:
         with atomic_dir(guarded_dir) as tmp:
             for summary in summaries:
@@ -217,6 +218,7 @@ def run_guard(
                 if drop:  # parsed again here only to remove records, from the verified copy (JSONL, checked)
                     copy = SourceTexts(summary.spec, read_jsonl(target), [], "jsonl")
                     write_jsonl(target, [r for r, rid in zip(copy.records, record_ids(copy)) if rid not in drop])
+                guarded_md5[str(summary.spec.path)] = dvc_md5(target) if drop else summary.md5
         guarded = {str(s.spec.path): guarded_dir / s.spec.guarded_name for s in summaries}
     elif guarded_dir.exists():
         shutil.rmtree(guarded_dir)  # a failing guard leaves no guarded training data behind
@@ -238,7 +240,7 @@ def run_guard(
                 "flagged_ids": ids,
                 "removed_ids": ids if policy == "quarantine" else [],
                 "guarded_path": str(guarded[path]) if passed else None,
-                "guarded_md5": dvc_md5(guarded[path]) if passed else None,
+                "guarded_md5": guarded_md5[path] if passed else None,
                 "guarded_records": (summary.records - (len(ids) if policy == "quarantine" else 0)) if passed else None,
             }
         )
@@ -270,7 +272,7 @@ def run_guard(
         "tokenizers": tokenizer_entries,
         "decode_views": list(DECODE_VIEW_NAMES),
         "views": scripts_folded(tokenizers),
-        "groups": _sum_counts(s.groups for s in summaries),
+        "groups": scan.groups,
         "counts": {
             "sources": len(summaries),
             "records_checked": sum(s.records for s in summaries),
@@ -294,22 +296,16 @@ def run_guard(
     return GuardOutcome(certificate, hits)
 
 
-def _sum_counts(counts) -> dict[str, int]:
-    total: dict[str, int] = {}
-    for c in counts:
-        for kind, n in c.items():
-            total[kind] = total.get(kind, 0) + n
-    return dict(sorted(total.items()))
-
-
 def _scan_local(index: HeldoutIndex, held: Heldout, train: Sequence[SourceSpec], settings: GuardSettings,
                 tokenizers: Sequence[TokenizerView], progress: Progress | None) -> Scan:
     sources = load_training(train, held.spec.path, settings.max_text_chars)
     units = _all_units(sources)
-    hits = check_units(index, units, groups=fragment_groups(sources, settings), views=tokenizers, workers=settings.workers,
+    groups = fragment_groups(sources, settings)
+    hits = check_units(index, units, groups=groups, views=tokenizers, workers=settings.workers,
                        chunk_size=settings.chunk_size, max_shared=settings.max_shared_reported,
                        progress=_progress_adapter(progress, len(units)))
-    scorer, semantic = semantic_scorer(held.answers, held.texts, settings.semantic), settings.semantic
+    semantic = settings.semantic
+    scorer = semantic_scorer(held.answers, held.texts, semantic)
     scored = [scorer.pairs(units, semantic.threshold, semantic.max_pairs)] if scorer else []
-    return Scan(hits, [summarise(src, settings) for src in sources],
-                semantic_certificate(len(held.answers), scored, settings.semantic))
+    return Scan(hits, [summarise(src) for src in sources], group_counts(groups),
+                semantic_certificate(len(held.answers), scored, semantic))

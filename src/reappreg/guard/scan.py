@@ -11,27 +11,27 @@ from dataclasses import dataclass
 from typing import Any
 
 from reappreg.guard.detector import Hit
-from reappreg.guard.fragments import fragment_groups, group_counts
 from reappreg.guard.index import AnswerMeta
 from reappreg.guard.text import SourceSummary, SourceTexts
 from reappreg.hashing import dvc_md5
-from reappreg.settings.guard import GuardSettings, SemanticSettings
+from reappreg.settings.guard import SemanticSettings
 
 
 @dataclass
 class Scan:
-    """What an engine hands back: the hits, each source's summary (in the order given), and the
-    certificate's ``semantic`` section."""
+    """What an engine hands back: the hits, each source's summary (in the order given), the
+    fragment groups it checked by kind (``fragments.group_counts``; groups are per file on both
+    engines, so the counts add up over shards) and the certificate's ``semantic`` section."""
 
     hits: list[Hit]
     sources: list[SourceSummary]
+    groups: dict[str, int]
     semantic: dict[str, Any]
 
 
-def summarise(src: SourceTexts, settings: GuardSettings) -> SourceSummary:
-    """A source's summary (the fragment groups are per file on both engines)."""
-    return SourceSummary(src.spec, src.format, dvc_md5(src.spec.path), len(src.records), len(src.units),
-                         group_counts(fragment_groups([src], settings)))
+def summarise(src: SourceTexts) -> SourceSummary:
+    """A source's summary: the md5 of the bytes that were read, and what they held."""
+    return SourceSummary(src.spec, dvc_md5(src.spec.path), len(src.records), len(src.units))
 
 
 def semantic_scorer(answers: Sequence[AnswerMeta], texts: Sequence[str], settings: SemanticSettings | None):

@@ -101,11 +101,9 @@ class SourceSummary:
     (the local scan reads every source here; on Ray each actor reads its shard)."""
 
     spec: SourceSpec
-    format: str
     md5: str
     records: int
     texts: int
-    groups: dict[str, int]  # fragment groups of the source by kind (``fragments.group_counts``)
 
 
 def _check_records(path: Path, records: list[dict], id_field: str, text_fields: tuple[str, ...], where) -> list[TextUnit]:
